@@ -1,0 +1,3 @@
+module github.com/goroce/goroce
+
+go 1.26

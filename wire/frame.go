@@ -1,0 +1,556 @@
+package wire
+
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
+// RoCEv2Port is the UDP destination port of RoCEv2 (IANA).
+const RoCEv2Port = 4791
+
+// Ethernet framing constants.
+const (
+	EthernetLen    = 14
+	VLANTagLen     = 4
+	EtherTypeIPv4  = 0x0800
+	EtherTypeIPv6  = 0x86DD
+	EtherTypeVLAN  = 0x8100
+	EtherTypeQinQ  = 0x88A8
+	IPProtocolUDP  = 17
+	ipv4FlagDF     = 0x4000
+	ipv4FlagMF     = 0x2000
+	ipv4OffsetMask = 0x1FFF
+	defaultTTL     = 64
+)
+
+// MAC is an Ethernet address.
+type MAC [6]byte
+
+// String formats the address as aa:bb:cc:dd:ee:ff.
+func (m MAC) String() string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, 17)
+	for i, c := range m {
+		if i > 0 {
+			b = append(b, ':')
+		}
+		b = append(b, hex[c>>4], hex[c&15])
+	}
+	return string(b)
+}
+
+// Ethernet is a view of an Ethernet II header.
+//
+//	+--------+--------+--------+
+//	| dst(6) | src(6) | type(2)|
+//	+--------+--------+--------+
+type Ethernet []byte
+
+// Dst returns the destination address.
+func (e Ethernet) Dst() (m MAC) { copy(m[:], e); return }
+
+// Src returns the source address.
+func (e Ethernet) Src() (m MAC) { copy(m[:], e[6:]); return }
+
+// EtherType returns the EtherType.
+func (e Ethernet) EtherType() uint16 { return binary.BigEndian.Uint16(e[12:]) }
+
+// Set writes all fields.
+func (e Ethernet) Set(dst, src MAC, etherType uint16) {
+	copy(e, dst[:])
+	copy(e[6:], src[:])
+	binary.BigEndian.PutUint16(e[12:], etherType)
+}
+
+// IPv4 is a view of an IPv4 header (RFC 791). RoCEv2 uses a 20-byte header
+// with DF set.
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|Version|  IHL  |   DSCP    |ECN|          Total Length         |
+//	|         Identification        |Flags|     Fragment Offset     |
+//	|  Time to Live |    Protocol   |         Header Checksum       |
+//	|                       Source Address                          |
+//	|                    Destination Address                        |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+type IPv4 []byte
+
+// Version returns the IP version field.
+func (h IPv4) Version() uint8 { return h[0] >> 4 }
+
+// HeaderLen returns the header length in bytes (IHL x 4).
+func (h IPv4) HeaderLen() int { return int(h[0]&0x0F) * 4 }
+
+// TOS returns the DSCP and ECN byte.
+func (h IPv4) TOS() uint8 { return h[1] }
+
+// TotalLen returns the total length of the datagram.
+func (h IPv4) TotalLen() int { return int(binary.BigEndian.Uint16(h[2:])) }
+
+// ID returns the Identification field.
+func (h IPv4) ID() uint16 { return binary.BigEndian.Uint16(h[4:]) }
+
+// DF reports whether the don't-fragment flag is set.
+func (h IPv4) DF() bool { return binary.BigEndian.Uint16(h[6:])&ipv4FlagDF != 0 }
+
+// Fragment reports whether the datagram is a fragment (MF set or a non-zero
+// fragment offset).
+func (h IPv4) Fragment() bool {
+	return binary.BigEndian.Uint16(h[6:])&(ipv4FlagMF|ipv4OffsetMask) != 0
+}
+
+// TTL returns the time to live.
+func (h IPv4) TTL() uint8 { return h[8] }
+
+// Protocol returns the protocol number.
+func (h IPv4) Protocol() uint8 { return h[9] }
+
+// Checksum returns the header checksum field.
+func (h IPv4) Checksum() uint16 { return binary.BigEndian.Uint16(h[10:]) }
+
+// Src returns the source address.
+func (h IPv4) Src() netip.Addr { return netip.AddrFrom4([4]byte(h[12:16])) }
+
+// Dst returns the destination address.
+func (h IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(h[16:20])) }
+
+// ChecksumOK reports whether the header checksum is right.
+func (h IPv4) ChecksumOK() bool { return checksumFold(sum16(0, h[:h.HeaderLen()])) == 0 }
+
+// SetChecksum computes and writes the header checksum.
+func (h IPv4) SetChecksum() {
+	h[10], h[11] = 0, 0
+	binary.BigEndian.PutUint16(h[10:], ^checksumFold(sum16(0, h[:h.HeaderLen()])))
+}
+
+// IPv6 is a view of an IPv6 header (RFC 8200).
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|Version| Traffic Class |           Flow Label                  |
+//	|         Payload Length        |  Next Header  |   Hop Limit   |
+//	|                 Source Address (128 bits)                     |
+//	|              Destination Address (128 bits)                   |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+type IPv6 []byte
+
+// Version returns the IP version field.
+func (h IPv6) Version() uint8 { return h[0] >> 4 }
+
+// TrafficClass returns the traffic class (DSCP and ECN).
+func (h IPv6) TrafficClass() uint8 { return uint8(binary.BigEndian.Uint16(h) >> 4) }
+
+// FlowLabel returns the 20-bit flow label.
+func (h IPv6) FlowLabel() uint32 { return binary.BigEndian.Uint32(h) & 0xFFFFF }
+
+// PayloadLen returns the payload length.
+func (h IPv6) PayloadLen() int { return int(binary.BigEndian.Uint16(h[4:])) }
+
+// NextHeader returns the next header (protocol) number.
+func (h IPv6) NextHeader() uint8 { return h[6] }
+
+// HopLimit returns the hop limit.
+func (h IPv6) HopLimit() uint8 { return h[7] }
+
+// Src returns the source address.
+func (h IPv6) Src() netip.Addr { return netip.AddrFrom16([16]byte(h[8:24])) }
+
+// Dst returns the destination address.
+func (h IPv6) Dst() netip.Addr { return netip.AddrFrom16([16]byte(h[24:40])) }
+
+// UDP is a view of a UDP header (RFC 768).
+//
+//	+----------------+----------------+----------------+----------------+
+//	| src port (16)  | dst port (16)  |  length (16)   | checksum (16)  |
+//	+----------------+----------------+----------------+----------------+
+type UDP []byte
+
+// SrcPort returns the source port.
+func (u UDP) SrcPort() uint16 { return binary.BigEndian.Uint16(u) }
+
+// DstPort returns the destination port.
+func (u UDP) DstPort() uint16 { return binary.BigEndian.Uint16(u[2:]) }
+
+// Length returns the UDP length (header and payload).
+func (u UDP) Length() int { return int(binary.BigEndian.Uint16(u[4:])) }
+
+// Checksum returns the checksum field (0 on IPv4 means none).
+func (u UDP) Checksum() uint16 { return binary.BigEndian.Uint16(u[6:]) }
+
+// Set writes all fields.
+func (u UDP) Set(src, dst uint16, length int, csum uint16) {
+	binary.BigEndian.PutUint16(u, src)
+	binary.BigEndian.PutUint16(u[2:], dst)
+	binary.BigEndian.PutUint16(u[4:], uint16(length))
+	binary.BigEndian.PutUint16(u[6:], csum)
+}
+
+// sum16 adds b to s as big-endian 16-bit words (the Internet checksum sum).
+func sum16(s uint64, b []byte) uint64 {
+	for len(b) >= 8 {
+		v := binary.BigEndian.Uint64(b)
+		s += v>>48 + v>>32&0xFFFF + v>>16&0xFFFF + v&0xFFFF
+		b = b[8:]
+	}
+	for len(b) >= 2 {
+		s += uint64(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		s += uint64(b[0]) << 8
+	}
+	return s
+}
+
+func checksumFold(s uint64) uint16 {
+	for s>>16 != 0 {
+		s = s&0xFFFF + s>>16
+	}
+	return uint16(s)
+}
+
+// Frame is a parsed RoCEv2 frame or IP datagram: offsets into Buf.
+type Frame struct {
+	Buf       []byte
+	VLAN      uint16 // VLAN ID of the outermost tag, when HasVLAN
+	HasVLAN   bool
+	IPVersion int // 4 or 6
+	L3        int // offset of the IP header
+	L4        int // offset of the UDP header
+	End       int // end of the UDP payload (Ethernet padding excluded)
+}
+
+// IPUDP returns the IP and UDP headers (the ipudp argument of ComputeICRC).
+func (f *Frame) IPUDP() []byte { return f.Buf[f.L3 : f.L4+UDPLen] }
+
+// UDP returns the UDP header.
+func (f *Frame) UDP() UDP { return UDP(f.Buf[f.L4 : f.L4+UDPLen]) }
+
+// IPv4 returns the IPv4 header, or nil.
+func (f *Frame) IPv4() IPv4 {
+	if f.IPVersion != 4 {
+		return nil
+	}
+	return IPv4(f.Buf[f.L3:f.L4])
+}
+
+// IPv6 returns the IPv6 header, or nil.
+func (f *Frame) IPv6() IPv6 {
+	if f.IPVersion != 6 {
+		return nil
+	}
+	return IPv6(f.Buf[f.L3:f.L4])
+}
+
+// Src returns the IP source address.
+func (f *Frame) Src() netip.Addr {
+	if f.IPVersion == 4 {
+		return f.IPv4().Src()
+	}
+	return f.IPv6().Src()
+}
+
+// Dst returns the IP destination address.
+func (f *Frame) Dst() netip.Addr {
+	if f.IPVersion == 4 {
+		return f.IPv4().Dst()
+	}
+	return f.IPv6().Dst()
+}
+
+// Transport returns the UDP payload: the RoCEv2 transport packet.
+func (f *Frame) Transport() []byte { return f.Buf[f.L4+UDPLen : f.End] }
+
+// ParseFrame parses an Ethernet II frame (with up to two VLAN tags) carrying a
+// RoCEv2 datagram; see ParseIP for what is checked after the Ethernet header.
+func ParseFrame(b []byte, f *Frame) error {
+	*f = Frame{Buf: b}
+	if len(b) < EthernetLen {
+		return ErrFrameTruncated
+	}
+	off := 12
+	et := binary.BigEndian.Uint16(b[off:])
+	for tags := 0; (et == EtherTypeVLAN || et == EtherTypeQinQ) && tags < 2; tags++ {
+		if len(b) < off+2+VLANTagLen {
+			return ErrFrameTruncated
+		}
+		if !f.HasVLAN {
+			f.HasVLAN, f.VLAN = true, binary.BigEndian.Uint16(b[off+2:])&0x0FFF
+		}
+		off += VLANTagLen
+		et = binary.BigEndian.Uint16(b[off:])
+	}
+	off += 2
+	switch et {
+	case EtherTypeIPv4, EtherTypeIPv6:
+	default:
+		return ErrNotIP
+	}
+	return parseIP(b, off, f)
+}
+
+// ParseIP parses an IPv4 or IPv6 datagram carrying RoCEv2. It checks the
+// header (IPv4: version, no options, header checksum, not a fragment), that
+// the datagram is UDP to port 4791 and that the lengths agree; bytes after the
+// IP total length (Ethernet padding) are ignored. It does not verify the UDP
+// checksum (see Frame.CheckUDPChecksum) or the ICRC.
+func ParseIP(b []byte, f *Frame) error {
+	*f = Frame{Buf: b}
+	return parseIP(b, 0, f)
+}
+
+func parseIP(b []byte, off int, f *Frame) error {
+	if len(b) < off+1 {
+		return ErrFrameTruncated
+	}
+	f.L3 = off
+	var payloadEnd int
+	switch b[off] >> 4 {
+	case 4:
+		if len(b) < off+IPv4Len {
+			return ErrFrameTruncated
+		}
+		ip := IPv4(b[off:])
+		if ip.HeaderLen() != IPv4Len {
+			return ErrIPOptions
+		}
+		if !ip.ChecksumOK() {
+			return ErrIPChecksum
+		}
+		if ip.Fragment() {
+			return ErrIPFragment
+		}
+		if ip.Protocol() != IPProtocolUDP {
+			return ErrNotUDP
+		}
+		if ip.TotalLen() < IPv4UDPLen || off+ip.TotalLen() > len(b) {
+			return ErrIPLength
+		}
+		f.IPVersion, f.L4, payloadEnd = 4, off+IPv4Len, off+ip.TotalLen()
+	case 6:
+		if len(b) < off+IPv6Len {
+			return ErrFrameTruncated
+		}
+		ip := IPv6(b[off:])
+		if ip.NextHeader() != IPProtocolUDP {
+			return ErrNotUDP
+		}
+		if ip.PayloadLen() < UDPLen || off+IPv6Len+ip.PayloadLen() > len(b) {
+			return ErrIPLength
+		}
+		f.IPVersion, f.L4, payloadEnd = 6, off+IPv6Len, off+IPv6Len+ip.PayloadLen()
+	default:
+		return ErrNotIP
+	}
+	u := UDP(b[f.L4:])
+	if u.Length() != payloadEnd-f.L4 {
+		return ErrUDPLength
+	}
+	if u.DstPort() != RoCEv2Port {
+		return ErrNotRoCEv2
+	}
+	f.End = payloadEnd
+	return nil
+}
+
+// CheckUDPChecksum verifies the UDP checksum. A zero checksum (none) is
+// accepted: RoCEv2 senders such as rdma_rxe send zero over IPv4.
+func (f *Frame) CheckUDPChecksum() error {
+	u := f.UDP()
+	if u.Checksum() == 0 {
+		return nil
+	}
+	if checksumFold(udpSum(f)) != 0xFFFF {
+		return ErrUDPChecksum
+	}
+	return nil
+}
+
+// udpSum returns the unfolded Internet sum of the UDP pseudo-header, header and
+// payload (with the checksum field as it is).
+func udpSum(f *Frame) uint64 {
+	var s uint64
+	if f.IPVersion == 4 {
+		s = sum16(0, f.Buf[f.L3+12:f.L3+20])
+	} else {
+		s = sum16(0, f.Buf[f.L3+8:f.L3+40])
+	}
+	s += IPProtocolUDP + uint64(f.End-f.L4)
+	return sum16(s, f.Buf[f.L4:f.End])
+}
+
+// Flow is the addressing of a RoCEv2 packet: what the builders put in the
+// Ethernet, IP and UDP headers (frames) or in the pseudo-header the ICRC is
+// computed over (datagrams sent on a UDP socket).
+type Flow struct {
+	SrcMAC, DstMAC MAC        // frames only
+	Src, Dst       netip.Addr // both IPv4 or both IPv6 (IPv4-mapped IPv6 counts as IPv4)
+	SrcPort        uint16     // flow entropy: see SourcePort and QPSourcePort
+	DstPort        uint16     // 0 means RoCEv2Port
+	TrafficClass   uint8      // DSCP << 2 | ECN (masked out of the ICRC)
+	HopLimit       uint8      // TTL; 0 means 64 (masked out of the ICRC)
+	FlowLabel      uint32     // IPv6 only
+	ID             uint16     // IPv4 Identification, frames only (datagrams: 0)
+}
+
+func (fl *Flow) dstPort() uint16 {
+	if fl.DstPort == 0 {
+		return RoCEv2Port
+	}
+	return fl.DstPort
+}
+
+func (fl *Flow) ipv4() (src, dst [4]byte, ok bool, err error) {
+	s, d := fl.Src.Unmap(), fl.Dst.Unmap()
+	switch {
+	case s.Is4() && d.Is4():
+		return s.As4(), d.As4(), true, nil
+	case s.Is6() && d.Is6():
+		return src, dst, false, nil
+	}
+	return src, dst, false, ErrBuildAddress
+}
+
+// appendIPUDP appends the IP and UDP headers for a UDP payload of n bytes.
+// id is the IPv4 Identification.
+func (fl *Flow) appendIPUDP(b []byte, n int, id uint16) ([]byte, error) {
+	s4, d4, v4, err := fl.ipv4()
+	if err != nil {
+		return b, err
+	}
+	ttl := fl.HopLimit
+	if ttl == 0 {
+		ttl = defaultTTL
+	}
+	start := len(b)
+	if v4 {
+		if IPv4UDPLen+n > 0xFFFF {
+			return b, ErrBuildTooLong
+		}
+		b = grow(b, IPv4UDPLen)
+		h := IPv4(b[start:])
+		h[0], h[1] = 0x45, fl.TrafficClass
+		binary.BigEndian.PutUint16(h[2:], uint16(IPv4UDPLen+n))
+		binary.BigEndian.PutUint16(h[4:], id)
+		binary.BigEndian.PutUint16(h[6:], ipv4FlagDF)
+		h[8], h[9] = ttl, IPProtocolUDP
+		copy(h[12:], s4[:])
+		copy(h[16:], d4[:])
+		h.SetChecksum()
+		UDP(b[start+IPv4Len:]).Set(fl.SrcPort, fl.dstPort(), UDPLen+n, 0)
+		return b, nil
+	}
+	if UDPLen+n > 0xFFFF {
+		return b, ErrBuildTooLong
+	}
+	b = grow(b, IPv6UDPLen)
+	h := b[start:]
+	binary.BigEndian.PutUint32(h, 6<<28|uint32(fl.TrafficClass)<<20|fl.FlowLabel&0xFFFFF)
+	binary.BigEndian.PutUint16(h[4:], uint16(UDPLen+n))
+	h[6], h[7] = IPProtocolUDP, ttl
+	s, d := fl.Src.As16(), fl.Dst.As16()
+	copy(h[8:], s[:])
+	copy(h[24:], d[:])
+	UDP(b[start+IPv6Len:]).Set(fl.SrcPort, fl.dstPort(), UDPLen+n, 0)
+	return b, nil
+}
+
+// PseudoHeader appends the IP and UDP headers that Linux puts in front of a
+// UDP payload of n bytes sent on an unconnected socket with IP_PMTUDISC_DO:
+// for IPv4, DF set and Identification 0. Their masked form is what the ICRC
+// covers (see ComputeICRC).
+func (fl *Flow) PseudoHeader(dst []byte, n int) ([]byte, error) {
+	return fl.appendIPUDP(dst, n, 0)
+}
+
+// AppendDatagram appends a complete transport packet, ICRC included, for
+// sending as the payload of a UDP datagram from an unconnected socket with
+// IP_PMTUDISC_DO (see PseudoHeader). It does not allocate when dst has room.
+func AppendDatagram(dst []byte, fl *Flow, h *Header, payload []byte) ([]byte, error) {
+	start := len(dst)
+	dst, err := AppendTransport(dst, h, payload)
+	if err != nil {
+		return dst, err
+	}
+	var ph [IPv6UDPLen]byte
+	hdr, err := fl.PseudoHeader(ph[:0], len(dst)-start)
+	if err != nil {
+		return dst[:start], err
+	}
+	if err := SetICRC(hdr, dst[start:]); err != nil {
+		return dst[:start], err
+	}
+	return dst, nil
+}
+
+// AppendFrame appends a complete Ethernet frame: Ethernet II, IPv4 (DF set,
+// header checksum, Identification fl.ID, UDP checksum 0) or IPv6 (UDP checksum
+// computed, as IPv6 requires), UDP, and the transport packet with its ICRC. It
+// does not allocate when dst has room.
+func AppendFrame(dst []byte, fl *Flow, h *Header, payload []byte) ([]byte, error) {
+	start := len(dst)
+	n := h.TransportLen(len(payload))
+	if n == 0 {
+		return dst, ErrBuildOpcode
+	}
+	_, _, v4, err := fl.ipv4()
+	if err != nil {
+		return dst, err
+	}
+	et := uint16(EtherTypeIPv6)
+	if v4 {
+		et = EtherTypeIPv4
+	}
+	dst = grow(dst, EthernetLen)
+	Ethernet(dst[start:]).Set(fl.DstMAC, fl.SrcMAC, et)
+	l3 := len(dst)
+	if dst, err = fl.appendIPUDP(dst, n, fl.ID); err != nil {
+		return dst[:start], err
+	}
+	l4 := len(dst) - UDPLen
+	if dst, err = AppendTransport(dst, h, payload); err != nil {
+		return dst[:start], err
+	}
+	if err := SetICRC(dst[l3:l4+UDPLen], dst[l4+UDPLen:]); err != nil {
+		return dst[:start], err
+	}
+	if !v4 {
+		f := Frame{Buf: dst, IPVersion: 6, L3: l3, L4: l4, End: len(dst)}
+		c := ^checksumFold(udpSum(&f))
+		if c == 0 {
+			c = 0xFFFF
+		}
+		binary.BigEndian.PutUint16(dst[l4+6:], c)
+	}
+	return dst, nil
+}
+
+// SourcePort returns the RoCEv2 UDP source port for a flow label, as Linux's
+// rdma_flow_label_to_udp_sport computes it: the label's low 14 bits XOR its
+// high 6 bits, in the range 0xC000-0xFFFF. A zero flow label is replaced, as
+// rdma_get_udp_sport does, by FlowLabel(lqpn, rqpn).
+func SourcePort(flowLabel uint32, lqpn, rqpn QPN) uint16 {
+	if flowLabel == 0 {
+		flowLabel = FlowLabel(lqpn, rqpn)
+	}
+	lo, hi := flowLabel&0x3FFF, flowLabel&0xFC000
+	return uint16(lo^hi>>14) | 0xC000
+}
+
+// FlowLabel returns the symmetric 20-bit flow label of a connection, as Linux's
+// rdma_calc_flow_label computes it from the local and remote QP numbers.
+func FlowLabel(lqpn, rqpn QPN) uint32 {
+	v := uint64(lqpn) * uint64(rqpn)
+	v ^= v >> 20
+	v ^= v >> 40
+	return uint32(v & 0xFFFFF)
+}
+
+// QPSourcePort returns the UDP source port rdma_rxe gives a QP before its
+// address vector sets one: 0xC000 plus a 14-bit hash_32 of the QP number.
+func QPSourcePort(qpn QPN) uint16 {
+	const goldenRatio32 = 0x61C88647
+	return 0xC000 + uint16((uint32(qpn)*goldenRatio32)>>(32-14))
+}
