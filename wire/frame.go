@@ -116,7 +116,7 @@ func (h IPv4) Src() netip.Addr { return netip.AddrFrom4([4]byte(h[12:16])) }
 func (h IPv4) Dst() netip.Addr { return netip.AddrFrom4([4]byte(h[16:20])) }
 
 // ChecksumOK reports whether the header checksum is right.
-func (h IPv4) ChecksumOK() bool { return checksumFold(sum16(0, h[:h.HeaderLen()])) == 0 }
+func (h IPv4) ChecksumOK() bool { return checksumFold(sum16(0, h[:h.HeaderLen()])) == 0xFFFF }
 
 // SetChecksum computes and writes the header checksum.
 func (h IPv4) SetChecksum() {
