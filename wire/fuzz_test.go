@@ -96,9 +96,9 @@ func FuzzRoundTrip(f *testing.F) {
 		h := Header{
 			Opcode: Opcode(op), SE: flags, MigReq: !flags, PKey: pkey, FECN: flags, BECN: v4,
 			DestQP: QPN(qpn & QPNMask), AckReq: !flags, PSN: PSN(psn & PSNMask),
-			RDETH: n32 & 0xFFFFFF,
-			DETH:  DETHFields{QKey: key, SrcQP: QPN(n32 & QPNMask)},
-			RETH:  RETHFields{VA: va, RKey: key, DMALen: uint32(len(payload))},
+			RDETH:     n32 & 0xFFFFFF,
+			DETH:      DETHFields{QKey: key, SrcQP: QPN(n32 & QPNMask)},
+			RETH:      RETHFields{VA: va, RKey: key, DMALen: uint32(len(payload))},
 			AtomicETH: AtomicFields{VA: va &^ 7, RKey: key, SwapAdd: a, Compare: c},
 			AETH:      AETHFields{Syndrome: Syndrome(syn), MSN: msn & 0xFFFFFF},
 			AtomicAck: a, Imm: imm, IETH: key,

@@ -40,11 +40,8 @@ type Packet struct {
 // allocate.
 func Parse(b []byte, p *Packet) error {
 	*p = Packet{}
-	if len(b) < MinPacketLen {
-		if len(b) < BTHLen {
-			return ErrTruncatedBTH
-		}
-		return ErrTruncatedICRC
+	if len(b) < BTHLen {
+		return ErrTruncatedBTH
 	}
 	bth := BTH(b)
 	info := &opcodeTable[bth.Opcode()]
@@ -56,6 +53,9 @@ func Parse(b []byte, p *Packet) error {
 	}
 	end := len(b) - ICRCLen
 	if info.HeaderLen > end {
+		if info.HeaderLen == BTHLen {
+			return ErrTruncatedICRC
+		}
 		off := BTHLen
 		for i := 0; i < numHeaders; i++ {
 			if info.Headers&(1<<i) == 0 {
