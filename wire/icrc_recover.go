@@ -32,15 +32,10 @@ const crcPoly = 0xEDB88320
 // reflected representation hash/crc32 uses for its register (bit 31 is x^0).
 func mulmod(a, b uint32) uint32 {
 	var p uint32
-	for m := uint32(1) << 31; m != 0; m >>= 1 {
-		if a&m != 0 {
-			p ^= b
-		}
-		if b&1 != 0 {
-			b = b>>1 ^ crcPoly
-		} else {
-			b >>= 1
-		}
+	for i := 0; i < 32; i++ {
+		p ^= b & -(a >> 31 & 1)
+		a <<= 1
+		b = b>>1 ^ crcPoly&-(b&1)
 	}
 	return p
 }
