@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -71,4 +72,62 @@ func TestRealCaptures(t *testing.T) {
 		t.Error("no packet had a non-zero IPv4 Identification: the recovery was not exercised")
 	}
 	t.Logf("%d RoCEv2 packets in %d captures, %d with non-zero Identification", total, len(files), nonZeroID)
+}
+
+// TestRealCaptureSourcePorts checks wire's source-port functions against what
+// rxe put on the wire: an RC connection uses SourcePort(0, lqpn, rqpn) both
+// ways (rdma_get_udp_sport without a flow label), a UD QP QPSourcePort of its
+// own number. rping's connection comes from rdma_cm, which sets a flow label
+// of its own, so its RC packets are left out.
+func TestRealCaptureSourcePorts(t *testing.T) {
+	files, _ := filepath.Glob(filepath.Join("..", "testdata", "captures", "rxe-*.pcap"))
+	checkedRC, checkedUD := 0, 0
+	for _, fn := range files {
+		type dir struct{ src, dst string }
+		dqps := map[dir]map[QPN]uint16{} // direction -> dest QPN -> sport
+		for _, fr := range readPcap(t, fn) {
+			var f Frame
+			var p Packet
+			if ParseFrame(fr, &f) != nil || Parse(f.Transport(), &p) != nil {
+				continue
+			}
+			sport := f.UDP().SrcPort()
+			switch p.Info.Transport {
+			case TransportUD:
+				if d := p.DETH(); d.SrcQP() != 1 { // QP 1 (CM MADs) aside
+					if want := QPSourcePort(d.SrcQP()); sport != want {
+						t.Errorf("%s: UD from QP %#x: sport %#x, want %#x", filepath.Base(fn), d.SrcQP(), sport, want)
+					}
+					checkedUD++
+				}
+			case TransportRC:
+				k := dir{f.Src().String(), f.Dst().String()}
+				if dqps[k] == nil {
+					dqps[k] = map[QPN]uint16{}
+				}
+				dqps[k][p.BTH().DestQP()] = sport
+			}
+		}
+		if strings.Contains(fn, "rping") {
+			continue
+		}
+		for k, m := range dqps {
+			back := dqps[dir{k.dst, k.src}]
+			for remote, sport := range m {
+				ok := false
+				for local := range back {
+					if SourcePort(0, local, remote) == sport {
+						ok = true
+					}
+				}
+				if !ok {
+					t.Errorf("%s: RC to QP %#x with sport %#x: no QP pair explains it", filepath.Base(fn), remote, sport)
+				}
+				checkedRC++
+			}
+		}
+	}
+	if checkedRC == 0 || checkedUD == 0 {
+		t.Fatalf("checked %d RC connections, %d UD packets", checkedRC, checkedUD)
+	}
 }
