@@ -1,0 +1,147 @@
+package verbs
+
+import (
+	"net/netip"
+)
+
+// GID is a 128-bit global identifier. For RoCEv2 it is an IPv6 address; an
+// IPv4 port's GID is the IPv4-mapped address ::ffff:a.b.c.d.
+type GID [16]byte
+
+// GIDFromAddr returns the GID of an IP address (IPv4 addresses mapped).
+func GIDFromAddr(a netip.Addr) GID { return GID(a.As16()) }
+
+// Addr returns the GID as an IP address, IPv4-mapped ones unmapped.
+func (g GID) Addr() netip.Addr { return netip.AddrFrom16(g).Unmap() }
+
+// String formats the GID as libibverbs examples do: eight groups of four hex
+// digits separated by colons.
+func (g GID) String() string {
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, 39)
+	for i := 0; i < 16; i += 2 {
+		if i > 0 {
+			b = append(b, ':')
+		}
+		b = append(b, hex[g[i]>>4], hex[g[i]&15], hex[g[i+1]>>4], hex[g[i+1]&15])
+	}
+	return string(b)
+}
+
+// SGE is a scatter/gather element (struct ibv_sge): Length bytes at virtual
+// address Addr inside the memory region whose local key is LKey.
+type SGE struct {
+	Addr   uint64
+	Length uint32
+	LKey   uint32
+}
+
+// SendWR is a send work request (struct ibv_send_wr). Fields a given opcode
+// does not use are ignored.
+type SendWR struct {
+	WRID   uint64
+	SGList []SGE // copied at post time; the slice may be reused afterwards
+	Opcode WROpcode
+	Flags  SendFlags
+	// Imm is the immediate data of *_WITH_IMM, as the 32-bit value carried on
+	// the wire (libibverbs' imm_data is the same bits in network byte order).
+	Imm uint32
+	// InvalidateRKey is the remote key SEND_WITH_INV invalidates.
+	InvalidateRKey uint32
+	// RDMA (WRITE, READ) and atomics: the remote address and key.
+	RemoteAddr uint64
+	RKey       uint32
+	// Atomics: CompareAdd is the compare value (CMP_AND_SWP) or the addend
+	// (FETCH_AND_ADD); Swap the value stored when the compare matches.
+	CompareAdd uint64
+	Swap       uint64
+	// UD: the destination.
+	AH         AH
+	RemoteQPN  uint32
+	RemoteQKey uint32
+}
+
+// RecvWR is a receive work request (struct ibv_recv_wr).
+type RecvWR struct {
+	WRID   uint64
+	SGList []SGE // copied at post time
+}
+
+// WC is a work completion (struct ibv_wc).
+type WC struct {
+	WRID      uint64
+	Status    WCStatus
+	Opcode    WCOpcode
+	VendorErr uint32
+	ByteLen   uint32
+	// Imm is the immediate data (valid with WCFlagWithImm), as carried on the
+	// wire; InvalidatedRKey shares its place in libibverbs.
+	Imm             uint32
+	InvalidatedRKey uint32
+	QPNum           uint32
+	SrcQP           uint32
+	Flags           WCFlags
+	PKeyIndex       uint16
+	SLID            uint16
+	SL              uint8
+	DLIDPathBits    uint8
+}
+
+// AHAttr describes a destination (struct ibv_ah_attr with its GRH, as RoCE
+// uses it): the GID, and the traffic class, flow label and hop limit.
+type AHAttr struct {
+	DGID         GID
+	SGIDIndex    uint8
+	TrafficClass uint8
+	FlowLabel    uint32
+	HopLimit     uint8
+	PortNum      uint8
+}
+
+// AH is an address handle: a destination a provider has resolved.
+type AH interface {
+	Attr() AHAttr
+	Destroy() error
+}
+
+// QPCap holds a queue pair's capacities (struct ibv_qp_cap).
+type QPCap struct {
+	MaxSendWR     uint32
+	MaxRecvWR     uint32
+	MaxSendSGE    uint32
+	MaxRecvSGE    uint32
+	MaxInlineData uint32
+}
+
+// QPAttr holds the attributes ibv_modify_qp sets and ibv_query_qp reports
+// (struct ibv_qp_attr); QPAttrMask says which a call uses.
+type QPAttr struct {
+	State           QPState
+	CurState        QPState
+	PathMTU         MTU
+	QKey            uint32
+	RQPSN           uint32
+	SQPSN           uint32
+	DestQPN         uint32
+	AccessFlags     AccessFlags
+	Cap             QPCap
+	AHAttr          AHAttr
+	PKeyIndex       uint16
+	MaxRdAtomic     uint8 // max_rd_atomic: READ/atomic requests outstanding as initiator
+	MaxDestRdAtomic uint8 // max_dest_rd_atomic: as responder
+	MinRNRTimer     uint8 // RNR NAK timer code this QP asks senders to wait
+	PortNum         uint8
+	Timeout         uint8 // local ACK timeout: 4.096 us x 2^Timeout (0: infinite)
+	RetryCnt        uint8
+	RNRRetry        uint8 // 7: retry forever
+}
+
+// QPInitAttr describes a queue pair to create (struct ibv_qp_init_attr).
+type QPInitAttr struct {
+	SendCQ   CQ
+	RecvCQ   CQ
+	SRQ      SRQ
+	Cap      QPCap
+	QPType   QPType
+	SQSigAll bool // every send WR produces a completion, SIGNALED or not
+}
