@@ -1,0 +1,20 @@
+// Package engine is goroce's RoCEv2 transport, sans I/O: requester, responder
+// and completer for RC, and UD, after IBA chapter 9 as Linux's rdma_rxe
+// implements it. It never blocks, starts no goroutine, makes no system call
+// and reads no clock: a driver feeds it received packets (Input), asks it for
+// packets to send (Output, writing into buffers the driver lends), and calls
+// it back at NextDeadline for its timers. Everything takes now, in
+// nanoseconds of any monotonic clock.
+//
+// An Engine is owned by one goroutine. The application reaches it through
+// lock-free single-producer/single-consumer rings: it posts work requests into
+// a QP's send and receive rings (SQ, RQ, SRQ) and polls completions out of
+// a CQ ring, without taking a lock the engine holds. Control operations
+// (creating and modifying QPs, registering memory) go through the Engine's
+// methods and must be serialised with the driver by the caller.
+//
+// Memory regions hold the []byte they cover: the slice keeps the memory alive
+// for the garbage collector, and Go never moves heap memory, so the address
+// the MR reports (the address of its first byte, as ibv_reg_mr reports) stays
+// valid until the MR is deregistered and the last reference dropped.
+package engine

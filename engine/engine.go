@@ -1,0 +1,233 @@
+package engine
+
+import (
+	"errors"
+	"net/netip"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
+
+// Config configures an Engine. Zero fields take the documented defaults.
+type Config struct {
+	// Local is the device's IPv4 address: the source of every packet, and
+	// the address its GID maps.
+	Local netip.Addr
+	// SourcePort is the UDP source port of every packet, which the ICRC
+	// covers. A UDP socket bound to 4791 sends from 4791: set it so. Zero
+	// gives each RC QP its flow-entropy port (wire.SourcePort).
+	SourcePort uint16
+	// MaxQP, MaxMR: limits (defaults 4096, 65536).
+	MaxQP int
+	MaxMR int
+	// Window is the most packets a QP has unacknowledged (default 512).
+	Window int
+	// AckEvery sets AckReq on every n-th packet of a long message as well
+	// as on its last (default 64).
+	AckEvery int
+	// SkipICRC turns off ICRC verification of received packets.
+	SkipICRC bool
+}
+
+// Stats counts what the engine did.
+type Stats struct {
+	TxPackets, RxPackets   uint64
+	TxBytes, RxBytes       uint64
+	Retransmits            uint64 // request packets sent again
+	Timeouts               uint64 // local ACK timer expiries
+	Duplicates             uint64 // duplicate requests received
+	OutOfSequence          uint64 // requests ahead of the expected PSN
+	NAKsSent, NAKsReceived uint64
+	RNRSent, RNRReceived   uint64
+	ICRCDrops              uint64
+	MalformedDrops         uint64
+	UnknownQPDrops         uint64
+	WrongPeerDrops         uint64
+	QKeyDrops              uint64
+	PKeyDrops              uint64
+	NoRecvDrops            uint64 // UD packets with no receive posted
+	CQOverruns             uint64
+}
+
+// Engine is a RoCEv2 transport for the queue pairs of one device.
+type Engine struct {
+	cfg    Config
+	MRs    *MRTable
+	qps    []*QP // indexed by QPN - firstQPN
+	active []*QP // QPs in INIT or later, for Output and timers
+	rr     int   // round-robin cursor over active
+	stats  Stats
+	nextPD uint32
+	pkt    wire.Packet
+	hdr    wire.Header
+}
+
+// firstQPN is the first QP number handed out (0 and 1 are special in IBA).
+const firstQPN = 0x11
+
+// Errors of engine configuration and control operations.
+var (
+	ErrQPLimit = errors.New("engine: queue pair limit reached")
+	ErrConfig  = errors.New("engine: bad configuration")
+)
+
+// New returns an engine.
+func New(cfg Config) (*Engine, error) {
+	if !cfg.Local.Is4() && !cfg.Local.Is4In6() {
+		return nil, errors.Join(ErrConfig, errors.New("engine: Local must be an IPv4 address"))
+	}
+	cfg.Local = cfg.Local.Unmap()
+	if cfg.MaxQP <= 0 {
+		cfg.MaxQP = 4096
+	}
+	if cfg.MaxMR <= 0 {
+		cfg.MaxMR = 65536
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 512
+	}
+	if cfg.AckEvery <= 0 {
+		cfg.AckEvery = 64
+	}
+	return &Engine{cfg: cfg, MRs: NewMRTable(cfg.MaxMR), qps: make([]*QP, cfg.MaxQP)}, nil
+}
+
+// Local returns the device address.
+func (e *Engine) Local() netip.Addr { return e.cfg.Local }
+
+// Stats returns the counters.
+func (e *Engine) Stats() Stats { return e.stats }
+
+// AllocPD returns a new protection domain number.
+func (e *Engine) AllocPD() uint32 { e.nextPD++; return e.nextPD }
+
+func (e *Engine) qp(n wire.QPN) *QP {
+	i := int(n) - firstQPN
+	if i < 0 || i >= len(e.qps) {
+		return nil
+	}
+	return e.qps[i]
+}
+
+// Input processes one received transport packet (a UDP payload) that came
+// from the address and UDP port given. Malformed packets, packets failing the
+// ICRC and packets for unknown QPs are dropped and counted.
+func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
+	e.stats.RxPackets++
+	e.stats.RxBytes += uint64(len(b))
+	p := &e.pkt
+	err := wire.Parse(b, p)
+	if err != nil && !errors.Is(err, wire.ErrInvalidRequest) {
+		e.stats.MalformedDrops++
+		return
+	}
+	if !e.cfg.SkipICRC {
+		fl := wire.Flow{Src: from.Unmap(), Dst: e.cfg.Local, SrcPort: fromPort}
+		var ph [wire.IPv6UDPLen]byte
+		hdr, herr := fl.PseudoHeader(ph[:0], len(b))
+		if herr != nil {
+			e.stats.MalformedDrops++
+			return
+		}
+		if _, _, cerr := wire.CheckICRCUnknownID(hdr, b); cerr != nil {
+			e.stats.ICRCDrops++
+			return
+		}
+	}
+	bth := p.BTH()
+	if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
+		e.stats.PKeyDrops++
+		return
+	}
+	qp := e.qp(bth.DestQP())
+	if qp == nil || qp.state == verbs.QPSReset {
+		e.stats.UnknownQPDrops++
+		return
+	}
+	switch qp.typ {
+	case verbs.QPTUD:
+		if p.Info.Transport != wire.TransportUD || err != nil {
+			e.stats.MalformedDrops++
+			return
+		}
+		qp.udReceive(now, p, from)
+	case verbs.QPTRC:
+		if p.Info.Transport != wire.TransportRC {
+			e.stats.MalformedDrops++
+			return
+		}
+		if qp.state < verbs.QPSRTR || qp.state == verbs.QPSErr {
+			return
+		}
+		if from.Unmap() != qp.remote {
+			e.stats.WrongPeerDrops++
+			return
+		}
+		if p.Info.Request {
+			qp.respond(now, p, err)
+		} else if err == nil {
+			qp.complete(now, p)
+		} else {
+			e.stats.MalformedDrops++
+		}
+	}
+}
+
+// Output writes the next packet to send into buf (which must hold the path
+// MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
+// length and destination, or ok false when there is nothing to send now.
+func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
+	for tries := len(e.active); tries > 0; tries-- {
+		if e.rr >= len(e.active) {
+			e.rr = 0
+		}
+		qp := e.active[e.rr]
+		if n, ok := qp.output(now, buf); ok {
+			e.stats.TxPackets++
+			e.stats.TxBytes += uint64(n)
+			return n, qp.lastDst, true
+		}
+		e.rr++
+	}
+	return 0, netip.Addr{}, false
+}
+
+// NextDeadline returns the earliest time a timer of the engine fires, or 0
+// when none is set. Call Tick at or after it.
+func (e *Engine) NextDeadline() int64 {
+	var d int64
+	for _, qp := range e.active {
+		for _, t := range [2]int64{qp.req.timerAt, qp.req.rnrUntil} {
+			if t != 0 && (d == 0 || t < d) {
+				d = t
+			}
+		}
+	}
+	return d
+}
+
+// Tick runs the timers that are due.
+func (e *Engine) Tick(now int64) {
+	for _, qp := range e.active {
+		qp.tick(now)
+	}
+}
+
+// finish builds the transport packet described by e.hdr with payload already
+// in place at buf[HeaderLen:], seals its ICRC for a datagram to dst, and
+// returns its length.
+func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16) int {
+	info := e.hdr.Opcode.Info()
+	hl := info.HeaderLen
+	out, err := wire.AppendTransport(buf[:0], &e.hdr, buf[hl:hl+payloadLen])
+	if err != nil {
+		return 0
+	}
+	fl := wire.Flow{Src: e.cfg.Local, Dst: dst, SrcPort: sport}
+	var ph [wire.IPv6UDPLen]byte
+	hdr, err := fl.PseudoHeader(ph[:0], len(out))
+	if err != nil || wire.SetICRC(hdr, out) != nil {
+		return 0
+	}
+	return len(out)
+}

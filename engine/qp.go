@@ -1,0 +1,549 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
+
+// QP is a queue pair. Its fields belong to the engine's goroutine, but for
+// the rings (PostSend, PostRecv) and Num/Type.
+type QP struct {
+	e      *Engine
+	num    wire.QPN
+	typ    verbs.QPType
+	pd     uint32
+	state  verbs.QPState
+	sq     *sendQueue
+	sqst   []sendState
+	rq     *recvQueue
+	srq    *recvQueue
+	scq    *CQ
+	rcq    *CQ
+	sigAll bool
+	cap    verbs.QPCap
+
+	// Attributes (ibv_modify_qp).
+	mtu             int
+	destQPN         wire.QPN
+	remote          netip.Addr
+	ah              verbs.AHAttr
+	qkey            uint32
+	access          verbs.AccessFlags
+	timeout         uint8
+	retryCnt        uint8
+	rnrRetry        uint8
+	maxRdAtomic     int
+	maxDestRdAtomic int
+	minRNRTimer     uint8
+	sport           uint16
+
+	req     requester
+	resp    responder
+	lastDst netip.Addr
+}
+
+// SRQ is a shared receive queue.
+type SRQ struct {
+	q  *recvQueue
+	pd uint32
+}
+
+// NewSRQ returns a shared receive queue for protection domain pd.
+func (e *Engine) NewSRQ(pd uint32, maxWR, maxSGE int) *SRQ {
+	return &SRQ{q: newRecvQueue(maxWR, maxSGE), pd: pd}
+}
+
+// PostRecv posts receive work requests (see QP.PostRecv).
+func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) { return postRecv(s.q, wrs) }
+
+// QPInit describes a QP to create.
+type QPInit struct {
+	Type   verbs.QPType
+	PD     uint32
+	SendCQ *CQ
+	RecvCQ *CQ
+	SRQ    *SRQ
+	Cap    verbs.QPCap
+	SigAll bool
+}
+
+// CreateQP creates a queue pair in RESET.
+func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
+	if init.Type != verbs.QPTRC && init.Type != verbs.QPTUD {
+		return nil, fmt.Errorf("engine: QP type %v: %w", init.Type, verbs.ErrNotSupported)
+	}
+	if init.SendCQ == nil || init.RecvCQ == nil {
+		return nil, fmt.Errorf("engine: a QP needs a send and a receive CQ: %w", verbs.ErrInvalidAttr)
+	}
+	c := init.Cap
+	if c.MaxSendWR == 0 || c.MaxSendWR > 1<<16 || c.MaxRecvWR > 1<<16 || (init.SRQ == nil && c.MaxRecvWR == 0) {
+		return nil, fmt.Errorf("engine: max_send_wr %d / max_recv_wr %d out of range 1..65536: %w", c.MaxSendWR, c.MaxRecvWR, verbs.ErrInvalidAttr)
+	}
+	if c.MaxSendSGE == 0 {
+		c.MaxSendSGE = 1
+	}
+	if c.MaxRecvSGE == 0 {
+		c.MaxRecvSGE = 1
+	}
+	if c.MaxSendSGE > 32 || c.MaxRecvSGE > 32 || c.MaxInlineData > 4096 {
+		return nil, fmt.Errorf("engine: at most 32 SGEs and 4096 bytes of inline data: %w", verbs.ErrInvalidAttr)
+	}
+	idx := -1
+	for i, q := range e.qps {
+		if q == nil {
+			idx = i
+			break
+		}
+	}
+	if idx < 0 {
+		return nil, ErrQPLimit
+	}
+	sq := newSendQueue(int(c.MaxSendWR), int(c.MaxSendSGE), int(c.MaxInlineData))
+	qp := &QP{e: e, num: wire.QPN(firstQPN + idx), typ: init.Type, pd: init.PD, sq: sq,
+		sqst: make([]sendState, len(sq.slots)), scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SigAll, cap: c,
+		mtu: 1024, timeout: 14, retryCnt: 7, rnrRetry: 7, maxRdAtomic: 1, maxDestRdAtomic: 1, minRNRTimer: 12}
+	if init.SRQ != nil {
+		qp.srq = init.SRQ.q
+	} else {
+		qp.rq = newRecvQueue(int(c.MaxRecvWR), int(c.MaxRecvSGE))
+	}
+	qp.sport = e.cfg.SourcePort
+	if qp.sport == 0 {
+		qp.sport = wire.QPSourcePort(qp.num)
+	}
+	e.qps[idx] = qp
+	return qp, nil
+}
+
+// Num returns the QP number.
+func (qp *QP) Num() uint32 { return uint32(qp.num) }
+
+// Type returns the QP type.
+func (qp *QP) Type() verbs.QPType { return qp.typ }
+
+// State returns the QP state.
+func (qp *QP) State() verbs.QPState { return qp.state }
+
+// Destroy flushes the QP's outstanding work and removes it.
+func (qp *QP) Destroy() {
+	if qp.state != verbs.QPSReset {
+		qp.setError()
+		qp.flush()
+	}
+	e := qp.e
+	e.qps[int(qp.num)-firstQPN] = nil
+	e.deactivate(qp)
+}
+
+func (e *Engine) activate(qp *QP) {
+	for _, q := range e.active {
+		if q == qp {
+			return
+		}
+	}
+	e.active = append(e.active, qp)
+}
+
+func (e *Engine) deactivate(qp *QP) {
+	for i, q := range e.active {
+		if q == qp {
+			e.active = append(e.active[:i], e.active[i+1:]...)
+			return
+		}
+	}
+}
+
+// modifyRules lists, per transition, the attributes ibv_modify_qp requires
+// and allows (IBA 11.2.4.2 table 91), for RC and UD.
+type modifyRule struct{ req, opt verbs.QPAttrMask }
+
+func modifyRules(t verbs.QPType, from, to verbs.QPState) (modifyRule, bool) {
+	const s = verbs.AttrState
+	type k struct{ f, t verbs.QPState }
+	var rc = map[k]modifyRule{
+		{verbs.QPSReset, verbs.QPSInit}: {s | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags, 0},
+		{verbs.QPSInit, verbs.QPSInit}:  {s, verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPSInit, verbs.QPSRTR}: {s | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer,
+			verbs.AttrPKeyIndex | verbs.AttrAccessFlags | verbs.AttrAltPath},
+		{verbs.QPSRTR, verbs.QPSRTS}: {s | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic,
+			verbs.AttrCurState | verbs.AttrAccessFlags | verbs.AttrMinRNRTimer | verbs.AttrAltPath | verbs.AttrPathMigState},
+		{verbs.QPSRTS, verbs.QPSRTS}: {s, verbs.AttrCurState | verbs.AttrAccessFlags | verbs.AttrMinRNRTimer | verbs.AttrAltPath | verbs.AttrPathMigState},
+	}
+	var ud = map[k]modifyRule{
+		{verbs.QPSReset, verbs.QPSInit}: {s | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey, 0},
+		{verbs.QPSInit, verbs.QPSInit}:  {s, verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrQKey},
+		{verbs.QPSInit, verbs.QPSRTR}:   {s, verbs.AttrPKeyIndex | verbs.AttrQKey},
+		{verbs.QPSRTR, verbs.QPSRTS}:    {s | verbs.AttrSQPSN, verbs.AttrCurState | verbs.AttrQKey},
+		{verbs.QPSRTS, verbs.QPSRTS}:    {s, verbs.AttrCurState | verbs.AttrQKey},
+	}
+	if to == verbs.QPSReset || to == verbs.QPSErr {
+		return modifyRule{s, verbs.AttrCurState}, true
+	}
+	m := rc
+	if t == verbs.QPTUD {
+		m = ud
+	}
+	r, ok := m[k{from, to}]
+	return r, ok
+}
+
+// Modify changes the QP's attributes, following ibv_modify_qp: mask must
+// hold exactly the attributes the transition requires, plus optional ones.
+func (qp *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	to := qp.state
+	if mask&verbs.AttrState != 0 {
+		to = a.State
+	}
+	if mask&verbs.AttrCurState != 0 && a.CurState != qp.state {
+		return fmt.Errorf("engine: QP %#x is %v, not %v: %w", qp.num, qp.state, a.CurState, verbs.ErrInvalidState)
+	}
+	rule, ok := modifyRules(qp.typ, qp.state, to)
+	if !ok || mask&verbs.AttrState == 0 {
+		return fmt.Errorf("engine: QP %#x cannot go from %v to %v: %w", qp.num, qp.state, to, verbs.ErrInvalidState)
+	}
+	if miss := rule.req &^ mask; miss != 0 {
+		return fmt.Errorf("engine: %v -> %v needs attributes %s: %w", qp.state, to, maskNames(miss), verbs.ErrInvalidAttr)
+	}
+	if extra := mask &^ (rule.req | rule.opt); extra != 0 {
+		return fmt.Errorf("engine: %v -> %v does not take attributes %s: %w", qp.state, to, maskNames(extra), verbs.ErrInvalidAttr)
+	}
+	if mask&verbs.AttrPathMTU != 0 && a.PathMTU.Bytes() == 0 {
+		return fmt.Errorf("engine: path MTU code %d: %w", a.PathMTU, verbs.ErrInvalidAttr)
+	}
+	if mask&verbs.AttrAV != 0 {
+		addr := a.AHAttr.DGID.Addr()
+		if !addr.Is4() {
+			return fmt.Errorf("engine: destination GID %v is not an IPv4-mapped GID: %w", a.AHAttr.DGID, verbs.ErrInvalidAttr)
+		}
+	}
+	if mask&verbs.AttrDestQPN != 0 && a.DestQPN > wire.QPNMask {
+		return fmt.Errorf("engine: dest QPN %#x wider than 24 bits: %w", a.DestQPN, verbs.ErrInvalidAttr)
+	}
+	if (mask&verbs.AttrRQPSN != 0 && a.RQPSN > wire.PSNMask) || (mask&verbs.AttrSQPSN != 0 && a.SQPSN > wire.PSNMask) {
+		return fmt.Errorf("engine: PSN wider than 24 bits: %w", verbs.ErrInvalidAttr)
+	}
+	if mask&verbs.AttrTimeout != 0 && a.Timeout > 31 || mask&verbs.AttrRetryCnt != 0 && a.RetryCnt > 7 ||
+		mask&verbs.AttrRNRRetry != 0 && a.RNRRetry > 7 || mask&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
+		return fmt.Errorf("engine: timeout (0-31), retry_cnt (0-7), rnr_retry (0-7) or min_rnr_timer (0-31) out of range: %w", verbs.ErrInvalidAttr)
+	}
+	// Apply.
+	if mask&verbs.AttrAccessFlags != 0 {
+		qp.access = a.AccessFlags
+	}
+	if mask&verbs.AttrQKey != 0 {
+		qp.qkey = a.QKey
+	}
+	if mask&verbs.AttrAV != 0 {
+		qp.ah = a.AHAttr
+		qp.remote = a.AHAttr.DGID.Addr()
+	}
+	if mask&verbs.AttrPathMTU != 0 {
+		qp.mtu = a.PathMTU.Bytes()
+	}
+	if mask&verbs.AttrDestQPN != 0 {
+		qp.destQPN = wire.QPN(a.DestQPN)
+	}
+	if mask&verbs.AttrRQPSN != 0 {
+		qp.resp.epsn = wire.PSN(a.RQPSN)
+	}
+	if mask&verbs.AttrMaxDestRdAtomic != 0 {
+		qp.maxDestRdAtomic = max(1, int(a.MaxDestRdAtomic))
+	}
+	if mask&verbs.AttrMinRNRTimer != 0 {
+		qp.minRNRTimer = a.MinRNRTimer
+	}
+	if mask&verbs.AttrSQPSN != 0 {
+		qp.req.psn = wire.PSN(a.SQPSN)
+		qp.req.ackPSN = qp.req.psn.Sub(1)
+	}
+	if mask&verbs.AttrTimeout != 0 {
+		qp.timeout = a.Timeout
+	}
+	if mask&verbs.AttrRetryCnt != 0 {
+		qp.retryCnt = a.RetryCnt
+	}
+	if mask&verbs.AttrRNRRetry != 0 {
+		qp.rnrRetry = a.RNRRetry
+	}
+	if mask&verbs.AttrMaxQPRdAtomic != 0 {
+		qp.maxRdAtomic = max(1, int(a.MaxRdAtomic))
+	}
+	if qp.typ == verbs.QPTRC && qp.e.cfg.SourcePort == 0 && qp.destQPN != 0 {
+		qp.sport = wire.SourcePort(qp.ah.FlowLabel, qp.num, qp.destQPN)
+	}
+	switch to {
+	case verbs.QPSReset:
+		qp.reset()
+	case verbs.QPSErr:
+		qp.setError()
+	case verbs.QPSRTS:
+		qp.req.retryLeft, qp.req.rnrLeft = int(qp.retryCnt), int(qp.rnrRetry)
+	}
+	if to == verbs.QPSRTR && qp.state == verbs.QPSInit {
+		qp.resp.replay = make([]atomicReplay, qp.maxDestRdAtomic)
+	}
+	qp.state = to
+	if to != verbs.QPSReset {
+		qp.e.activate(qp)
+	}
+	return nil
+}
+
+// Query returns the QP's attributes.
+func (qp *QP) Query() verbs.QPAttr {
+	return verbs.QPAttr{State: qp.state, CurState: qp.state, PathMTU: verbs.MTUFromBytes(qp.mtu), QKey: qp.qkey,
+		RQPSN: uint32(qp.resp.epsn), SQPSN: uint32(qp.req.psn), DestQPN: uint32(qp.destQPN), AccessFlags: qp.access,
+		Cap: qp.cap, AHAttr: qp.ah, MaxRdAtomic: uint8(qp.maxRdAtomic), MaxDestRdAtomic: uint8(qp.maxDestRdAtomic),
+		MinRNRTimer: qp.minRNRTimer, Timeout: qp.timeout, RetryCnt: qp.retryCnt, RNRRetry: qp.rnrRetry, PortNum: 1}
+}
+
+func (qp *QP) reset() {
+	qp.flushQuiet()
+	qp.req = requester{}
+	qp.resp = responder{}
+	for i := range qp.sqst {
+		qp.sqst[i] = sendState{}
+	}
+	qp.e.deactivate(qp)
+}
+
+var attrNames = []string{"STATE", "CUR_STATE", "EN_SQD_ASYNC_NOTIFY", "ACCESS_FLAGS", "PKEY_INDEX", "PORT", "QKEY",
+	"AV", "PATH_MTU", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "RQ_PSN", "MAX_QP_RD_ATOMIC", "ALT_PATH", "MIN_RNR_TIMER",
+	"SQ_PSN", "MAX_DEST_RD_ATOMIC", "PATH_MIG_STATE", "CAP", "DEST_QPN"}
+
+func maskNames(m verbs.QPAttrMask) string {
+	s := ""
+	for i, n := range attrNames {
+		if m&(1<<i) != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n
+		}
+	}
+	return s
+}
+
+// Errors of posting.
+var (
+	errPostState = errors.New("engine: QP is in RESET or INIT: cannot post send work requests")
+)
+
+// PostSend copies work requests into the send queue. Safe from any
+// goroutine; it does not allocate. See verbs.QP.PostSend.
+func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
+	st := qp.state
+	if st == verbs.QPSReset || st == verbs.QPSInit {
+		return 0, fmt.Errorf("%w (state %v): %w", errPostState, st, verbs.ErrInvalidState)
+	}
+	q := qp.sq
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tail.Load()
+	for i := range wrs {
+		wr := &wrs[i]
+		if t-q.head.Load() >= uint64(qp.cap.MaxSendWR) {
+			return i, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
+		}
+		if err := qp.checkSendWR(wr); err != nil {
+			return i, err
+		}
+		s := &q.slots[t&q.mask]
+		s.wr = *wr
+		s.sges = append(s.sges[:0], wr.SGList...)
+		s.wr.SGList = s.sges
+		s.length = 0
+		for _, g := range wr.SGList {
+			s.length += g.Length
+		}
+		s.inline = s.inline[:0]
+		if wr.Flags&verbs.SendInline != 0 {
+			for _, g := range wr.SGList {
+				m := qp.e.MRs.lookup(g.LKey)
+				b := sgeBytes(m, qp.pd, g, 0)
+				if b == nil {
+					return i, fmt.Errorf("engine: inline SGE (addr %#x len %d lkey %#x) not in a registered region: %w", g.Addr, g.Length, g.LKey, verbs.ErrInvalidWR)
+				}
+				s.inline = append(s.inline, b...)
+			}
+		}
+		t++
+		q.tail.Store(t)
+	}
+	return len(wrs), nil
+}
+
+func (qp *QP) checkSendWR(wr *verbs.SendWR) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("engine: WR %#x: "+format+": %w", append(append([]any{wr.WRID}, a...), verbs.ErrInvalidWR)...)
+	}
+	if len(wr.SGList) > int(qp.cap.MaxSendSGE) {
+		return bad("%d SGEs, max_send_sge is %d", len(wr.SGList), qp.cap.MaxSendSGE)
+	}
+	var n uint64
+	for _, g := range wr.SGList {
+		n += uint64(g.Length)
+	}
+	if n > 1<<31 {
+		return bad("%d bytes, more than 2 GiB", n)
+	}
+	if wr.Flags&verbs.SendInline != 0 && n > uint64(qp.cap.MaxInlineData) {
+		return bad("%d bytes inline, max_inline_data is %d", n, qp.cap.MaxInlineData)
+	}
+	switch qp.typ {
+	case verbs.QPTUD:
+		if wr.Opcode != verbs.WRSend && wr.Opcode != verbs.WRSendWithImm {
+			return bad("opcode %v on a UD QP (only SEND, SEND_WITH_IMM)", wr.Opcode)
+		}
+		if wr.AH == nil {
+			return bad("UD send without an address handle")
+		}
+		if wr.RemoteQPN > wire.QPNMask {
+			return bad("remote QPN %#x wider than 24 bits", wr.RemoteQPN)
+		}
+		if n > uint64(qp.mtu) {
+			return bad("%d bytes on UD, more than the path MTU %d", n, qp.mtu)
+		}
+	case verbs.QPTRC:
+		switch wr.Opcode {
+		case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRSendWithInv:
+		case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+			if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 {
+				return bad("atomic needs one 8-byte SGE")
+			}
+			if wr.RemoteAddr&7 != 0 {
+				return bad("atomic remote address %#x not 8-byte aligned", wr.RemoteAddr)
+			}
+		default:
+			return bad("opcode %v not supported", wr.Opcode)
+		}
+		if wr.Opcode == verbs.WRRDMARead && wr.Flags&verbs.SendInline != 0 {
+			return bad("RDMA READ cannot be inline")
+		}
+	}
+	return nil
+}
+
+// PostRecv copies receive work requests into the receive queue. Safe from any
+// goroutine; it does not allocate.
+func (qp *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	if qp.srq != nil {
+		return 0, fmt.Errorf("engine: QP %#x takes its receives from an SRQ: %w", qp.num, verbs.ErrInvalidWR)
+	}
+	if qp.state == verbs.QPSReset {
+		return 0, fmt.Errorf("engine: QP %#x is in RESET: %w", qp.num, verbs.ErrInvalidState)
+	}
+	return postRecv(qp.rq, wrs)
+}
+
+func postRecv(q *recvQueue, wrs []verbs.RecvWR) (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tail.Load()
+	for i := range wrs {
+		wr := &wrs[i]
+		if t-q.head.Load() >= uint64(q.limit) {
+			return i, fmt.Errorf("engine: receive queue is full (max_recv_wr %d): %w", q.limit, verbs.ErrQueueFull)
+		}
+		if len(wr.SGList) > cap(q.slots[0].sges) {
+			return i, fmt.Errorf("engine: WR %#x: %d SGEs, max_recv_sge is %d: %w", wr.WRID, len(wr.SGList), cap(q.slots[0].sges), verbs.ErrInvalidWR)
+		}
+		s := &q.slots[t&q.mask]
+		s.wrid = wr.WRID
+		s.sges = append(s.sges[:0], wr.SGList...)
+		s.length = 0
+		for _, g := range wr.SGList {
+			s.length += g.Length
+		}
+		t++
+		q.tail.Store(t)
+	}
+	return len(wrs), nil
+}
+
+// sgeBytes returns the bytes of SGE g from offset off, if g lies in region m
+// of protection domain pd.
+func sgeBytes(m *MR, pd uint32, g verbs.SGE, off uint32) []byte {
+	if m == nil || m.pd != pd || g.Addr < m.addr {
+		return nil
+	}
+	o := g.Addr - m.addr
+	if o > uint64(len(m.buf)) || uint64(g.Length) > uint64(len(m.buf))-o || off > g.Length {
+		return nil
+	}
+	return m.buf[o+uint64(off) : o+uint64(g.Length)]
+}
+
+// setError moves the QP to ERROR; its outstanding work is flushed by flush.
+func (qp *QP) setError() {
+	qp.state = verbs.QPSErr
+	qp.req.timerAt, qp.req.rnrUntil = 0, 0
+}
+
+// flush completes every outstanding send WQE and every posted receive (not
+// an SRQ's) with WR_FLUSH_ERR, in order.
+func (qp *QP) flush() {
+	q := qp.sq
+	for h := q.head.Load(); h != q.tail.Load(); h++ {
+		s := &q.slots[h&q.mask]
+		wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
+		qp.e.pushWC(qp.scq, &wc, false)
+		qp.sqst[h&q.mask] = sendState{}
+		q.head.Store(h + 1)
+	}
+	qp.req.next, qp.req.started = q.head.Load(), q.head.Load()
+	if qp.rq != nil {
+		for s := qp.rq.peek(); s != nil; s = qp.rq.peek() {
+			wc := verbs.WC{WRID: s.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: uint32(qp.num)}
+			qp.e.pushWC(qp.rcq, &wc, false)
+			qp.rq.pop()
+		}
+	}
+}
+
+// flushQuiet drops outstanding work without completions (to RESET).
+func (qp *QP) flushQuiet() {
+	qp.sq.head.Store(qp.sq.tail.Load())
+	if qp.rq != nil {
+		qp.rq.head.Store(qp.rq.tail.Load())
+	}
+}
+
+func (e *Engine) pushWC(cq *CQ, wc *verbs.WC, solicited bool) {
+	if !cq.push(wc, solicited) {
+		e.stats.CQOverruns++
+	}
+}
+
+func wcOpcode(o verbs.WROpcode) verbs.WCOpcode {
+	switch o {
+	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
+		return verbs.WCRDMAWrite
+	case verbs.WRRDMARead:
+		return verbs.WCRDMARead
+	case verbs.WRAtomicCmpAndSwp:
+		return verbs.WCCompSwap
+	case verbs.WRAtomicFetchAndAdd:
+		return verbs.WCFetchAdd
+	}
+	return verbs.WCSend
+}
+
+// tick runs the QP's timers.
+func (qp *QP) tick(now int64) {
+	if qp.state == verbs.QPSErr {
+		qp.flush()
+		return
+	}
+	r := &qp.req
+	if r.rnrUntil != 0 && now >= r.rnrUntil {
+		r.rnrUntil = 0
+	}
+	if r.timerAt != 0 && now >= r.timerAt {
+		qp.timeoutExpired(now)
+	}
+}
