@@ -1,0 +1,87 @@
+package packetio
+
+import (
+	"net/netip"
+	"time"
+)
+
+// DefaultMaxPacket is the default largest transport packet (UDP payload) of a
+// Conn: a 4096-byte path-MTU payload plus room for the largest header stack
+// (BTH, RETH, ImmDt), pad and ICRC.
+const DefaultMaxPacket = 4096 + 64
+
+// DefaultBatch is the default number of packets per Receive and per TxBatch.
+const DefaultBatch = 32
+
+// Packet is one RoCEv2 datagram in a batch.
+type Packet struct {
+	// Buf is the UDP payload, BTH to ICRC. On receive it is a slice of
+	// Conn-owned memory, valid until the next Receive. On send it is the
+	// buffer lent by TxBatch, filled by the caller; its length is the packet
+	// length and must not exceed the Conn's MaxPacket.
+	Buf []byte
+	// Addr is the remote IP address: the source on receive, the destination
+	// on send.
+	Addr netip.Addr
+	// Port is the remote UDP port: the source port on receive. On send the
+	// UDP path ignores it: the destination port is the Conn's (4791) and the
+	// source port is the socket's own.
+	Port uint16
+	// Local is, on receive, the local (destination) address the packet
+	// arrived on. Ignored on send.
+	Local netip.Addr
+	// TOS is, on receive, the IPv4 TOS byte (DSCP << 2 | ECN) if the Conn
+	// learns it, else 0. Ignored on send.
+	TOS uint8
+}
+
+// Conn moves batches of RoCEv2 transport packets between a driver goroutine
+// and the network. Buffers are lent by the Conn in both directions (see the
+// package documentation).
+//
+// Receive, TxBatch and Transmit are called from one goroutine at a time; the
+// other methods from any goroutine.
+type Conn interface {
+	// Receive waits until at least one packet arrived, the deadline passed
+	// (zero time: wait forever; a deadline already past: poll without
+	// waiting), or Wake was called, and returns the packets received
+	// (possibly none, with a nil error). The returned slice and the buffers
+	// its Bufs point into belong to the Conn and stay valid until the next
+	// Receive call. After Close it returns ErrClosed.
+	Receive(deadline time.Time) ([]Packet, error)
+
+	// TxBatch lends up to n packets whose Buf has length 0 and capacity at
+	// least MaxPacket(), to be filled with append(p.Buf[:0], ...) or by
+	// slicing, and whose Addr is to be set to the destination. They stay lent
+	// until Transmit; a later TxBatch call takes back packets lent earlier
+	// and not transmitted. It returns no packets after Close.
+	TxBatch(n int) []Packet
+
+	// Transmit sends the first len(pkts) packets of the last TxBatch (pkts
+	// is a prefix of that batch, in order) and takes the lent buffers back.
+	// It returns how many packets were handed to the kernel (or the peer)
+	// and, when some were not, a *TransmitError for the first of them; a
+	// packet that cannot be sent does not stop the others. It returns
+	// ErrNotLent, sending nothing, if pkts is longer than the lent batch, and
+	// ErrClosed after Close.
+	Transmit(pkts []Packet) (int, error)
+
+	// Wake makes a Receive blocked in another goroutine return promptly
+	// (with zero packets), or the next Receive if none is blocked. It is safe
+	// to call from any goroutine and cheap when nobody is blocked.
+	Wake()
+
+	// LocalAddr returns the local IP address the Conn is bound to.
+	LocalAddr() netip.Addr
+
+	// MaxPacket returns the largest transport packet (UDP payload) the Conn
+	// can carry.
+	MaxPacket() int
+
+	// Stats returns a snapshot of the Conn's counters.
+	Stats() Stats
+
+	// Close closes the Conn and unblocks a pending Receive, which returns
+	// ErrClosed. Closing twice returns ErrClosed.
+	Close() error
+}

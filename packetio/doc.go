@@ -1,0 +1,48 @@
+// Package packetio is goroce's packet path: the Conn interface through which
+// a device's driver goroutine moves RoCEv2 transport packets (the UDP payload,
+// BTH to ICRC) between the sans-IO engine and the network, in batches.
+//
+// # Lent buffers
+//
+// A Conn owns every buffer on the path, so that paths which keep packets in
+// kernel-shared memory (AF_XDP's UMEM, io_uring's registered buffers) fit the
+// same interface:
+//
+//   - Receive returns packets whose Buf points into Conn-owned memory. They
+//     are read in place and stay valid until the next Receive call.
+//   - TxBatch lends empty buffers of capacity MaxPacket(); the caller fills
+//     them (append(p.Buf[:0], ...) or slicing, typically with
+//     wire.AppendDatagram) and sets the destination, then hands a prefix of
+//     the batch back with Transmit, which sends it and takes the buffers back.
+//
+// A typical driver loop:
+//
+//	for {
+//		pkts, err := c.Receive(nextDeadline)
+//		if err != nil {
+//			return err // packetio.ErrClosed after Close
+//		}
+//		for i := range pkts {
+//			engine.Input(now, &pkts[i]) // reads pkts[i].Buf in place
+//		}
+//		batch := c.TxBatch(32)
+//		n := engine.Output(now, batch) // fills batch[:n]
+//		c.Transmit(batch[:n])
+//	}
+//
+// while application goroutines that post work call c.Wake() to end a blocked
+// Receive early.
+//
+// # Concurrency
+//
+// Receive, TxBatch and Transmit are called from one goroutine at a time (the
+// driver). Wake, Stats, LocalAddr, MaxPacket and Close may be called from any
+// goroutine. Hot paths (Receive, TxBatch, Transmit, Wake) do not allocate in
+// steady state; errors may allocate.
+//
+// # Implementations
+//
+// Package pipe is an in-memory connected pair for tests; package udp is a
+// UDP socket on port 4791 with recvmmsg/sendmmsg batches. Counters helps an
+// implementation keep the numbers behind Stats.
+package packetio

@@ -1,0 +1,48 @@
+package packetio
+
+import (
+	"errors"
+	"net/netip"
+	"strconv"
+)
+
+var (
+	// ErrClosed is returned by the methods of a closed Conn.
+	ErrClosed = errors.New("packetio: closed")
+	// ErrNotSupported is matched (with errors.Is) by errors caused by a
+	// missing kernel feature or an unsupported address family.
+	ErrNotSupported = errors.New("packetio: not supported")
+	// ErrNotLent is returned by Transmit when given more packets than the last
+	// TxBatch lent.
+	ErrNotLent = errors.New("packetio: transmit of packets not lent by TxBatch")
+	// ErrTooLarge is the cause of a packet not sent because it is longer than
+	// the Conn's MaxPacket.
+	ErrTooLarge = errors.New("packetio: packet larger than MaxPacket")
+	// ErrAddress is the cause of a packet not sent because its destination
+	// address is of a family the Conn cannot reach (or invalid).
+	ErrAddress = errors.New("packetio: bad destination address")
+	// ErrNoRoute is the cause of a packet not sent because no peer has its
+	// destination address (in-memory paths).
+	ErrNoRoute = errors.New("packetio: no route to destination")
+)
+
+// TransmitError reports the packets of a Transmit that were not sent. The
+// other packets of the batch were sent.
+type TransmitError struct {
+	Index  int        // index, in the slice given to Transmit, of the first packet not sent
+	Addr   netip.Addr // its destination
+	Failed int        // how many packets of the batch were not sent
+	Err    error      // why the first was not sent: a syscall.Errno (EMSGSIZE, ...) or a sentinel of this package
+}
+
+// Error describes the first failed packet.
+func (e *TransmitError) Error() string {
+	s := "packetio: transmit: packet " + strconv.Itoa(e.Index) + " to " + e.Addr.String() + ": " + e.Err.Error()
+	if e.Failed > 1 {
+		s += " (" + strconv.Itoa(e.Failed) + " packets not sent)"
+	}
+	return s
+}
+
+// Unwrap returns the cause, so that errors.Is(err, syscall.EMSGSIZE) works.
+func (e *TransmitError) Unwrap() error { return e.Err }

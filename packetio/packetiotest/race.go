@@ -1,0 +1,5 @@
+//go:build race
+
+package packetiotest
+
+const raceEnabled = true

@@ -1,0 +1,288 @@
+package pipe
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/packetio"
+)
+
+// DefaultQueue is the default receive queue length, in packets.
+const DefaultQueue = 1024
+
+// roceV2Port is the UDP port packets appear to come from (IANA RoCEv2).
+const roceV2Port = 4791
+
+// Options configures a pair. The zero value gives the defaults.
+type Options struct {
+	// Queue is the receive queue length of each end, in packets, counting
+	// the packets returned by the last Receive. Default DefaultQueue.
+	Queue int
+	// Batch is the largest number of packets one Receive returns and one
+	// TxBatch lends. Default packetio.DefaultBatch.
+	Batch int
+	// MaxPacket is the largest packet, in bytes. Default
+	// packetio.DefaultMaxPacket.
+	MaxPacket int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Queue <= 0 {
+		o.Queue = DefaultQueue
+	}
+	if o.Batch <= 0 {
+		o.Batch = packetio.DefaultBatch
+	}
+	if o.MaxPacket <= 0 {
+		o.MaxPacket = packetio.DefaultMaxPacket
+	}
+	return o
+}
+
+// Conn is one end of a pipe. It implements packetio.Conn.
+type Conn struct {
+	local     netip.Addr
+	peer      *Conn
+	maxPacket int
+
+	// Receive queue: a ring of slots, each with its own buffer. The held
+	// slots at head were returned by the last Receive and stay untouched
+	// until the next one.
+	mu    sync.Mutex
+	slots []slot
+	head  int
+	count int // queued slots, held ones included
+	held  int
+
+	rx     []packetio.Packet // what Receive returns
+	notify chan struct{}     // capacity 1: "something changed", from the peer's Transmit or Wake
+	done   chan struct{}     // closed by Close
+	timer  *time.Timer       // Receive's deadline, reused; only the driver touches it
+	closed atomic.Bool
+	waking atomic.Bool
+
+	// Send side, driver goroutine only.
+	tx    []packetio.Packet
+	txMem []byte
+	lent  int
+
+	ctr packetio.Counters
+}
+
+type slot struct {
+	buf  []byte // len = packet length, cap = MaxPacket
+	from netip.Addr
+}
+
+var _ packetio.Conn = (*Conn)(nil)
+
+// New returns the two ends of a pipe: packets transmitted on the first
+// (address a) to b arrive at the second (address b), and back.
+func New(a, b netip.Addr, opts Options) (*Conn, *Conn) {
+	opts = opts.withDefaults()
+	ca, cb := newConn(a, opts), newConn(b, opts)
+	ca.peer, cb.peer = cb, ca
+	return ca, cb
+}
+
+func newConn(local netip.Addr, o Options) *Conn {
+	c := &Conn{
+		local:     local,
+		maxPacket: o.MaxPacket,
+		slots:     make([]slot, o.Queue),
+		rx:        make([]packetio.Packet, o.Batch),
+		notify:    make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		timer:     time.NewTimer(time.Hour),
+		tx:        make([]packetio.Packet, o.Batch),
+		txMem:     make([]byte, o.Batch*o.MaxPacket),
+	}
+	c.timer.Stop()
+	mem := make([]byte, o.Queue*o.MaxPacket)
+	for i := range c.slots {
+		c.slots[i].buf = mem[i*o.MaxPacket : i*o.MaxPacket : (i+1)*o.MaxPacket]
+	}
+	return c
+}
+
+// Receive implements packetio.Conn.
+func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
+	c.mu.Lock()
+	// The packets returned last time are no longer lent.
+	c.head = (c.head + c.held) % len(c.slots)
+	c.count -= c.held
+	c.held = 0
+	for {
+		if c.closed.Load() {
+			c.mu.Unlock()
+			return nil, packetio.ErrClosed
+		}
+		if c.count > 0 {
+			pkts := c.take()
+			c.mu.Unlock()
+			if c.waking.Swap(false) {
+				c.ctr.Wakes.Add(1)
+			}
+			return pkts, nil
+		}
+		c.mu.Unlock()
+		if c.waking.Swap(false) {
+			c.ctr.Wakes.Add(1)
+			return c.rx[:0], nil
+		}
+		var timeout <-chan time.Time
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if d <= 0 {
+				return c.rx[:0], nil
+			}
+			c.timer.Reset(d)
+			timeout = c.timer.C
+		}
+		select {
+		case <-c.notify:
+		case <-c.done:
+		case <-timeout:
+		}
+		if timeout != nil {
+			c.timer.Stop()
+		}
+		c.mu.Lock()
+	}
+}
+
+// take returns up to a batch of queued packets and marks them held. c.mu is
+// held.
+func (c *Conn) take() []packetio.Packet {
+	k := min(c.count, len(c.rx))
+	var bytes uint64
+	for i := range k {
+		s := &c.slots[(c.head+i)%len(c.slots)]
+		c.rx[i] = packetio.Packet{Buf: s.buf, Addr: s.from, Port: roceV2Port, Local: c.local}
+		bytes += uint64(len(s.buf))
+	}
+	c.held = k
+	c.ctr.PacketsIn.Add(uint64(k))
+	c.ctr.BytesIn.Add(bytes)
+	c.ctr.RxBatches.Add(1)
+	return c.rx[:k]
+}
+
+// TxBatch implements packetio.Conn.
+func (c *Conn) TxBatch(n int) []packetio.Packet {
+	if c.closed.Load() || n <= 0 {
+		c.lent = 0
+		return nil
+	}
+	n = min(n, len(c.tx))
+	for i := range n {
+		c.tx[i] = packetio.Packet{Buf: c.txMem[i*c.maxPacket : i*c.maxPacket : (i+1)*c.maxPacket]}
+	}
+	c.lent = n
+	return c.tx[:n]
+}
+
+// Transmit implements packetio.Conn. The packets are copied into the peer's
+// queue before it returns.
+func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
+	if c.closed.Load() {
+		return 0, packetio.ErrClosed
+	}
+	if len(pkts) > c.lent {
+		return 0, packetio.ErrNotLent
+	}
+	c.lent = 0
+	if len(pkts) == 0 {
+		return 0, nil
+	}
+	p := c.peer
+	var (
+		sent, failed, firstFail int
+		bytes                   uint64
+		cause                   error
+		drops                   uint64
+	)
+	p.mu.Lock()
+	peerClosed := p.closed.Load()
+	for i := range pkts {
+		pk := &pkts[i]
+		var err error
+		switch {
+		case len(pk.Buf) > c.maxPacket:
+			err = packetio.ErrTooLarge
+		case pk.Addr.Unmap() != p.local.Unmap():
+			err = packetio.ErrNoRoute
+		}
+		if err != nil {
+			if failed == 0 {
+				firstFail, cause = i, err
+			}
+			failed++
+			continue
+		}
+		sent++
+		bytes += uint64(len(pk.Buf))
+		switch {
+		case peerClosed:
+		case p.count == len(p.slots):
+			drops++
+		default:
+			s := &p.slots[(p.head+p.count)%len(p.slots)]
+			s.buf = append(s.buf[:0], pk.Buf...)
+			s.from = c.local
+			p.count++
+		}
+	}
+	p.mu.Unlock()
+	if drops > 0 {
+		p.ctr.RxDrops.Add(drops)
+	}
+	if sent > 0 {
+		c.ctr.PacketsOut.Add(uint64(sent))
+		c.ctr.BytesOut.Add(bytes)
+		c.ctr.TxBatches.Add(1)
+		if !peerClosed {
+			select {
+			case p.notify <- struct{}{}:
+			default:
+			}
+		}
+	}
+	if failed > 0 {
+		c.ctr.TxErrors.Add(uint64(failed))
+		return sent, &packetio.TransmitError{Index: firstFail, Addr: pkts[firstFail].Addr, Failed: failed, Err: cause}
+	}
+	return sent, nil
+}
+
+// Wake implements packetio.Conn.
+func (c *Conn) Wake() {
+	if c.waking.Swap(true) {
+		return // a wake is already pending
+	}
+	select {
+	case c.notify <- struct{}{}:
+	default:
+	}
+}
+
+// LocalAddr implements packetio.Conn.
+func (c *Conn) LocalAddr() netip.Addr { return c.local }
+
+// MaxPacket implements packetio.Conn.
+func (c *Conn) MaxPacket() int { return c.maxPacket }
+
+// Stats implements packetio.Conn.
+func (c *Conn) Stats() packetio.Stats { return c.ctr.Stats() }
+
+// Close implements packetio.Conn. Queued packets are discarded; the peer
+// stays open.
+func (c *Conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return packetio.ErrClosed
+	}
+	close(c.done)
+	return nil
+}

@@ -1,0 +1,47 @@
+package packetio
+
+import "sync/atomic"
+
+// Stats is a snapshot of a Conn's counters.
+type Stats struct {
+	PacketsIn  uint64 // packets returned by Receive
+	BytesIn    uint64 // their bytes (UDP payload)
+	PacketsOut uint64 // packets handed to the kernel (or the peer) by Transmit
+	BytesOut   uint64 // their bytes (UDP payload)
+	RxBatches  uint64 // Receive calls that returned at least one packet
+	TxBatches  uint64 // batches handed to the kernel (sendmmsg calls) or the peer
+	RxDrops    uint64 // received packets dropped: truncated (longer than MaxPacket), queue full
+	RxErrors   uint64 // asynchronous socket errors (ICMP) reported while receiving and skipped
+	TxErrors   uint64 // packets Transmit did not send (EMSGSIZE, bad address, too large, ...)
+	Wakes      uint64 // pending Wakes consumed by Receive
+}
+
+// Counters holds the counters behind Stats for an implementation of Conn.
+// Each is updated atomically, so that Stats can be read from any goroutine
+// while the driver goroutine counts; implementations add once per batch.
+// The zero value is ready to use.
+type Counters struct {
+	PacketsIn, BytesIn   atomic.Uint64
+	PacketsOut, BytesOut atomic.Uint64
+	RxBatches, TxBatches atomic.Uint64
+	RxDrops, RxErrors    atomic.Uint64
+	TxErrors             atomic.Uint64
+	Wakes                atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters. Counters updated concurrently
+// may be seen at slightly different instants.
+func (c *Counters) Stats() Stats {
+	return Stats{
+		PacketsIn:  c.PacketsIn.Load(),
+		BytesIn:    c.BytesIn.Load(),
+		PacketsOut: c.PacketsOut.Load(),
+		BytesOut:   c.BytesOut.Load(),
+		RxBatches:  c.RxBatches.Load(),
+		TxBatches:  c.TxBatches.Load(),
+		RxDrops:    c.RxDrops.Load(),
+		RxErrors:   c.RxErrors.Load(),
+		TxErrors:   c.TxErrors.Load(),
+		Wakes:      c.Wakes.Load(),
+	}
+}
