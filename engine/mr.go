@@ -135,3 +135,6 @@ func atomicWord(b []byte) *uint64 {
 	}
 	return (*uint64)(unsafe.Pointer(&b[0]))
 }
+
+// Deregister revokes the region's keys.
+func (m *MR) Deregister() error { return m.table.Deregister(m) }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -17,6 +18,7 @@ type QP struct {
 	typ    verbs.QPType
 	pd     uint32
 	state  verbs.QPState
+	pstate atomic.Uint32 // state, for PostSend/PostRecv on other goroutines
 	sq     *sendQueue
 	sqst   []sendState
 	rq     *recvQueue
@@ -286,11 +288,16 @@ func (qp *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if to == verbs.QPSRTR && qp.state == verbs.QPSInit {
 		qp.resp.replay = make([]atomicReplay, qp.maxDestRdAtomic)
 	}
-	qp.state = to
+	qp.setState(to)
 	if to != verbs.QPSReset {
 		qp.e.activate(qp)
 	}
 	return nil
+}
+
+func (qp *QP) setState(s verbs.QPState) {
+	qp.state = s
+	qp.pstate.Store(uint32(s))
 }
 
 // Query returns the QP's attributes.
@@ -336,7 +343,7 @@ var (
 // PostSend copies work requests into the send queue. Safe from any
 // goroutine; it does not allocate. See verbs.QP.PostSend.
 func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
-	st := qp.state
+	st := verbs.QPState(qp.pstate.Load())
 	if st == verbs.QPSReset || st == verbs.QPSInit {
 		return 0, fmt.Errorf("%w (state %v): %w", errPostState, st, verbs.ErrInvalidState)
 	}
@@ -434,7 +441,7 @@ func (qp *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if qp.srq != nil {
 		return 0, fmt.Errorf("engine: QP %#x takes its receives from an SRQ: %w", qp.num, verbs.ErrInvalidWR)
 	}
-	if qp.state == verbs.QPSReset {
+	if verbs.QPState(qp.pstate.Load()) == verbs.QPSReset {
 		return 0, fmt.Errorf("engine: QP %#x is in RESET: %w", qp.num, verbs.ErrInvalidState)
 	}
 	return postRecv(qp.rq, wrs)
@@ -480,7 +487,7 @@ func sgeBytes(m *MR, pd uint32, g verbs.SGE, off uint32) []byte {
 
 // setError moves the QP to ERROR; its outstanding work is flushed by flush.
 func (qp *QP) setError() {
-	qp.state = verbs.QPSErr
+	qp.setState(verbs.QPSErr)
 	qp.req.timerAt, qp.req.rnrUntil = 0, 0
 }
 

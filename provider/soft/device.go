@@ -1,0 +1,222 @@
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/engine"
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
+
+// Options configure a soft device. Zero fields take the defaults.
+type Options struct {
+	// Name of the device (default "soft0").
+	Name string
+	// Conn is the packet path. Required.
+	Conn packetio.Conn
+	// SourcePort of the packets the engine builds, which the ICRC covers:
+	// the UDP path sends from its socket's port (default 4791).
+	SourcePort uint16
+	// ActiveMTU is the port's MTU (default from Conn.MaxPacket: the largest
+	// IB MTU that fits, at most 4096).
+	ActiveMTU verbs.MTU
+	// Spin is how long the driver polls without blocking after activity
+	// (default 50µs; negative: never spin).
+	Spin time.Duration
+	// Batch is the packet batch size (default 32).
+	Batch int
+	// Engine settings (limits, window); Local and SourcePort are set from
+	// the device.
+	Engine engine.Config
+}
+
+// Device is a soft RDMA device. It implements verbs.Device.
+type Device struct {
+	opts  Options
+	name  string
+	addr  netip.Addr
+	conn  packetio.Conn
+	eng   *engine.Engine
+	mtu   verbs.MTU
+	start time.Time
+
+	mu       sync.Mutex // serialises the engine between the driver and control calls
+	doorbell atomic.Uint64
+	sleeping atomic.Bool
+	closed   atomic.Bool
+	done     chan struct{}
+	err      error
+}
+
+// New creates a device on the packet path in opts and starts its driver.
+func New(opts Options) (*Device, error) {
+	if opts.Conn == nil {
+		return nil, errors.New("soft: Options.Conn is required")
+	}
+	if opts.Name == "" {
+		opts.Name = "soft0"
+	}
+	if opts.SourcePort == 0 {
+		opts.SourcePort = wire.RoCEv2Port
+	}
+	if opts.Spin == 0 {
+		opts.Spin = 50 * time.Microsecond
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = packetio.DefaultBatch
+	}
+	cfg := opts.Engine
+	cfg.Local = opts.Conn.LocalAddr()
+	cfg.SourcePort = opts.SourcePort
+	eng, err := engine.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
+	}
+	mtu := opts.ActiveMTU
+	if mtu == 0 {
+		for m := verbs.MTU4096; m >= verbs.MTU256; m-- {
+			if m.Bytes()+wire.RDETHLen+wire.DETHLen+wire.RETHLen+wire.ImmDtLen+wire.BTHLen+wire.ICRCLen <= opts.Conn.MaxPacket() {
+				mtu = m
+				break
+			}
+		}
+	}
+	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu,
+		start: time.Now(), done: make(chan struct{})}
+	go d.run()
+	return d, nil
+}
+
+// Name returns the device name.
+func (d *Device) Name() string { return d.name }
+
+// GUID returns a node GUID derived from the address (EUI-64 style).
+func (d *Device) GUID() uint64 {
+	a := d.addr.As4()
+	return 0x02_00_5e_ff_fe_00_00_00 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
+}
+
+// Addr returns the device's IPv4 address.
+func (d *Device) Addr() netip.Addr { return d.addr }
+
+// GID returns the device's GID (the IPv4-mapped address), index 0.
+func (d *Device) GID() verbs.GID { return verbs.GIDFromAddr(d.addr) }
+
+// Open returns a context on the device.
+func (d *Device) Open() (verbs.Context, error) {
+	if d.closed.Load() {
+		return nil, verbs.ErrDestroyed
+	}
+	return &Context{d: d}, nil
+}
+
+// Stats returns the engine's counters.
+func (d *Device) Stats() engine.Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.eng.Stats()
+}
+
+// Close stops the driver and closes the packet path.
+func (d *Device) Close() error {
+	if d.closed.Swap(true) {
+		return nil
+	}
+	d.conn.Wake()
+	<-d.done
+	return d.conn.Close()
+}
+
+func (d *Device) now() int64 { return int64(time.Since(d.start)) }
+
+// ring tells the driver there is work (a posted WR, a modified QP).
+func (d *Device) ring() {
+	d.doorbell.Add(1)
+	if d.sleeping.Load() {
+		d.conn.Wake()
+	}
+}
+
+// run is the driver: one goroutine per device.
+func (d *Device) run() {
+	defer close(d.done)
+	var seen uint64
+	lastBusy := time.Now()
+	for !d.closed.Load() {
+		seen = d.doorbell.Load()
+		d.mu.Lock()
+		now := d.now()
+		d.eng.Tick(now)
+		sent := d.flush(now)
+		deadline := d.eng.NextDeadline()
+		d.mu.Unlock()
+
+		// Wait for packets: poll while recently busy, else block until the
+		// next timer or a doorbell.
+		var until time.Time
+		busy := sent > 0 || time.Since(lastBusy) < d.opts.Spin
+		if busy {
+			until = time.Now() // poll
+		} else {
+			if deadline != 0 {
+				until = d.start.Add(time.Duration(deadline))
+			}
+			d.sleeping.Store(true)
+			if d.doorbell.Load() != seen {
+				until = time.Now()
+			}
+		}
+		pkts, err := d.conn.Receive(until)
+		d.sleeping.Store(false)
+		if err != nil {
+			if !d.closed.Load() {
+				d.err = err
+			}
+			return
+		}
+		if len(pkts) > 0 || sent > 0 || d.doorbell.Load() != seen {
+			lastBusy = time.Now()
+		}
+		if len(pkts) == 0 {
+			continue
+		}
+		d.mu.Lock()
+		now = d.now()
+		for i := range pkts {
+			p := &pkts[i]
+			d.eng.Input(now, p.Buf, p.Addr, p.Port)
+		}
+		d.mu.Unlock()
+	}
+}
+
+// flush sends everything the engine has to send now. Called with d.mu held.
+func (d *Device) flush(now int64) int {
+	total := 0
+	for {
+		batch := d.conn.TxBatch(d.opts.Batch)
+		k := 0
+		for k < len(batch) {
+			b := batch[k].Buf[:cap(batch[k].Buf)]
+			n, to, ok := d.eng.Output(now, b)
+			if !ok {
+				break
+			}
+			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, wire.RoCEv2Port
+			k++
+		}
+		if k > 0 {
+			d.conn.Transmit(batch[:k])
+			total += k
+		}
+		if k < len(batch) || len(batch) == 0 {
+			return total
+		}
+	}
+}

@@ -1,0 +1,23 @@
+// Package soft is goroce's software RDMA provider: verbs over the pure-Go
+// RoCEv2 engine (package engine) and a packet path (package packetio).
+//
+// A Device is bound to one local IPv4 address, as rdma_rxe binds a network
+// device, and its GID table holds the IPv4-mapped GID of that address (index
+// 0). One goroutine per device drives the engine: it receives packets, lets
+// the engine answer and send, and runs its timers. The application reaches the
+// engine through lock-free rings: PostSend and PostRecv copy work requests
+// into a QP's rings and ring a doorbell; Poll takes completions out of a CQ's
+// ring. Neither takes a lock the driver holds. Control operations (creating
+// and modifying objects) take the device's mutex, which the driver holds
+// while it runs the engine.
+//
+// The driver spins for a short while (Options.Spin) after the last packet or
+// doorbell, then blocks in the packet path until a packet, a timer or a
+// doorbell wakes it: an idle device uses no CPU.
+//
+// Registered memory: an MR holds the []byte it covers; the slice keeps the
+// memory alive and Go does not move heap memory, so the MR's address (that
+// of its first byte, as ibv_reg_mr reports) stays valid for the engine until
+// Dereg. Do not register stack memory that may move: allocate buffers with
+// make.
+package soft

@@ -1,0 +1,280 @@
+package soft
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/goroce/goroce/engine"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Context is an open soft device. It implements verbs.Context.
+type Context struct{ d *Device }
+
+// Device returns the device.
+func (c *Context) Device() verbs.Device { return c.d }
+
+// QueryDevice returns the device attributes.
+func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
+	return verbs.DeviceAttr{FWVer: "goroce", NodeGUID: c.d.GUID(), SysImageGUID: c.d.GUID(), VendorID: 0xFFFFFF,
+		HWVer: 1, MaxQP: 4096, MaxQPWR: 1 << 16, MaxSGE: 32, MaxCQ: 1 << 16, MaxCQE: 1 << 20, MaxMR: 65536,
+		MaxMRSize: 1 << 40, MaxPD: 1 << 16, MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxSRQ: 1 << 16, MaxSRQWR: 1 << 16,
+		AtomicCap: 1, PhysPortCnt: 1}, nil
+}
+
+// QueryPort returns the attributes of port 1.
+func (c *Context) QueryPort(port uint8) (verbs.PortAttr, error) {
+	if port != 1 {
+		return verbs.PortAttr{}, fmt.Errorf("soft: port %d: the device has port 1: %w", port, verbs.ErrInvalidAttr)
+	}
+	return verbs.PortAttr{State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: c.d.mtu, GIDTblLen: 1,
+		PKeyTblLen: 1, LinkLayer: "Ethernet"}, nil
+}
+
+// QueryGID returns GID index of port 1: index 0 is the IPv4-mapped GID.
+func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
+	if port != 1 || index != 0 {
+		return verbs.GID{}, fmt.Errorf("soft: GID %d/%d: the device has GID 0 on port 1: %w", port, index, verbs.ErrInvalidAttr)
+	}
+	return c.d.GID(), nil
+}
+
+// AllocPD allocates a protection domain.
+func (c *Context) AllocPD() (verbs.PD, error) {
+	c.d.mu.Lock()
+	defer c.d.mu.Unlock()
+	return &PD{d: c.d, num: c.d.eng.AllocPD()}, nil
+}
+
+// CreateCompChannel creates a completion channel.
+func (c *Context) CreateCompChannel() (verbs.CompChannel, error) {
+	return &CompChannel{ev: make(chan *CQ, 64)}, nil
+}
+
+// CreateCQ creates a completion queue.
+func (c *Context) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
+	if cqe <= 0 || cqe > 1<<20 {
+		return nil, fmt.Errorf("soft: %d CQ entries, want 1..%d: %w", cqe, 1<<20, verbs.ErrInvalidAttr)
+	}
+	cq := &CQ{cq: engine.NewCQ(cqe)}
+	if ch != nil {
+		cc, ok := ch.(*CompChannel)
+		if !ok {
+			return nil, fmt.Errorf("soft: completion channel of another provider: %w", verbs.ErrInvalidAttr)
+		}
+		cq.ch = cc
+		cq.cq.Notify = func() {
+			select {
+			case cc.ev <- cq:
+			default:
+			}
+		}
+	}
+	return cq, nil
+}
+
+// Close closes the context (the device stays open).
+func (c *Context) Close() error { return nil }
+
+// PD is a protection domain.
+type PD struct {
+	d   *Device
+	num uint32
+}
+
+// RegMR registers buf.
+func (p *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
+	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("soft: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE: %w", verbs.ErrInvalidAttr)
+	}
+	m, err := p.d.eng.MRs.Register(buf, access, p.num)
+	if err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
+	}
+	return &MR{MR: m}, nil
+}
+
+// CreateQP creates a queue pair in RESET.
+func (p *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
+	scq, ok1 := attr.SendCQ.(*CQ)
+	rcq, ok2 := attr.RecvCQ.(*CQ)
+	if !ok1 || !ok2 {
+		return nil, fmt.Errorf("soft: send and receive CQs must be this provider's: %w", verbs.ErrInvalidAttr)
+	}
+	init := &engine.QPInit{Type: attr.QPType, PD: p.num, SendCQ: scq.cq, RecvCQ: rcq.cq, Cap: attr.Cap, SigAll: attr.SQSigAll}
+	if attr.SRQ != nil {
+		s, ok := attr.SRQ.(*SRQ)
+		if !ok {
+			return nil, fmt.Errorf("soft: SRQ of another provider: %w", verbs.ErrInvalidAttr)
+		}
+		init.SRQ = s.s
+	}
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	qp, err := p.d.eng.CreateQP(init)
+	if err != nil {
+		return nil, err
+	}
+	return &QP{d: p.d, qp: qp}, nil
+}
+
+// CreateSRQ creates a shared receive queue.
+func (p *PD) CreateSRQ(maxWR, maxSGE int) (verbs.SRQ, error) {
+	if maxWR <= 0 || maxWR > 1<<16 || maxSGE <= 0 || maxSGE > 32 {
+		return nil, fmt.Errorf("soft: SRQ of %d WRs x %d SGEs: %w", maxWR, maxSGE, verbs.ErrInvalidAttr)
+	}
+	return &SRQ{d: p.d, s: p.d.eng.NewSRQ(p.num, maxWR, maxSGE)}, nil
+}
+
+// CreateAH creates an address handle for an IPv4-mapped GID.
+func (p *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
+	if !attr.DGID.Addr().Is4() {
+		return nil, fmt.Errorf("soft: GID %v is not IPv4-mapped: %w", attr.DGID, verbs.ErrInvalidAttr)
+	}
+	return &AH{attr: *attr}, nil
+}
+
+// Dealloc releases the PD.
+func (p *PD) Dealloc() error { return nil }
+
+// MR is a registered memory region.
+type MR struct{ *engine.MR }
+
+// Dereg deregisters the region: its keys stop working at once.
+func (m *MR) Dereg() error { return m.MR.Deregister() }
+
+// CQ is a completion queue.
+type CQ struct {
+	cq *engine.CQ
+	ch *CompChannel
+}
+
+// Poll moves up to len(wc) completions into wc. It does not allocate.
+func (c *CQ) Poll(wc []verbs.WC) int { return c.cq.Poll(wc) }
+
+// ReqNotify arms the CQ.
+func (c *CQ) ReqNotify(solicitedOnly bool) error {
+	if c.ch == nil {
+		return fmt.Errorf("soft: CQ has no completion channel: %w", verbs.ErrInvalidAttr)
+	}
+	c.cq.Arm(solicitedOnly)
+	return nil
+}
+
+// Overrun reports whether the CQ overflowed.
+func (c *CQ) Overrun() bool { return c.cq.Overrun() }
+
+// Destroy releases the CQ.
+func (c *CQ) Destroy() error { return nil }
+
+// CompChannel delivers completion events.
+type CompChannel struct {
+	ev   chan *CQ
+	once sync.Once
+}
+
+// Wait blocks until an armed CQ raises an event, or ctx ends.
+func (c *CompChannel) Wait(ctx context.Context) (verbs.CQ, error) {
+	select {
+	case cq := <-c.ev:
+		return cq, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Destroy releases the channel.
+func (c *CompChannel) Destroy() error { return nil }
+
+// QP is a queue pair.
+type QP struct {
+	d  *Device
+	qp *engine.QP
+}
+
+// Num returns the QP number.
+func (q *QP) Num() uint32 { return q.qp.Num() }
+
+// Type returns the QP type.
+func (q *QP) Type() verbs.QPType { return q.qp.Type() }
+
+// Modify changes attributes (ibv_modify_qp).
+func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
+	q.d.mu.Lock()
+	err := q.qp.Modify(attr, mask)
+	q.d.mu.Unlock()
+	q.d.ring()
+	return err
+}
+
+// Query returns the attributes.
+func (q *QP) Query() (verbs.QPAttr, error) {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.qp.Query(), nil
+}
+
+// PostSend posts send work requests. It does not allocate.
+func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
+	n, err := q.qp.PostSend(wrs)
+	if n > 0 {
+		q.d.ring()
+	}
+	return n, err
+}
+
+// PostRecv posts receive work requests. It does not allocate.
+func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	n, err := q.qp.PostRecv(wrs)
+	if n > 0 {
+		q.d.ring()
+	}
+	return n, err
+}
+
+// Destroy flushes and removes the QP.
+func (q *QP) Destroy() error {
+	q.d.mu.Lock()
+	q.qp.Destroy()
+	q.d.mu.Unlock()
+	return nil
+}
+
+// SRQ is a shared receive queue.
+type SRQ struct {
+	d *Device
+	s *engine.SRQ
+}
+
+// PostRecv posts receive work requests.
+func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	n, err := s.s.PostRecv(wrs)
+	if n > 0 {
+		s.d.ring()
+	}
+	return n, err
+}
+
+// Destroy releases the SRQ.
+func (s *SRQ) Destroy() error { return nil }
+
+// AH is an address handle.
+type AH struct{ attr verbs.AHAttr }
+
+// Attr returns the destination.
+func (a *AH) Attr() verbs.AHAttr { return a.attr }
+
+// Destroy releases the AH.
+func (a *AH) Destroy() error { return nil }
+
+var (
+	_ verbs.Device  = (*Device)(nil)
+	_ verbs.Context = (*Context)(nil)
+	_ verbs.PD      = (*PD)(nil)
+	_ verbs.MR      = (*MR)(nil)
+	_ verbs.CQ      = (*CQ)(nil)
+	_ verbs.QP      = (*QP)(nil)
+	_ verbs.SRQ     = (*SRQ)(nil)
+	_ verbs.AH      = (*AH)(nil)
+)
