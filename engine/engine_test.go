@@ -19,7 +19,12 @@ type link struct {
 	drop    func(n int) bool // decides on the n-th packet
 	sent    int
 	buf     []byte
-	capture [][]byte
+	capture []captured
+}
+
+type captured struct {
+	pkt      []byte
+	src, dst netip.Addr
 }
 
 func newLink(t testing.TB) *link {
@@ -50,7 +55,7 @@ func (l *link) step() bool {
 				panic(fmt.Sprintf("packet to %v", dst))
 			}
 			if l.capture != nil {
-				l.capture = append(l.capture, append([]byte(nil), l.buf[:n]...))
+				l.capture = append(l.capture, captured{append([]byte(nil), l.buf[:n]...), from.Local(), dst})
 			}
 			if l.drop != nil && l.drop(l.sent) {
 				continue
