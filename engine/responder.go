@@ -245,6 +245,8 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 			r.replayNext = (r.replayNext + 1) % len(r.replay)
 		}
 		r.push(respItem{kind: itemAtomic, psn: psn, msn: r.msn, orig: orig})
+		r.epsn = psn.Add(1)
+		return // the ATOMIC ACKNOWLEDGE is the acknowledgement
 	default:
 		qp.respFatal(psn, wire.NAKInvalidRequest)
 		return

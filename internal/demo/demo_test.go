@@ -1,0 +1,58 @@
+package demo
+
+import (
+	"bytes"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/pipe"
+)
+
+// TestDemoUDP runs the demo as `goroce demo` does, over UDP sockets on the
+// loopback addresses, and checks its report.
+func TestDemoUDP(t *testing.T) {
+	var out bytes.Buffer
+	pcap := filepath.Join(t.TempDir(), "demo.pcap")
+	err := Run(Options{Out: &out, Pcap: pcap})
+	if testing.Verbose() {
+		t.Log("\n" + out.String())
+	}
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	s := out.String()
+	for _, want := range []string{
+		"=== 1. SEND / RECV ===", "RC_SEND_FIRST(0x00)", "RC_SEND_LAST(0x02)", "RC_ACKNOWLEDGE(0x11)",
+		"RC_RDMA_WRITE_FIRST(0x06)", "RC_RDMA_READ_REQUEST(0x0c)", "RC_RDMA_READ_RESPONSE_LAST(0x0f)",
+		"RC_COMPARE_SWAP(0x13)", "RC_FETCH_ADD(0x14)", "RC_ATOMIC_ACKNOWLEDGE(0x12)",
+		"RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE(0x0b)", "NAK REMOTE_ACCESS_ERROR", "status=REM_ACCESS_ERR",
+		"opcode=RECV_RDMA_WITH_IMM", "imm=0x1234abcd", "remote word = 50", "fetched value = 42",
+		"7 steps, 0 did not end as expected.",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(s, "ICRC=BAD") || strings.Contains(s, "MALFORMED") {
+		t.Error("a packet on the wire was bad")
+	}
+	if fi, err := os.Stat(pcap); err != nil || fi.Size() < 1000 {
+		t.Errorf("pcap not written: %v", err)
+	}
+}
+
+// TestDemoPipe runs it over the in-memory packet path.
+func TestDemoPipe(t *testing.T) {
+	a, b := netip.MustParseAddr("10.9.0.1"), netip.MustParseAddr("10.9.0.2")
+	ca, cb := pipe.New(a, b, pipe.Options{})
+	conns := map[netip.Addr]packetio.Conn{a: ca, b: cb}
+	var out bytes.Buffer
+	err := Run(Options{A: a, B: b, Out: &out, NewConn: func(l netip.Addr) (packetio.Conn, error) { return conns[l], nil }})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+}
