@@ -27,14 +27,14 @@ import (
 
 // Options configure the demo.
 type Options struct {
-	A, B     netip.Addr // device addresses (default 127.0.0.1 and 127.0.0.2)
-	Port     int        // UDP port (default 4791)
-	MTU      verbs.MTU  // path MTU (default 1024)
-	Size     int        // message size (default 2500: three packets at MTU 1024)
-	Pcap     string     // if set, write every packet to this pcap file
-	Out      io.Writer
-	NewConn  func(local netip.Addr) (packetio.Conn, error) // default: a UDP socket
-	Timeout  time.Duration                                  // per step (default 5 s)
+	A, B    netip.Addr // device addresses (default 127.0.0.1 and 127.0.0.2)
+	Port    int        // UDP port (default 4791)
+	MTU     verbs.MTU  // path MTU (default 1024)
+	Size    int        // message size (default 2500: three packets at MTU 1024)
+	Pcap    string     // if set, write every packet to this pcap file
+	Out     io.Writer
+	NewConn func(local netip.Addr) (packetio.Conn, error) // default: a UDP socket
+	Timeout time.Duration                                 // per step (default 5 s)
 }
 
 type wirePkt struct {
