@@ -84,7 +84,7 @@ type Message struct {
 	SeqNAKs         int // PSN sequence error NAKs that pointed into it
 
 	Status      Status
-	Syndrome    wire.Syndrome // of the NAK or RNR NAK that set Status
+	Syndrome    wire.Syndrome // of the NAK or RNR NAK that set Status; 0 otherwise
 	AnswerFrame int           // frame of the response that set Status
 	Latency     time.Duration // from Start to that response
 
@@ -423,7 +423,7 @@ func (f *Flow) ackThrough(q wire.PSN, p *Packet) {
 }
 
 func (m *Message) answer(s Status, p *Packet) {
-	m.Status, m.AnswerFrame, m.Latency = s, p.Index, p.Time.Sub(m.Start)
+	m.Status, m.AnswerFrame, m.Latency, m.Syndrome = s, p.Index, p.Time.Sub(m.Start), 0
 }
 
 // pairing finds the request flow that a response flow answers: one in the
