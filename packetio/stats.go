@@ -4,16 +4,16 @@ import "sync/atomic"
 
 // Stats is a snapshot of a Conn's counters.
 type Stats struct {
-	PacketsIn  uint64 // packets returned by Receive
-	BytesIn    uint64 // their bytes (UDP payload)
-	PacketsOut uint64 // packets handed to the kernel (or the peer) by Transmit
-	BytesOut   uint64 // their bytes (UDP payload)
-	RxBatches  uint64 // Receive calls that returned at least one packet
-	TxBatches  uint64 // batches handed to the kernel (sendmmsg calls) or the peer
-	RxDrops    uint64 // received packets dropped: truncated (longer than MaxPacket), queue full
-	RxErrors   uint64 // asynchronous socket errors (ICMP) reported while receiving and skipped
-	TxErrors   uint64 // packets Transmit did not send (EMSGSIZE, bad address, too large, ...)
-	Wakes      uint64 // pending Wakes consumed by Receive
+	PacketsIn   uint64 // packets returned by Receive
+	BytesIn     uint64 // their bytes (UDP payload)
+	PacketsOut  uint64 // packets handed to the kernel (or the peer) by Transmit
+	BytesOut    uint64 // their bytes (UDP payload)
+	RxBatches   uint64 // Receive calls that returned at least one packet
+	TxBatches   uint64 // batches handed to the kernel (sendmmsg calls) or the peer
+	RxDrops     uint64 // received packets dropped: truncated (longer than MaxPacket), queue full
+	AsyncErrors uint64 // asynchronous socket errors (ICMP unreachable, ...) the kernel reported on a receive or send call, skipped
+	TxErrors    uint64 // packets Transmit did not send (EMSGSIZE, bad address, too large, ...)
+	Wakes       uint64 // pending Wakes consumed by Receive
 }
 
 // Counters holds the counters behind Stats for an implementation of Conn.
@@ -24,7 +24,7 @@ type Counters struct {
 	PacketsIn, BytesIn   atomic.Uint64
 	PacketsOut, BytesOut atomic.Uint64
 	RxBatches, TxBatches atomic.Uint64
-	RxDrops, RxErrors    atomic.Uint64
+	RxDrops, AsyncErrors atomic.Uint64
 	TxErrors             atomic.Uint64
 	Wakes                atomic.Uint64
 }
@@ -33,15 +33,15 @@ type Counters struct {
 // may be seen at slightly different instants.
 func (c *Counters) Stats() Stats {
 	return Stats{
-		PacketsIn:  c.PacketsIn.Load(),
-		BytesIn:    c.BytesIn.Load(),
-		PacketsOut: c.PacketsOut.Load(),
-		BytesOut:   c.BytesOut.Load(),
-		RxBatches:  c.RxBatches.Load(),
-		TxBatches:  c.TxBatches.Load(),
-		RxDrops:    c.RxDrops.Load(),
-		RxErrors:   c.RxErrors.Load(),
-		TxErrors:   c.TxErrors.Load(),
-		Wakes:      c.Wakes.Load(),
+		PacketsIn:   c.PacketsIn.Load(),
+		BytesIn:     c.BytesIn.Load(),
+		PacketsOut:  c.PacketsOut.Load(),
+		BytesOut:    c.BytesOut.Load(),
+		RxBatches:   c.RxBatches.Load(),
+		TxBatches:   c.TxBatches.Load(),
+		RxDrops:     c.RxDrops.Load(),
+		AsyncErrors: c.AsyncErrors.Load(),
+		TxErrors:    c.TxErrors.Load(),
+		Wakes:       c.Wakes.Load(),
 	}
 }

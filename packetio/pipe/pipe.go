@@ -7,13 +7,11 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/wire"
 )
 
 // DefaultQueue is the default receive queue length, in packets.
 const DefaultQueue = 1024
-
-// roceV2Port is the UDP port packets appear to come from (IANA RoCEv2).
-const roceV2Port = 4791
 
 // Options configures a pair. The zero value gives the defaults.
 type Options struct {
@@ -160,7 +158,7 @@ func (c *Conn) take() []packetio.Packet {
 	var bytes uint64
 	for i := range k {
 		s := &c.slots[(c.head+i)%len(c.slots)]
-		c.rx[i] = packetio.Packet{Buf: s.buf, Addr: s.from, Port: roceV2Port, Local: c.local}
+		c.rx[i] = packetio.Packet{Buf: s.buf, Addr: s.from, Port: wire.RoCEv2Port, Local: c.local}
 		bytes += uint64(len(s.buf))
 	}
 	c.held = k

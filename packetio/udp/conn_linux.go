@@ -1,0 +1,519 @@
+package udp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/packetio"
+)
+
+// Conn is a UDP socket for RoCEv2 over IPv4. It implements packetio.Conn.
+type Conn struct {
+	f         *os.File        // the socket, registered with Go's netpoller
+	raw       syscall.RawConn // f's
+	local     netip.AddrPort
+	dstPort   [2]byte // network byte order
+	maxPacket int
+
+	// Receive side: driver goroutine only. rxHdrs[i] points at rxNames[i],
+	// rxIovs[i] (a MaxPacket slice of rxMem) and a controlSpace slice of
+	// rxControl, for good.
+	rx          []packetio.Packet
+	rxMem       []byte
+	rxHdrs      []mmsghdr
+	rxIovs      []unix.Iovec
+	rxNames     []sockaddrInet4
+	rxControl   []byte
+	recvFn      func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
+	rxN         int                   // recv's results
+	rxErrno     unix.Errno
+	rxPoll      bool      // recv returns at once when nothing is queued
+	deadline    time.Time // the read deadline last set on f, valid when deadlineSet
+	deadlineSet bool
+
+	// Send side: driver goroutine only. txHdrs[i] points at txNames[i] and
+	// txIovs[i]; the iovec is aimed at each packet's Buf by Transmit.
+	tx      []packetio.Packet
+	txMem   []byte
+	txHdrs  []mmsghdr
+	txIovs  []unix.Iovec
+	txNames []sockaddrInet4
+	txIdx   []int // txHdrs index -> index in Transmit's pkts
+	lent    int
+	sendFn  func(fd uintptr) bool // c.send, bound once
+	txOff   int                   // send's arguments: txHdrs[txOff:txEnd]
+	txEnd   int
+	txN     int // send's results
+	txErrno unix.Errno
+
+	waking atomic.Bool // a Wake is pending
+	parked atomic.Bool // Receive may be waiting in the netpoller
+	closed atomic.Bool
+	ctr    packetio.Counters
+}
+
+var _ packetio.Conn = (*Conn)(nil)
+
+// Listen opens an unconnected UDP socket bound to local and opts.Port (4791
+// by default); see the package documentation for its options. local must be
+// an IPv4 address (or IPv4-mapped); it may be 0.0.0.0, in which case each
+// received packet's Local tells the address it arrived on. IPv6 returns an
+// error matching packetio.ErrNotSupported.
+func Listen(local netip.Addr, opts Options) (*Conn, error) {
+	o := opts.withDefaults()
+	local = local.Unmap()
+	if !local.Is4() {
+		return nil, fmt.Errorf("packetio/udp: listen on %v: only IPv4 is implemented: %w", local, packetio.ErrNotSupported)
+	}
+	if o.Port < 0 {
+		o.Port = 0
+	}
+	if o.Port > 0xFFFF || o.DstPort < 0 || o.DstPort > 0xFFFF {
+		return nil, fmt.Errorf("packetio/udp: listen: port %d or destination port %d out of range", o.Port, o.DstPort)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, sysErr("socket", err)
+	}
+	if err := configure(fd, local, o); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, sysErr("getsockname", err)
+	}
+	port := uint16(sa.(*unix.SockaddrInet4).Port)
+	if o.DstPort == 0 {
+		o.DstPort = int(port)
+	}
+	// os.NewFile registers the non-blocking socket with the netpoller; see
+	// the package documentation for why not net.UDPConn.
+	f := os.NewFile(uintptr(fd), "udp4:"+netip.AddrPortFrom(local, port).String())
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("packetio/udp: listen: %w", err)
+	}
+	c := &Conn{
+		f:         f,
+		raw:       raw,
+		local:     netip.AddrPortFrom(local, port),
+		dstPort:   [2]byte{byte(o.DstPort >> 8), byte(o.DstPort)},
+		maxPacket: o.MaxPacket,
+	}
+	c.initRx(o.Batch)
+	c.initTx(o.Batch)
+	return c, nil
+}
+
+// configure sets the socket options and binds.
+func configure(fd int, local netip.Addr, o Options) error {
+	opts := []struct {
+		name       string
+		level, opt int
+		value      int
+	}{
+		// DF set and IPv4 Identification 0 on every datagram of an
+		// unconnected socket: the ICRC covers both.
+		{"IP_MTU_DISCOVER", unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
+		{"IP_PKTINFO", unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
+		{"IP_RECVTOS", unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
+	}
+	for _, so := range opts {
+		if err := unix.SetsockoptInt(fd, so.level, so.opt, so.value); err != nil {
+			return sysErr("setsockopt "+so.name, err)
+		}
+	}
+	if o.TOS != 0 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, int(o.TOS)); err != nil {
+			return sysErr("setsockopt IP_TOS", err)
+		}
+	}
+	if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.RecvBuffer); err != nil {
+		return sysErr("setsockopt SO_RCVBUF", err)
+	}
+	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SendBuffer); err != nil {
+		return sysErr("setsockopt SO_SNDBUF", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: o.Port, Addr: local.As4()}); err != nil {
+		return fmt.Errorf("packetio/udp: bind %v: %w", netip.AddrPortFrom(local, uint16(o.Port)), err)
+	}
+	return nil
+}
+
+// setBuffer sets a socket buffer size, forcing it past the sysctl cap when
+// allowed (CAP_NET_ADMIN).
+func setBuffer(fd, force, opt, size int) error {
+	if size < 0 {
+		return nil
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) == nil {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, size)
+}
+
+func sysErr(what string, err error) error {
+	if errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("packetio/udp: %s: %w: %w", what, packetio.ErrNotSupported, err)
+	}
+	return fmt.Errorf("packetio/udp: %s: %w", what, err)
+}
+
+func (c *Conn) initRx(batch int) {
+	mp := c.maxPacket
+	c.rx = make([]packetio.Packet, batch)
+	c.rxMem = make([]byte, batch*mp)
+	c.rxHdrs = make([]mmsghdr, batch)
+	c.rxIovs = make([]unix.Iovec, batch)
+	c.rxNames = make([]sockaddrInet4, batch)
+	c.rxControl = make([]byte, batch*controlSpace)
+	for i := range c.rxHdrs {
+		setBuf(&c.rxIovs[i], c.rxMem[i*mp:(i+1)*mp])
+		h := &c.rxHdrs[i]
+		h.setName(&c.rxNames[i])
+		h.setIov(&c.rxIovs[i])
+		h.setControl(c.rxControl[i*controlSpace : (i+1)*controlSpace])
+	}
+	c.recvFn = c.recv
+}
+
+func (c *Conn) initTx(batch int) {
+	c.tx = make([]packetio.Packet, batch)
+	c.txMem = make([]byte, batch*c.maxPacket)
+	c.txHdrs = make([]mmsghdr, batch)
+	c.txIovs = make([]unix.Iovec, batch)
+	c.txNames = make([]sockaddrInet4, batch)
+	c.txIdx = make([]int, batch)
+	for i := range c.txHdrs {
+		c.txNames[i] = sockaddrInet4{family: unix.AF_INET, port: c.dstPort}
+		c.txHdrs[i].setName(&c.txNames[i])
+		c.txHdrs[i].setIov(&c.txIovs[i])
+	}
+	c.sendFn = c.send
+}
+
+// Receive implements packetio.Conn. It waits in Go's netpoller (the socket's
+// read deadline is the given deadline), then reads up to a batch with one
+// recvmmsg.
+func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
+	if c.closed.Load() {
+		return nil, packetio.ErrClosed
+	}
+	// A read deadline that has passed makes the poller fail without trying
+	// to read, so a past deadline means: no deadline, but do not wait.
+	c.rxPoll = false
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		c.rxPoll, deadline = true, time.Time{}
+	}
+	for {
+		if !c.deadlineSet || !c.deadline.Equal(deadline) {
+			if err := c.f.SetReadDeadline(deadline); err != nil {
+				return nil, c.opErr("receive", err)
+			}
+			c.deadline, c.deadlineSet = deadline, true
+		}
+		for i := range c.rxHdrs {
+			h := &c.rxHdrs[i]
+			h.hdr.Namelen = uint32(sizeofSockaddrInet4)
+			h.hdr.SetControllen(controlSpace)
+			h.hdr.Flags = 0
+		}
+		c.rxN, c.rxErrno = 0, 0
+		// Wake sets waking, then (if parked) a past deadline; recv checks
+		// waking after parked is set, so either recv sees the wake or the
+		// deadline ends the wait.
+		c.parked.Store(true)
+		err := c.raw.Read(c.recvFn)
+		c.parked.Store(false)
+		if err != nil {
+			if err != os.ErrDeadlineExceeded {
+				return nil, c.opErr("receive", err)
+			}
+			c.deadlineSet = false // a Wake may have replaced it
+			if c.waking.Swap(false) {
+				c.ctr.Wakes.Add(1)
+				return c.rx[:0], nil
+			}
+			if c.rxPoll || (!deadline.IsZero() && !time.Now().Before(deadline)) {
+				return c.rx[:0], nil
+			}
+			continue // the past deadline of a Wake already consumed
+		}
+		if c.rxErrno != 0 {
+			if asyncErrno(c.rxErrno) {
+				c.ctr.AsyncErrors.Add(1)
+				continue
+			}
+			return nil, c.opErr("recvmmsg", c.rxErrno)
+		}
+		if c.waking.Swap(false) {
+			c.deadlineSet = false
+			c.ctr.Wakes.Add(1)
+		}
+		return c.collect(c.rxN), nil
+	}
+}
+
+// recv is the netpoller callback of Receive: it reports true when Receive
+// should stop waiting.
+func (c *Conn) recv(fd uintptr) bool {
+	for {
+		n, errno := recvmmsg(fd, c.rxHdrs)
+		switch errno {
+		case 0:
+			c.rxN = n
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return c.rxPoll || c.waking.Load()
+		default:
+			c.rxErrno = errno
+			return true
+		}
+	}
+}
+
+// collect turns the first n received messages into packets, dropping
+// truncated ones.
+func (c *Conn) collect(n int) []packetio.Packet {
+	mp := c.maxPacket
+	k := 0
+	var bytes, drops uint64
+	for i := range n {
+		h := &c.rxHdrs[i]
+		if h.hdr.Flags&unix.MSG_TRUNC != 0 || c.rxNames[i].family != unix.AF_INET {
+			drops++
+			continue
+		}
+		ln := int(h.len)
+		off := i * mp
+		sa := &c.rxNames[i]
+		p := &c.rx[k]
+		p.Buf = c.rxMem[off : off+ln : off+ln]
+		p.Addr = netip.AddrFrom4(sa.addr)
+		p.Port = uint16(sa.port[0])<<8 | uint16(sa.port[1])
+		p.Local = c.local.Addr()
+		dst, ok, tos := parseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
+		if ok {
+			p.Local = netip.AddrFrom4(dst)
+		}
+		p.TOS = tos
+		bytes += uint64(ln)
+		k++
+	}
+	if drops > 0 {
+		c.ctr.RxDrops.Add(drops)
+	}
+	if k > 0 {
+		c.ctr.PacketsIn.Add(uint64(k))
+		c.ctr.BytesIn.Add(bytes)
+		c.ctr.RxBatches.Add(1)
+	}
+	return c.rx[:k]
+}
+
+// TxBatch implements packetio.Conn.
+func (c *Conn) TxBatch(n int) []packetio.Packet {
+	if c.closed.Load() || n <= 0 {
+		c.lent = 0
+		return nil
+	}
+	n = min(n, len(c.tx))
+	mp := c.maxPacket
+	for i := range n {
+		c.tx[i] = packetio.Packet{Buf: c.txMem[i*mp : i*mp : (i+1)*mp]}
+	}
+	c.lent = n
+	return c.tx[:n]
+}
+
+// failures records the packets of a Transmit that were not sent.
+type failures struct {
+	n     int
+	first int
+	cause error
+}
+
+func (f *failures) add(i int, cause error) {
+	if f.n == 0 || i < f.first {
+		f.first, f.cause = i, cause
+	}
+	f.n++
+}
+
+// Transmit implements packetio.Conn. It sends with sendmmsg, as few calls as
+// the kernel allows; a packet the kernel refuses (EMSGSIZE when it exceeds
+// the path MTU, ...) is skipped, counted and reported, and the rest of the
+// batch is sent. A pending asynchronous error (ICMP unreachable reported on
+// this call) is counted in AsyncErrors and the packet retried once.
+func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
+	if c.closed.Load() {
+		return 0, packetio.ErrClosed
+	}
+	if len(pkts) > c.lent {
+		return 0, packetio.ErrNotLent
+	}
+	c.lent = 0
+	var fail failures
+	m := 0
+	for i := range pkts {
+		p := &pkts[i]
+		a := p.Addr.Unmap()
+		switch {
+		case !a.Is4() || a.IsUnspecified():
+			fail.add(i, packetio.ErrAddress)
+			continue
+		case len(p.Buf) > c.maxPacket:
+			fail.add(i, packetio.ErrTooLarge)
+			continue
+		}
+		c.txNames[m].addr = a.As4()
+		setBuf(&c.txIovs[m], p.Buf)
+		c.txIdx[m] = i
+		m++
+	}
+	sent := 0
+	var bytes uint64
+	retried := -1
+	for off := 0; off < m; {
+		c.txOff, c.txEnd = off, m
+		c.txN, c.txErrno = 0, 0
+		if err := c.raw.Write(c.sendFn); err != nil {
+			err = c.opErr("transmit", err)
+			for j := off; j < m; j++ {
+				fail.add(c.txIdx[j], err)
+			}
+			break
+		}
+		if c.txErrno != 0 {
+			if asyncErrno(c.txErrno) && retried != off {
+				c.ctr.AsyncErrors.Add(1)
+				retried = off
+				continue
+			}
+			fail.add(c.txIdx[off], c.txErrno)
+			off++
+			continue
+		}
+		for j := off; j < off+c.txN; j++ {
+			bytes += uint64(len(pkts[c.txIdx[j]].Buf))
+		}
+		sent += c.txN
+		off += c.txN
+		c.ctr.TxBatches.Add(1)
+	}
+	for i := range m {
+		c.txIovs[i].Base = nil // do not keep the caller's buffers alive
+	}
+	if sent > 0 {
+		c.ctr.PacketsOut.Add(uint64(sent))
+		c.ctr.BytesOut.Add(bytes)
+	}
+	if fail.n > 0 {
+		c.ctr.TxErrors.Add(uint64(fail.n))
+		return sent, &packetio.TransmitError{Index: fail.first, Addr: pkts[fail.first].Addr, Failed: fail.n, Err: fail.cause}
+	}
+	return sent, nil
+}
+
+// send is the netpoller callback of Transmit.
+func (c *Conn) send(fd uintptr) bool {
+	for {
+		n, errno := sendmmsg(fd, c.txHdrs[c.txOff:c.txEnd])
+		switch errno {
+		case 0:
+			c.txN = n
+			return true
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false // wait until the socket is writable
+		default:
+			c.txErrno = errno
+			return true
+		}
+	}
+}
+
+// asyncErrno tells errors that report an earlier datagram's fate (ICMP),
+// not the current call's.
+func asyncErrno(e unix.Errno) bool {
+	switch e {
+	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN, unix.EPROTO:
+		return true
+	}
+	return false
+}
+
+// Wake implements packetio.Conn. When a Receive is waiting it sets a read
+// deadline in the past, which the netpoller delivers at once; otherwise it
+// only sets a flag.
+func (c *Conn) Wake() {
+	if c.waking.Swap(true) {
+		return // already pending
+	}
+	if c.parked.Load() && !c.closed.Load() {
+		c.f.SetReadDeadline(time.Unix(1, 0)) // passed: ends the wait at once
+	}
+}
+
+// LocalAddr implements packetio.Conn.
+func (c *Conn) LocalAddr() netip.Addr { return c.local.Addr() }
+
+// LocalAddrPort returns the local address and UDP port.
+func (c *Conn) LocalAddrPort() netip.AddrPort { return c.local }
+
+// MaxPacket implements packetio.Conn.
+func (c *Conn) MaxPacket() int { return c.maxPacket }
+
+// Stats implements packetio.Conn.
+func (c *Conn) Stats() packetio.Stats { return c.ctr.Stats() }
+
+// SocketBuffers returns the socket's receive and send buffer sizes as the
+// kernel reports them (twice the requested size, for its bookkeeping).
+func (c *Conn) SocketBuffers() (recv, send int, err error) {
+	cerr := c.raw.Control(func(fd uintptr) {
+		recv, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if err == nil {
+			send, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+		}
+	})
+	if cerr != nil {
+		return 0, 0, c.opErr("socket buffers", cerr)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("packetio/udp: getsockopt: %w", err)
+	}
+	return recv, send, nil
+}
+
+// Close implements packetio.Conn.
+func (c *Conn) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return packetio.ErrClosed
+	}
+	if err := c.f.Close(); err != nil {
+		return fmt.Errorf("packetio/udp: close: %w", err)
+	}
+	return nil
+}
+
+// opErr turns an error from the file or poller into the package's: ErrClosed
+// once Close was called.
+func (c *Conn) opErr(op string, err error) error {
+	if c.closed.Load() {
+		return packetio.ErrClosed
+	}
+	return fmt.Errorf("packetio/udp: %s: %w", op, err)
+}

@@ -1,0 +1,57 @@
+package udp
+
+import (
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/wire"
+)
+
+// AnyPort, as Options.Port, lets the kernel choose the local port.
+const AnyPort = -1
+
+// DefaultSocketBuffer is the default SO_RCVBUF and SO_SNDBUF size, in bytes.
+const DefaultSocketBuffer = 4 << 20
+
+// Options configures Listen. The zero value gives the defaults.
+type Options struct {
+	// Port is the local UDP port. Default 4791 (RoCEv2); AnyPort lets the
+	// kernel choose one (tests).
+	Port int
+	// DstPort is the destination UDP port of transmitted packets. Default:
+	// the local port, so 4791 in production, and two test Conns bound to the
+	// same port on different addresses reach each other.
+	DstPort int
+	// Batch is the largest number of packets one Receive returns (one
+	// recvmmsg) and one TxBatch lends. Default packetio.DefaultBatch.
+	Batch int
+	// MaxPacket is the largest transport packet (UDP payload), in bytes:
+	// the size of each preallocated buffer. Longer datagrams received are
+	// dropped and counted. Default packetio.DefaultMaxPacket.
+	MaxPacket int
+	// RecvBuffer and SendBuffer are the requested SO_RCVBUF and SO_SNDBUF
+	// sizes, in bytes. Default DefaultSocketBuffer; negative keeps the
+	// kernel's default. As root SO_RCVBUFFORCE/SO_SNDBUFFORCE are used,
+	// which are not capped by net.core.rmem_max/wmem_max.
+	RecvBuffer, SendBuffer int
+	// TOS is the IPv4 TOS byte (DSCP << 2 | ECN) of transmitted packets
+	// (IP_TOS). Default 0.
+	TOS uint8
+}
+
+func (o Options) withDefaults() Options {
+	if o.Port == 0 {
+		o.Port = wire.RoCEv2Port
+	}
+	if o.Batch <= 0 {
+		o.Batch = packetio.DefaultBatch
+	}
+	if o.MaxPacket <= 0 {
+		o.MaxPacket = packetio.DefaultMaxPacket
+	}
+	if o.RecvBuffer == 0 {
+		o.RecvBuffer = DefaultSocketBuffer
+	}
+	if o.SendBuffer == 0 {
+		o.SendBuffer = DefaultSocketBuffer
+	}
+	return o
+}
