@@ -1,0 +1,15 @@
+// Package netns builds throwaway network namespaces for tests: a pair of
+// namespaces joined by a veth link, with IPv4 addresses, MTU, static
+// neighbour entries and loopback up, deleted when the test ends. Code runs
+// inside a namespace with NS.Do (sockets opened there belong to it) and
+// commands with NS.Exec. NS.SetLoss installs an nftables rule that drops a
+// share of the packets arriving on a device, for fault tests.
+//
+// Creating namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the
+// ip command of iproute2; SetLoss needs nft. Tests call Require (and
+// RequireTool) first, which skip with the reason when these are missing.
+//
+// Namespaces are named goroce-<pid>-<n><a|b>, n the first number free in
+// /run/netns, so parallel tests and processes never share one; the package
+// only ever deletes namespaces it created.
+package netns
