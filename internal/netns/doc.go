@@ -3,7 +3,7 @@
 // neighbour entries and loopback up, deleted when the test ends. Code runs
 // inside a namespace with NS.Do (sockets opened there belong to it) and
 // commands with NS.Exec. NS.SetLoss installs an nftables rule that drops a
-// share of the packets arriving on a device, for fault tests.
+// share of the UDP datagrams arriving on a device, for fault tests.
 //
 // Creating namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the
 // ip command of iproute2; SetLoss needs nft. Tests call Require (and

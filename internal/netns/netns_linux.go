@@ -234,9 +234,11 @@ func lossTable(dev string) string {
 	}, dev)
 }
 
-// SetLoss drops, at random, percent % of the packets arriving on device dev
-// of the namespace (an nftables netdev ingress rule, numgen random mod 100),
-// replacing an earlier setting; 0 removes the rule. It needs the nft
+// SetLoss drops, at random, percent % of the UDP datagrams (IPv4 or IPv6)
+// arriving on device dev of the namespace (an nftables netdev ingress rule,
+// numgen random mod 100), replacing an earlier setting; 0 removes the rule.
+// Other traffic (ARP, ICMP, neighbour discovery) passes, so that only the
+// packets under test are counted. It needs the nft
 // command (see RequireTool) and returns an error matching ErrNotSupported
 // without it.
 func (ns *NS) SetLoss(dev string, percent int) error {
@@ -249,9 +251,9 @@ func (ns *NS) SetLoss(dev string, percent int) error {
 	table := lossTable(dev)
 	script := "add table netdev " + table + "\ndelete table netdev " + table + "\n"
 	if percent > 0 {
-		match := fmt.Sprintf("numgen random mod 100 < %d ", percent)
+		match := fmt.Sprintf("meta l4proto udp numgen random mod 100 < %d ", percent)
 		if percent == 100 {
-			match = "" // nft refuses "< 100" for a value mod 100
+			match = "meta l4proto udp " // nft refuses "< 100" for a value mod 100
 		}
 		script += fmt.Sprintf("table netdev %s {\n\tchain ingress {\n\t\ttype filter hook ingress device %q priority 0; policy accept;\n\t\t%scounter drop\n\t}\n}\n", table, dev, match)
 	}
@@ -259,7 +261,7 @@ func (ns *NS) SetLoss(dev string, percent int) error {
 	return err
 }
 
-// LossDropped returns how many packets SetLoss's rule on dev has dropped.
+// LossDropped returns how many datagrams SetLoss's rule on dev has dropped.
 func (ns *NS) LossDropped(dev string) (uint64, error) {
 	out, err := ns.Exec("nft", "list", "table", "netdev", lossTable(dev))
 	if err != nil {

@@ -428,4 +428,31 @@ func testNoAllocs(t *testing.T, a, b packetio.Conn) {
 	if allocs := testing.AllocsPerRun(100, wake); allocs != 0 {
 		t.Errorf("Wake then Receive: %v allocations, want 0", allocs)
 	}
+
+	// Wake from another goroutine while Receive waits (usually: the sleep
+	// lets it block, but either order must not allocate).
+	woken := make(chan struct{})
+	go func() {
+		for {
+			if _, err := b.Receive(time.Time{}); err != nil {
+				close(woken)
+				return
+			}
+			woken <- struct{}{}
+		}
+	}()
+	defer func() {
+		b.Close()
+		for range woken {
+		}
+	}()
+	blocked := func() {
+		time.Sleep(200 * time.Microsecond)
+		b.Wake()
+		<-woken
+	}
+	blocked()
+	if allocs := testing.AllocsPerRun(50, blocked); allocs != 0 {
+		t.Errorf("Wake of a blocked Receive: %v allocations, want 0", allocs)
+	}
 }

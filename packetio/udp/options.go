@@ -8,6 +8,10 @@ import (
 // AnyPort, as Options.Port, lets the kernel choose the local port.
 const AnyPort = -1
 
+// maxBatch is the kernel's UIO_MAXIOV: recvmmsg and sendmmsg handle at most
+// that many messages per call.
+const maxBatch = 1024
+
 // DefaultSocketBuffer is the default SO_RCVBUF and SO_SNDBUF size, in bytes.
 const DefaultSocketBuffer = 4 << 20
 
@@ -21,7 +25,9 @@ type Options struct {
 	// same port on different addresses reach each other.
 	DstPort int
 	// Batch is the largest number of packets one Receive returns (one
-	// recvmmsg) and one TxBatch lends. Default packetio.DefaultBatch.
+	// recvmmsg) and one TxBatch lends. Default packetio.DefaultBatch; at
+	// most 1024 (the kernel's UIO_MAXIOV, the most one recvmmsg or
+	// sendmmsg call handles).
 	Batch int
 	// MaxPacket is the largest transport packet (UDP payload), in bytes:
 	// the size of each preallocated buffer. Longer datagrams received are
@@ -44,6 +50,7 @@ func (o Options) withDefaults() Options {
 	if o.Batch <= 0 {
 		o.Batch = packetio.DefaultBatch
 	}
+	o.Batch = min(o.Batch, maxBatch)
 	if o.MaxPacket <= 0 {
 		o.MaxPacket = packetio.DefaultMaxPacket
 	}
