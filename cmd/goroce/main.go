@@ -1,0 +1,63 @@
+// Command goroce is the goroce command-line tool.
+//
+// Usage:
+//
+//	goroce <command> [arguments]
+//
+// Commands:
+//
+//	decode   decode RoCEv2 packets in a pcap or pcapng file
+//
+// Run "goroce <command> -h" for a command's flags.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+)
+
+// command is one subcommand: its name, a one-line summary and its entry
+// point, which returns the process exit status.
+type command struct {
+	name, summary string
+	run           func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands = []command{
+	{"decode", "decode RoCEv2 packets in a pcap or pcapng file", runDecode},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches to the subcommand named by args[0] and returns the exit
+// status: 2 for a usage error.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "goroce: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: goroce <command> [arguments]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+}
