@@ -127,7 +127,7 @@ func readSpan(n uint32, pmtu int) uint32 {
 type FlowStats struct {
 	Packets         int // RoCEv2 packets (malformed included)
 	Messages        int // request messages begun
-	Bytes           int // payload bytes of all parsed packets, retransmissions included
+	Bytes           int // payload bytes of the packets taking part in messages, retransmissions included
 	Retransmissions int // request packets whose PSN had been seen before
 	NAKs            int // NAKs sent (PSN sequence errors included)
 	RNRNAKs         int // RNR NAKs sent
@@ -144,8 +144,8 @@ type FlowStats struct {
 type Flow struct {
 	Key       FlowKey
 	Transport wire.Transport // of the first request, or response, seen
-	// PMTU is the path MTU the decoder used for the flow's packets, or the
-	// one learnt from its paired flow; 0 when unknown.
+	// PMTU is the path MTU the decoder used for the flow's packets; 0 when
+	// unknown (a READ then uses its paired flow's).
 	PMTU     int
 	Messages []*Message
 	// Answers is the request flow this flow's responses answer; AnsweredBy

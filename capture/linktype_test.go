@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -337,4 +338,40 @@ func shortUDP(eth []byte, n int) []byte {
 	wire.IPv4(ip).SetChecksum()
 	binary.BigEndian.PutUint16(ip[wire.IPv4Len+4:], uint16(wire.UDPLen+n))
 	return b
+}
+
+// The verbose format shows each link-layer header's own fields.
+func TestVerboseLinkHeaders(t *testing.T) {
+	eth := goldenFrame(t, 0)
+	tests := []struct {
+		lt   LinkType
+		data []byte
+		want []string
+	}{
+		{LinkEthernet, withTags(wire.EtherTypeQinQ, wire.EtherTypeVLAN)(eth), []string{
+			"    Ethernet II\n", "        source: 02:00:00:00:00:01\n",
+			"        VLAN tag: TPID 0x88a8 (802.1ad), PCP 5, DEI 0, VID 100\n",
+			"        VLAN tag: TPID 0x8100 (802.1Q), PCP 5, DEI 0, VID 101\n",
+			"        type: 0x0800 (IPv4)\n"}},
+		{LinkSLL, toSLL(eth), []string{"    Linux cooked capture v1\n", "        packet type: 4 (sent by us)\n",
+			"        address: 02:00:00:00:00:01\n", "        protocol: 0x0800 (IPv4)\n"}},
+		{LinkSLL2, toSLL2(eth), []string{"    Linux cooked capture v2\n", "        interface index: 3\n",
+			"        ARPHRD type: 1\n", "        address: 02:00:00:00:00:01\n"}},
+		{LinkRaw, toRaw(eth), []string{"    raw IP (no link-layer header)\n", "        source: 10.0.0.1\n"}},
+	}
+	for _, tt := range tests {
+		p := decodeOne(tt.lt, tt.data, 0)
+		if !p.RoCE || p.Bad() {
+			t.Fatalf("%v: RoCE=%v Err=%v", tt.lt, p.RoCE, p.Err)
+		}
+		if tt.lt == LinkEthernet && (!p.Frame.HasVLAN || p.Frame.VLAN != 100) {
+			t.Errorf("VLAN %v %d", p.Frame.HasVLAN, p.Frame.VLAN)
+		}
+		v := string(AppendVerbose(nil, &p))
+		for _, w := range tt.want {
+			if !strings.Contains(v, w) {
+				t.Errorf("%v: verbose output lacks %q:\n%s", tt.lt, w, v)
+			}
+		}
+	}
 }
