@@ -36,11 +36,11 @@ type NS struct {
 
 // Pair is two namespaces joined by a veth link.
 type Pair struct {
-	A, B         *NS
-	AddrA, AddrB netip.Addr // the addresses of the veth ends (LinkName in each)
-	MACA, MACB   net.HardwareAddr
-	Prefix       netip.Prefix // the link's subnet
-	MTU          int
+	A, B         *NS              // the two namespaces
+	AddrA, AddrB netip.Addr       // the addresses of the veth ends (LinkName in each)
+	MACA, MACB   net.HardwareAddr // their MAC addresses (locally administered)
+	Prefix       netip.Prefix     // the link's subnet
+	MTU          int              // the MTU of both ends
 }
 
 // Require skips the test unless namespaces can be created: running as root,

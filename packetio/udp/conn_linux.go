@@ -236,7 +236,7 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 		err := c.raw.Read(c.recvFn)
 		c.parked.Store(false)
 		if err != nil {
-			if err != os.ErrDeadlineExceeded {
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
 				return nil, c.opErr("receive", err)
 			}
 			c.deadlineSet = false // a Wake may have replaced it
