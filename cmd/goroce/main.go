@@ -6,6 +6,7 @@
 //
 // Commands:
 //
+//	demo     two soft RDMA devices on loopback: every operation, its packets and completions
 //	decode   decode RoCEv2 packets in a pcap or pcapng file
 //
 // Run "goroce <command> -h" for a command's flags.
@@ -25,6 +26,7 @@ type command struct {
 }
 
 var commands = []command{
+	{"demo", "two soft RDMA devices on loopback: every operation, its packets and completions", runDemo},
 	{"decode", "decode RoCEv2 packets in a pcap or pcapng file", runDecode},
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -163,6 +164,7 @@ func (d *Device) run() {
 		busy := sent > 0 || time.Since(lastBusy) < d.opts.Spin
 		if busy {
 			until = time.Now() // poll
+			runtime.Gosched()
 		} else {
 			if deadline != 0 {
 				until = d.start.Add(time.Duration(deadline))

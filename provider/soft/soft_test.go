@@ -22,7 +22,7 @@ type end struct {
 	buf []byte
 }
 
-func newEnd(t *testing.T, d *Device, typ verbs.QPType, size int) *end {
+func newEnd(t testing.TB, d *Device, typ verbs.QPType, size int) *end {
 	e := &end{dev: d, buf: make([]byte, size)}
 	var err error
 	e.ctx, err = d.Open()
@@ -46,7 +46,7 @@ func must(t testing.TB, err error) {
 	}
 }
 
-func connect(t *testing.T, a, b *end) {
+func connect(t testing.TB, a, b *end) {
 	for _, p := range [2][2]*end{{a, b}, {b, a}} {
 		x, y := p[0], p[1]
 		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+
+	"github.com/goroce/goroce/internal/demo"
+	"github.com/goroce/goroce/verbs"
+)
+
+// runDemo is `goroce demo`: two soft devices on loopback, every operation.
+func runDemo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	a := fs.String("a", "127.0.0.1", "address of the first device")
+	b := fs.String("b", "127.0.0.2", "address of the second device")
+	mtu := fs.Int("mtu", 1024, "path MTU (256, 512, 1024, 2048, 4096)")
+	size := fs.Int("size", 2500, "message size in bytes")
+	port := fs.Int("port", 4791, "UDP port")
+	pcap := fs.String("pcap", "", "write every packet to this pcap file")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goroce demo [flags]\n\nTwo soft RDMA devices in this process, on two loopback addresses, perform\nSEND/RECV, RDMA WRITE, RDMA READ, compare-swap, fetch-add, WRITE WITH\nIMMEDIATE and a deliberate error; each with its packets and completions.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	o := demo.Options{Out: stdout, Size: *size, Port: *port, Pcap: *pcap, MTU: verbs.MTUFromBytes(*mtu)}
+	var err error
+	if o.A, err = netip.ParseAddr(*a); err != nil {
+		fmt.Fprintln(stderr, "goroce demo: -a:", err)
+		return 2
+	}
+	if o.B, err = netip.ParseAddr(*b); err != nil {
+		fmt.Fprintln(stderr, "goroce demo: -b:", err)
+		return 2
+	}
+	if o.MTU == 0 {
+		fmt.Fprintf(stderr, "goroce demo: -mtu %d is not an InfiniBand MTU\n", *mtu)
+		return 2
+	}
+	if err := demo.Run(o); err != nil {
+		fmt.Fprintln(stderr, "goroce demo:", err)
+		return 1
+	}
+	return 0
+}
