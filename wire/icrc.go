@@ -32,7 +32,9 @@ import (
 // Two alternatives measured slower: a masked copy hashed by hash/crc32
 // (store-forwarding stalls plus a second fixed call cost), and hashing the
 // body independently then combining by a multiplication by x^(8n) (the
-// multiplication alone costs more than the overlap saves).
+// multiplication alone costs more than the overlap saves), and summing
+// independent per-byte table lookups for the varying header bytes (about 32
+// of them: more loads than slicing-by-16's chain saves).
 
 // IPv4 and IPv6 header lengths and the length of the IP + UDP headers that
 // precede a RoCEv2 transport packet.

@@ -17,7 +17,7 @@ import (
 func TestDemoUDP(t *testing.T) {
 	var out bytes.Buffer
 	pcap := filepath.Join(t.TempDir(), "demo.pcap")
-	err := Run(Options{Out: &out, Pcap: pcap})
+	err := Run(Options{A: netip.MustParseAddr("127.0.3.1"), B: netip.MustParseAddr("127.0.3.2"), Out: &out, Pcap: pcap})
 	if testing.Verbose() {
 		t.Log("\n" + out.String())
 	}
