@@ -17,9 +17,20 @@ type link struct {
 	a, b    *Engine
 	now     int64
 	drop    func(n int) bool // decides on the n-th packet
+	dup     func() bool      // deliver twice
+	hold    func() bool      // deliver after the next packet (reorder)
+	held    []heldPkt
 	sent    int
 	buf     []byte
 	capture []captured
+}
+
+var dbgHook func(l *link, from, to *Engine, b []byte, fate string)
+
+type heldPkt struct {
+	b    []byte
+	to   *Engine
+	from *Engine
 }
 
 type captured struct {
@@ -58,9 +69,26 @@ func (l *link) step() bool {
 				l.capture = append(l.capture, captured{append([]byte(nil), l.buf[:n]...), from.Local(), dst})
 			}
 			if l.drop != nil && l.drop(l.sent) {
+				if dbgHook != nil {
+					dbgHook(l, from, to, l.buf[:n], "DROP")
+				}
+				continue
+			}
+			if dbgHook != nil {
+				dbgHook(l, from, to, l.buf[:n], "")
+			}
+			if l.hold != nil && l.hold() {
+				l.held = append(l.held, heldPkt{append([]byte(nil), l.buf[:n]...), to, from})
 				continue
 			}
 			to.Input(l.now, l.buf[:n], from.Local(), wire.RoCEv2Port)
+			if l.dup != nil && l.dup() {
+				to.Input(l.now, l.buf[:n], from.Local(), wire.RoCEv2Port)
+			}
+			for _, h := range l.held {
+				h.to.Input(l.now, h.b, h.from.Local(), wire.RoCEv2Port)
+			}
+			l.held = l.held[:0]
 		}
 	}
 	return moved

@@ -300,7 +300,11 @@ func (qp *QP) complete(now int64, p *wire.Packet) {
 			return
 		}
 		s, st := &qp.sq.slots[i&qp.sq.mask], &qp.sqst[i&qp.sq.mask]
-		if s.wr.Opcode != verbs.WRRDMARead || st.done {
+		if s.wr.Opcode != verbs.WRRDMARead {
+			return
+		}
+		if st.done { // a duplicate: it still acknowledges what precedes it
+			qp.acked(now, psn)
 			return
 		}
 		want := st.firstPSN.Add(st.rcvd)
@@ -333,7 +337,11 @@ func (qp *QP) complete(now int64, p *wire.Packet) {
 			return
 		}
 		s, st := &qp.sq.slots[i&qp.sq.mask], &qp.sqst[i&qp.sq.mask]
-		if (s.wr.Opcode != verbs.WRAtomicCmpAndSwp && s.wr.Opcode != verbs.WRAtomicFetchAndAdd) || st.done {
+		if s.wr.Opcode != verbs.WRAtomicCmpAndSwp && s.wr.Opcode != verbs.WRAtomicFetchAndAdd {
+			return
+		}
+		if st.done {
+			qp.acked(now, psn)
 			return
 		}
 		var v [8]byte
@@ -371,13 +379,25 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 	}
 	for h := q.head.Load(); h < r.started; h = q.head.Load() {
 		s, st := &q.slots[h&q.mask], &qp.sqst[h&q.mask]
-		if st.lastPSN.After(r.ackPSN) {
-			break
-		}
-		if isRdAtomic(s.wr.Opcode) && !st.done {
-			// Acknowledged past a READ or atomic whose response never came:
-			// the response was lost; ask again.
-			qp.rewind(st.firstPSN.Add(st.rcvd))
+		if isRdAtomic(s.wr.Opcode) {
+			// A READ or atomic is complete when its response came, and its
+			// response acknowledges it.
+			if !st.done {
+				if !st.firstPSN.After(r.ackPSN) {
+					// Acknowledged past it: its response was lost. Only what
+					// came before it is acknowledged; ask again from there.
+					resume := st.firstPSN.Add(st.rcvd)
+					if r.ackPSN.After(resume.Sub(1)) {
+						r.ackPSN = resume.Sub(1)
+					}
+					qp.rewind(resume)
+				}
+				break
+			}
+			if st.lastPSN.After(r.ackPSN) {
+				r.ackPSN = st.lastPSN
+			}
+		} else if st.lastPSN.After(r.ackPSN) {
 			break
 		}
 		if s.wr.Flags&verbs.SendSignaled != 0 || qp.sigAll {
@@ -431,15 +451,18 @@ func (qp *QP) timeoutExpired(now int64) {
 		return
 	}
 	r.retryLeft--
-	qp.rewind(r.ackPSN.Add(1))
-	if r.next == qp.sq.head.Load() && qp.sqst[r.next&qp.sq.mask].started {
-		// The oldest WQE may be a READ partly answered: resend from its
-		// first missing response.
-		st := &qp.sqst[r.next&qp.sq.mask]
-		if qp.sq.slots[r.next&qp.sq.mask].wr.Opcode == verbs.WRRDMARead {
-			r.nextPkt = st.rcvd
-		}
+	// Resend from the oldest WQE not retired: from its first response
+	// missing (READ), or its first packet not acknowledged.
+	h := qp.sq.head.Load()
+	st := &qp.sqst[h&qp.sq.mask]
+	resume := st.firstPSN
+	switch {
+	case qp.sq.slots[h&qp.sq.mask].wr.Opcode == verbs.WRRDMARead:
+		resume = st.firstPSN.Add(st.rcvd)
+	case !r.ackPSN.Before(st.firstPSN) && r.ackPSN.Before(st.lastPSN):
+		resume = r.ackPSN.Add(1)
 	}
+	qp.rewind(resume)
 	r.timerAt = now + qp.timeoutNs()
 }
 
