@@ -44,13 +44,13 @@ type held struct {
 // packetio.Conn, its Receive and Transmit belong to one goroutine.
 type Conn struct {
 	packetio.Conn
-	o      Options
-	rng    *rand.Rand
-	lent   []packetio.Packet
-	out    []packetio.Packet // what goes to the wrapped Conn, in order
-	held   []held
-	free   [][]byte
-	burst  int
+	o                                               Options
+	rng                                             *rand.Rand
+	lent                                            []packetio.Packet
+	out                                             []packetio.Packet // what goes to the wrapped Conn, in order
+	held                                            []held
+	free                                            [][]byte
+	burst                                           int
 	sent, dropped, duplicated, corrupted, reordered atomic.Uint64
 }
 
