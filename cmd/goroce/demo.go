@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/goroce/goroce/internal/demo"
+	"github.com/goroce/goroce/packetio/fault"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -20,6 +21,11 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	size := fs.Int("size", 2500, "message size in bytes")
 	port := fs.Int("port", 4791, "UDP port")
 	pcap := fs.String("pcap", "", "write every packet to this pcap file")
+	loss := fs.Float64("loss", 0, "drop this fraction of the packets each device sends (e.g. 0.05)")
+	dup := fs.Float64("dup", 0, "duplicate this fraction of packets")
+	reorder := fs.Float64("reorder", 0, "hold back this fraction of packets behind later ones")
+	corrupt := fs.Float64("corrupt", 0, "flip a bit in this fraction of packets")
+	seed := fs.Uint64("seed", 1, "seed of the fault generator")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce demo [flags]\n\nTwo soft RDMA devices in this process, on two loopback addresses, perform\nSEND/RECV, RDMA WRITE, RDMA READ, compare-swap, fetch-add, WRITE WITH\nIMMEDIATE and a deliberate error; each with its packets and completions.\n\nflags:")
 		fs.PrintDefaults()
@@ -30,7 +36,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	o := demo.Options{Out: stdout, Size: *size, Port: *port, Pcap: *pcap, MTU: verbs.MTUFromBytes(*mtu)}
+	o := demo.Options{Out: stdout, Size: *size, Port: *port, Pcap: *pcap, MTU: verbs.MTUFromBytes(*mtu),
+		Faults: fault.Options{Seed: *seed, Drop: *loss, Duplicate: *dup, Reorder: *reorder, Corrupt: *corrupt}}
 	var err error
 	if o.A, err = netip.ParseAddr(*a); err != nil {
 		fmt.Fprintln(stderr, "goroce demo: -a:", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/goroce/goroce/capture"
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/fault"
 	"github.com/goroce/goroce/packetio/tee"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
@@ -35,6 +36,9 @@ type Options struct {
 	Out     io.Writer
 	NewConn func(local netip.Addr) (packetio.Conn, error) // default: a UDP socket
 	Timeout time.Duration                                 // per step (default 5 s)
+	// Faults to inject into every packet sent (both devices): see
+	// packetio/fault. Zero: none.
+	Faults fault.Options
 }
 
 type wirePkt struct {
@@ -57,15 +61,16 @@ type node struct {
 }
 
 type demo struct {
-	o     Options
-	w     io.Writer
-	mu    sync.Mutex
-	pkts  []wirePkt
-	t0    time.Time
-	a, b  *node
-	dec   capture.Decoder
-	steps int
-	fails int
+	o      Options
+	w      io.Writer
+	mu     sync.Mutex
+	pkts   []wirePkt
+	t0     time.Time
+	a, b   *node
+	dec    capture.Decoder
+	steps  int
+	fails  int
+	faults []*fault.Conn
 }
 
 // Run runs the demo and returns an error if any step did not end as it
@@ -135,6 +140,11 @@ func Run(o Options) error {
 		fmt.Fprintf(d.w, "%s: sent %d packets (%d retransmitted), received %d; NAKs sent %d received %d; RNR NAKs sent %d received %d; drops: ICRC %d, malformed %d, unknown QP %d\n",
 			n.name, s.TxPackets, s.Retransmits, s.RxPackets, s.NAKsSent, s.NAKsReceived, s.RNRSent, s.RNRReceived, s.ICRCDrops, s.MalformedDrops, s.UnknownQPDrops)
 	}
+	for i, fc := range d.faults {
+		fs := fc.FaultStats()
+		fmt.Fprintf(d.w, "faults injected into soft%d's packets: %d sent, %d dropped, %d duplicated, %d reordered, %d corrupted\n",
+			i, fs.Sent, fs.Dropped, fs.Duplicated, fs.Reordered, fs.Corrupted)
+	}
 	if pw != nil {
 		if err := pw.Err(); err != nil {
 			return err
@@ -152,7 +162,14 @@ func (d *demo) newNode(name string, addr netip.Addr, f tee.Func) (*node, error) 
 	if err != nil {
 		return nil, fmt.Errorf("demo: %s on %v: %w", name, addr, err)
 	}
-	dev, err := soft.New(soft.Options{Name: name, Conn: tee.New(c, f)})
+	var conn packetio.Conn = tee.New(c, f)
+	if fo := d.o.Faults; fo.Drop > 0 || fo.Duplicate > 0 || fo.Reorder > 0 || fo.Corrupt > 0 {
+		fo.Seed += uint64(len(d.faults))
+		fc := fault.New(conn, fo)
+		d.faults = append(d.faults, fc)
+		conn = fc
+	}
+	dev, err := soft.New(soft.Options{Name: name, Conn: conn})
 	if err != nil {
 		c.Close()
 		return nil, err
