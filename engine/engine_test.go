@@ -423,3 +423,39 @@ func TestPostInWrongState(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestDeregRevokes: deregistering the target MR in the middle of a WRITE and
+// of a READ fails them with a remote access error.
+func TestDeregRevokes(t *testing.T) {
+	for _, op := range []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead} {
+		l := newLink(t)
+		a, b := newSide(t, l.a, verbs.QPTRC, 1<<20), newSide(t, l.b, verbs.QPTRC, 1<<20)
+		connectRC(t, a, b, verbs.MTU1024)
+		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: op, Flags: verbs.SendSignaled, SGList: a.sge(0, 1<<20), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+		must(t, err)
+		// Let a few packets through, then revoke.
+		buf := make([]byte, wire.MaxPMTU+128)
+		sends := 5
+		if op == verbs.WRRDMARead {
+			sends = 1
+		}
+		for i := 0; i < sends; i++ {
+			n, _, ok := l.a.Output(l.now, buf)
+			if !ok {
+				t.Fatal("nothing to send")
+			}
+			l.b.Input(l.now, buf[:n], l.a.Local(), wire.RoCEv2Port)
+		}
+		for i := 0; i < 5 && op == verbs.WRRDMARead; i++ {
+			n, _, ok := l.b.Output(l.now, buf)
+			if ok {
+				l.a.Input(l.now, buf[:n], l.b.Local(), wire.RoCEv2Port)
+			}
+		}
+		must(t, b.mr.Deregister())
+		wcs := collect(l, t, a.scq, 1)
+		if wcs[0].Status != verbs.WCRemAccessErr {
+			t.Errorf("%v: %+v, want REM_ACCESS_ERR", op, wcs[0])
+		}
+	}
+}

@@ -23,6 +23,7 @@ type respItem struct {
 	syn   wire.Syndrome
 	msn   uint32
 	data  []byte // READ: the bytes to return
+	rkey  uint32 // READ: its R_Key, checked before every response packet
 	npkts uint32
 	sent  uint32
 	orig  uint64 // atomic: the value before the operation
@@ -49,6 +50,7 @@ type responder struct {
 	recv    *recvSlot
 	recvOff uint32
 	wdst    []byte
+	wkey    uint32 // R_Key of the WRITE in progress: checked on every packet
 	woff    uint32
 	wlen    uint32
 
@@ -185,7 +187,11 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 				qp.respFatal(psn, wire.NAKRemoteAccess)
 				return
 			}
-			r.wdst, r.woff, r.wlen, r.inMsg = dst, 0, reth.DMALen(), wire.OpWrite
+			r.wdst, r.wkey, r.woff, r.wlen, r.inMsg = dst, reth.RKey(), 0, reth.DMALen(), wire.OpWrite
+		} else if r.wlen > 0 && qp.e.MRs.lookup(r.wkey) == nil {
+			// Deregistered while the WRITE was under way: access revoked.
+			qp.respFatal(psn, wire.NAKRemoteAccess)
+			return
 		}
 		pl := p.Payload()
 		if uint64(r.woff)+uint64(len(pl)) > uint64(len(r.wdst)) || (ends && r.woff+uint32(len(pl)) != r.wlen) {
@@ -217,7 +223,7 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 		n := (reth.DMALen() + uint32(qp.mtu) - 1) / uint32(qp.mtu)
 		n = max(n, 1)
 		r.msn++
-		r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, data: data, npkts: n})
+		r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, data: data, rkey: reth.RKey(), npkts: n})
 		r.epsn = psn.Add(n)
 		return
 	case wire.OpCompareSwap, wire.OpFetchAdd:
@@ -284,7 +290,7 @@ func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 			return
 		}
 		n := max((reth.DMALen()+uint32(qp.mtu)-1)/uint32(qp.mtu), 1)
-		r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, data: data, npkts: n})
+		r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, data: data, rkey: reth.RKey(), npkts: n})
 	case wire.OpCompareSwap, wire.OpFetchAdd:
 		for _, a := range r.replay {
 			if a.valid && a.psn == psn {
@@ -318,6 +324,17 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 		h.AtomicAck = it.orig
 	case itemRead:
 		k := it.sent
+		if len(it.data) > 0 && qp.e.MRs.lookup(it.rkey) == nil {
+			// Deregistered while the READ was answered: access revoked.
+			h.Opcode, h.PSN = wire.RCAcknowledge, it.psn.Add(k)
+			h.AETH = wire.AETHFields{Syndrome: wire.NAKRemoteAccess, MSN: it.msn}
+			qp.e.stats.NAKsSent++
+			n := qp.e.finish(buf, 0, qp.remote, qp.sport)
+			r.qh = r.qt // nothing more goes out
+			qp.setError()
+			qp.lastDst = qp.remote
+			return n, true
+		}
 		h.PSN = it.psn.Add(k)
 		switch {
 		case it.npkts == 1:
