@@ -212,6 +212,26 @@ func checksumFold(s uint64) uint16 {
 }
 
 // Frame is a parsed RoCEv2 frame or IP datagram: offsets into Buf.
+//
+// ParseFrame and ParseIP fill it as far as they get, also when they return an
+// error; a field they did not reach is zero (their doc comments list what each
+// error leaves). After success IPVersion, L3, L4 and End are all set. After an
+// error:
+//
+//   - HasVLAN and VLAN describe the first VLAN tag once it has been read.
+//   - L3 is set once the link-layer header has been walked (it is 0 for
+//     ParseIP), IPVersion once the IP version field has been read (4 or 6).
+//   - L4 and End are set together, or both left 0. They are set when the IP
+//     header says that a UDP header follows it (IPv4: protocol UDP, a header
+//     length of at least 20 bytes and a zero fragment offset; IPv6: next
+//     header UDP) and Buf holds that UDP header, which is at L3 plus the IPv4
+//     header length, options included, or at L3+40. Then L3 < L4 and
+//     L4+UDPLen <= End <= len(Buf): End is where the IP length says the UDP
+//     payload ends, or where the UDP length says if that is shorter (and at
+//     least UDPLen), but never before L4+UDPLen nor after len(Buf).
+//
+// The accessors below may be called only when L4 is set (after success, or an
+// error that leaves L4 non-zero); IPv4 and IPv6 return nil when it is not.
 type Frame struct {
 	Buf       []byte
 	VLAN      uint16 // VLAN ID of the outermost tag, when HasVLAN
@@ -228,17 +248,19 @@ func (f *Frame) IPUDP() []byte { return f.Buf[f.L3 : f.L4+UDPLen] }
 // UDP returns the UDP header.
 func (f *Frame) UDP() UDP { return UDP(f.Buf[f.L4 : f.L4+UDPLen]) }
 
-// IPv4 returns the IPv4 header, or nil.
+// IPv4 returns the IPv4 header (options included), or nil when the frame is
+// not IPv4 or L4 is not set.
 func (f *Frame) IPv4() IPv4 {
-	if f.IPVersion != 4 {
+	if f.IPVersion != 4 || f.L4 == 0 {
 		return nil
 	}
 	return IPv4(f.Buf[f.L3:f.L4])
 }
 
-// IPv6 returns the IPv6 header, or nil.
+// IPv6 returns the IPv6 header, or nil when the frame is not IPv6 or L4 is
+// not set.
 func (f *Frame) IPv6() IPv6 {
-	if f.IPVersion != 6 {
+	if f.IPVersion != 6 || f.L4 == 0 {
 		return nil
 	}
 	return IPv6(f.Buf[f.L3:f.L4])
@@ -265,6 +287,18 @@ func (f *Frame) Transport() []byte { return f.Buf[f.L4+UDPLen : f.End] }
 
 // ParseFrame parses an Ethernet II frame (with up to two VLAN tags) carrying a
 // RoCEv2 datagram; see ParseIP for what is checked after the Ethernet header.
+//
+// On an error f holds what was parsed before it (see Frame):
+//
+//   - ErrFrameTruncated in the Ethernet header or a VLAN tag (a tag needs its
+//     TCI and the EtherType after it): Buf, and HasVLAN and VLAN when a whole
+//     first tag came before the cut; L3 is 0.
+//   - ErrNotIP because the EtherType after at most two tags is neither IPv4
+//     nor IPv6 (a third tag counts as not IP): HasVLAN, VLAN and L3, the
+//     offset after that EtherType.
+//   - Every other error is the IP datagram's at L3: HasVLAN, VLAN and L3 are
+//     set, and the rest as ParseIP describes, offsets counted from the start
+//     of the frame.
 func ParseFrame(b []byte, f *Frame) error {
 	*f = Frame{Buf: b}
 	if len(b) < EthernetLen {
@@ -283,6 +317,7 @@ func ParseFrame(b []byte, f *Frame) error {
 		et = binary.BigEndian.Uint16(b[off:])
 	}
 	off += 2
+	f.L3 = off
 	switch et {
 	case EtherTypeIPv4, EtherTypeIPv6:
 	default:
@@ -296,40 +331,61 @@ func ParseFrame(b []byte, f *Frame) error {
 // the datagram is UDP to port 4791 and that the lengths agree; bytes after the
 // IP total length (Ethernet padding) are ignored. It does not verify the UDP
 // checksum (see Frame.CheckUDPChecksum) or the ICRC.
+//
+// The checks run in the order below, and the first that fails is returned.
+// f then holds what was parsed before it; L3 is always 0, HasVLAN false, and
+// L4 and End are set (or not) as Frame describes:
+//
+//   - ErrFrameTruncated: b is empty (nothing else set), or shorter than the
+//     fixed IPv4 or IPv6 header (IPVersion set).
+//   - ErrNotIP: the version is neither 4 nor 6; IPVersion is 0.
+//   - ErrIPOptions (IPv4 header length not 20 bytes), ErrIPChecksum,
+//     ErrIPFragment: IPVersion 4; L4 and End when the header says UDP, the
+//     header length is at least 20, the fragment offset is 0 (a first
+//     fragment has the UDP header) and b holds the UDP header at L3 plus the
+//     header length. The checks below them, the UDP port's included, have not
+//     been made.
+//   - ErrNotUDP: IPVersion; L4 and End are 0.
+//   - ErrIPLength (IPv4 total length below 28 bytes or past the end of b;
+//     IPv6 payload length below 8 or past the end of b): IPVersion, L4 (L3+20
+//     or L3+40) and End when b holds the UDP header. The UDP port has not been
+//     checked.
+//   - ErrUDPLength (the UDP length is not the IP payload length): every
+//     field; End as Frame describes. The UDP port has not been checked.
+//   - ErrNotRoCEv2: every field, as after success.
 func ParseIP(b []byte, f *Frame) error {
 	*f = Frame{Buf: b}
 	return parseIP(b, 0, f)
 }
 
 func parseIP(b []byte, off int, f *Frame) error {
+	f.L3 = off
 	if len(b) < off+1 {
 		return ErrFrameTruncated
 	}
-	f.L3 = off
-	var payloadEnd int
+	var l4, payloadEnd int
 	switch b[off] >> 4 {
 	case 4:
+		f.IPVersion = 4
 		if len(b) < off+IPv4Len {
 			return ErrFrameTruncated
 		}
 		ip := IPv4(b[off:])
-		if ip.HeaderLen() != IPv4Len {
-			return ErrIPOptions
-		}
-		if !ip.ChecksumOK() {
-			return ErrIPChecksum
-		}
-		if ip.Fragment() {
-			return ErrIPFragment
-		}
-		if ip.Protocol() != IPProtocolUDP {
+		switch {
+		case ip.HeaderLen() != IPv4Len:
+			return f.locateUDP(ErrIPOptions)
+		case !ip.ChecksumOK():
+			return f.locateUDP(ErrIPChecksum)
+		case ip.Fragment():
+			return f.locateUDP(ErrIPFragment)
+		case ip.Protocol() != IPProtocolUDP:
 			return ErrNotUDP
+		case ip.TotalLen() < IPv4UDPLen || off+ip.TotalLen() > len(b):
+			return f.locateUDP(ErrIPLength)
 		}
-		if ip.TotalLen() < IPv4UDPLen || off+ip.TotalLen() > len(b) {
-			return ErrIPLength
-		}
-		f.IPVersion, f.L4, payloadEnd = 4, off+IPv4Len, off+ip.TotalLen()
+		l4, payloadEnd = off+IPv4Len, off+ip.TotalLen()
 	case 6:
+		f.IPVersion = 6
 		if len(b) < off+IPv6Len {
 			return ErrFrameTruncated
 		}
@@ -338,21 +394,48 @@ func parseIP(b []byte, off int, f *Frame) error {
 			return ErrNotUDP
 		}
 		if ip.PayloadLen() < UDPLen || off+IPv6Len+ip.PayloadLen() > len(b) {
-			return ErrIPLength
+			return f.locateUDP(ErrIPLength)
 		}
-		f.IPVersion, f.L4, payloadEnd = 6, off+IPv6Len, off+IPv6Len+ip.PayloadLen()
+		l4, payloadEnd = off+IPv6Len, off+IPv6Len+ip.PayloadLen()
 	default:
 		return ErrNotIP
 	}
-	u := UDP(b[f.L4:])
-	if u.Length() != payloadEnd-f.L4 {
-		return ErrUDPLength
+	u := UDP(b[l4:])
+	if u.Length() != payloadEnd-l4 {
+		return f.locateUDP(ErrUDPLength)
 	}
+	f.L4, f.End = l4, payloadEnd
 	if u.DstPort() != RoCEv2Port {
 		return ErrNotRoCEv2
 	}
-	f.End = payloadEnd
 	return nil
+}
+
+// locateUDP sets L4 and End, as Frame describes, from the IP header at L3
+// (of version IPVersion, complete in Buf; an IPv6 one with next header UDP),
+// and returns err. It runs on the error paths only, so that a valid frame
+// pays nothing for it.
+func (f *Frame) locateUDP(err error) error {
+	b := f.Buf
+	var l4, ipEnd int
+	if f.IPVersion == 4 {
+		ip := IPv4(b[f.L3:])
+		if ip.HeaderLen() < IPv4Len || ip.Protocol() != IPProtocolUDP || binary.BigEndian.Uint16(ip[6:])&ipv4OffsetMask != 0 {
+			return err // no UDP header follows: not UDP, or a later fragment
+		}
+		l4, ipEnd = f.L3+ip.HeaderLen(), f.L3+ip.TotalLen()
+	} else {
+		l4, ipEnd = f.L3+IPv6Len, f.L3+IPv6Len+IPv6(b[f.L3:]).PayloadLen()
+	}
+	if len(b) < l4+UDPLen {
+		return err
+	}
+	end := ipEnd
+	if n := UDP(b[l4:]).Length(); n >= UDPLen && l4+n < end {
+		end = l4 + n
+	}
+	f.L4, f.End = l4, min(max(end, l4+UDPLen), len(b))
+	return err
 }
 
 // CheckUDPChecksum verifies the UDP checksum. A zero checksum (none) is
