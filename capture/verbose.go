@@ -3,6 +3,7 @@ package capture
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"net/netip"
 	"time"
 
 	"github.com/goroce/goroce/wire"
@@ -30,32 +31,81 @@ func AppendVerbose(b []byte, p *Packet) []byte {
 	b = appendTransportVerbose(b, p)
 	switch p.ICRC {
 	case ICRCOK:
-		b = append(b, "    ICRC: "...)
-		b = hex.AppendEncode(b, p.ICRCBytes())
+		b = hex.AppendEncode(field(b, 1, "ICRC"), p.ICRCBytes())
 		b = append(b, " (correct)\n"...)
 	case ICRCBad:
-		b = append(b, "    ICRC: "...)
-		b = hex.AppendEncode(b, p.ICRCBytes())
+		b = hex.AppendEncode(field(b, 1, "ICRC"), p.ICRCBytes())
 		b = append(b, " (BAD, should be "...)
 		b = appendICRCHex(b, p.ICRCWant)
 		b = append(b, ")\n"...)
 	default:
-		b = append(b, "    ICRC: not checked\n"...)
+		b = line(b, 1, "ICRC: not checked\n")
 	}
 	if p.Err != nil {
-		b = append(b, "    MALFORMED: "...)
-		b = append(b, p.Err.Error()...)
+		b = append(field(b, 1, "MALFORMED"), p.Err.Error()...)
 		b = append(b, '\n')
 	}
 	return b
 }
 
-func line(b []byte, indent int, label string) []byte {
+// line appends indent levels of four spaces and then text.
+func line(b []byte, indent int, text string) []byte {
 	for i := 0; i < indent; i++ {
 		b = append(b, "    "...)
 	}
-	b = append(b, label...)
-	return b
+	return append(b, text...)
+}
+
+// heading appends a header's name on a line of its own.
+func heading(b []byte, indent int, name string) []byte {
+	return append(line(b, indent, name), '\n')
+}
+
+// field appends "label: " for the caller to append the value and the newline.
+// The field helpers below append a whole line.
+func field(b []byte, indent int, label string) []byte {
+	return append(line(b, indent, label), ": "...)
+}
+
+func fieldUint(b []byte, indent int, label string, v uint64) []byte {
+	return append(appendUint(field(b, indent, label), v), '\n')
+}
+
+func fieldInt(b []byte, indent int, label string, v int) []byte {
+	return append(appendInt(field(b, indent, label), v), '\n')
+}
+
+// fieldHex appends v as 0x and at least digits hex digits.
+func fieldHex(b []byte, indent int, label string, v uint64, digits int) []byte {
+	return append(appendHex(field(b, indent, label), v, digits), '\n')
+}
+
+func fieldBit(b []byte, indent int, label string, v bool) []byte {
+	return append(appendBit(field(b, indent, label), v), '\n')
+}
+
+func fieldAddr(b []byte, indent int, label string, a netip.Addr) []byte {
+	return append(a.AppendTo(field(b, indent, label)), '\n')
+}
+
+func fieldMAC(b []byte, indent int, label string, m []byte) []byte {
+	return append(appendMAC(field(b, indent, label), m), '\n')
+}
+
+// fieldEtherType appends an EtherType in hex with its name, if it has one.
+func fieldEtherType(b []byte, indent int, label string, et uint16) []byte {
+	b = appendHex(field(b, indent, label), uint64(et), 4)
+	return append(append(b, etherTypeName(et)...), '\n')
+}
+
+// fieldDSCP appends a TOS or traffic class byte and its DSCP and ECN parts.
+func fieldDSCP(b []byte, indent int, label string, v uint8) []byte {
+	b = appendHex(field(b, indent, label), uint64(v), 2)
+	b = append(b, " (DSCP "...)
+	b = appendUint(b, uint64(v>>2))
+	b = append(b, ", ECN "...)
+	b = appendUint(b, uint64(v&3))
+	return append(b, ")\n"...)
 }
 
 func appendMAC(b []byte, m []byte) []byte {
@@ -84,8 +134,10 @@ func etherTypeName(et uint16) string {
 
 var sllPacketTypes = [...]string{"to us", "broadcast", "multicast", "to someone else", "sent by us"}
 
-func appendSLLPacketType(b []byte, t uint16) []byte {
-	b = appendUint(b, uint64(t))
+// fieldSLLPacketType appends a cooked capture's packet type with its name, if
+// it has one.
+func fieldSLLPacketType(b []byte, indent int, t uint16) []byte {
+	b = appendUint(field(b, indent, "packet type"), uint64(t))
 	if int(t) < len(sllPacketTypes) {
 		b = append(b, " ("...)
 		b = append(b, sllPacketTypes[t]...)
@@ -94,27 +146,21 @@ func appendSLLPacketType(b []byte, t uint16) []byte {
 	return append(b, '\n')
 }
 
-func appendLinkAddr(b []byte, addr []byte, n int) []byte {
-	n = min(n, len(addr))
-	return appendMAC(b, addr[:n])
-}
+// linkAddr returns the first n bytes of a cooked capture's address field.
+func linkAddr(addr []byte, n int) []byte { return addr[:min(n, len(addr))] }
 
 func appendLinkVerbose(b []byte, p *Packet) []byte {
 	d := p.Data[:p.Frame.L3]
+	be := binary.BigEndian
 	switch p.LinkType {
 	case LinkEthernet:
-		e := wire.Ethernet(d)
-		b = line(b, 1, "Ethernet II\n")
-		b = line(b, 2, "destination: ")
-		b = appendMAC(b, d[0:6])
-		b = append(b, '\n')
-		b = line(b, 2, "source: ")
-		b = appendMAC(b, d[6:12])
-		b = append(b, '\n')
+		b = heading(b, 1, "Ethernet II")
+		b = fieldMAC(b, 2, "destination", d[0:6])
+		b = fieldMAC(b, 2, "source", d[6:12])
 		off := 12
-		for et := e.EtherType(); (et == wire.EtherTypeVLAN || et == wire.EtherTypeQinQ) && off+6 <= len(d); et = binary.BigEndian.Uint16(d[off:]) {
-			tci := binary.BigEndian.Uint16(d[off+2:])
-			b = line(b, 2, "VLAN tag: TPID ")
+		for et := wire.Ethernet(d).EtherType(); (et == wire.EtherTypeVLAN || et == wire.EtherTypeQinQ) && off+6 <= len(d); et = be.Uint16(d[off:]) {
+			tci := be.Uint16(d[off+2:])
+			b = append(field(b, 2, "VLAN tag"), "TPID "...)
 			b = appendHex(b, uint64(et), 4)
 			b = append(b, etherTypeName(et)...)
 			b = append(b, ", PCP "...)
@@ -126,46 +172,22 @@ func appendLinkVerbose(b []byte, p *Packet) []byte {
 			b = append(b, '\n')
 			off += wire.VLANTagLen
 		}
-		et := binary.BigEndian.Uint16(d[off:])
-		b = line(b, 2, "type: ")
-		b = appendHex(b, uint64(et), 4)
-		b = append(b, etherTypeName(et)...)
-		b = append(b, '\n')
+		b = fieldEtherType(b, 2, "type", be.Uint16(d[off:]))
 	case LinkSLL:
-		b = line(b, 1, "Linux cooked capture v1\n")
-		b = line(b, 2, "packet type: ")
-		b = appendSLLPacketType(b, binary.BigEndian.Uint16(d))
-		b = line(b, 2, "ARPHRD type: ")
-		b = appendUint(b, uint64(binary.BigEndian.Uint16(d[2:])))
-		b = append(b, '\n')
-		b = line(b, 2, "address: ")
-		b = appendLinkAddr(b, d[6:14], int(binary.BigEndian.Uint16(d[4:])))
-		b = append(b, '\n')
-		b = line(b, 2, "protocol: ")
-		et := binary.BigEndian.Uint16(d[14:])
-		b = appendHex(b, uint64(et), 4)
-		b = append(b, etherTypeName(et)...)
-		b = append(b, '\n')
+		b = heading(b, 1, "Linux cooked capture v1")
+		b = fieldSLLPacketType(b, 2, be.Uint16(d))
+		b = fieldUint(b, 2, "ARPHRD type", uint64(be.Uint16(d[2:])))
+		b = fieldMAC(b, 2, "address", linkAddr(d[6:14], int(be.Uint16(d[4:]))))
+		b = fieldEtherType(b, 2, "protocol", be.Uint16(d[14:]))
 	case LinkSLL2:
-		b = line(b, 1, "Linux cooked capture v2\n")
-		b = line(b, 2, "protocol: ")
-		et := binary.BigEndian.Uint16(d)
-		b = appendHex(b, uint64(et), 4)
-		b = append(b, etherTypeName(et)...)
-		b = append(b, '\n')
-		b = line(b, 2, "interface index: ")
-		b = appendUint(b, uint64(binary.BigEndian.Uint32(d[4:])))
-		b = append(b, '\n')
-		b = line(b, 2, "ARPHRD type: ")
-		b = appendUint(b, uint64(binary.BigEndian.Uint16(d[8:])))
-		b = append(b, '\n')
-		b = line(b, 2, "packet type: ")
-		b = appendSLLPacketType(b, uint16(d[10]))
-		b = line(b, 2, "address: ")
-		b = appendLinkAddr(b, d[12:20], int(d[11]))
-		b = append(b, '\n')
+		b = heading(b, 1, "Linux cooked capture v2")
+		b = fieldEtherType(b, 2, "protocol", be.Uint16(d))
+		b = fieldUint(b, 2, "interface index", uint64(be.Uint32(d[4:])))
+		b = fieldUint(b, 2, "ARPHRD type", uint64(be.Uint16(d[8:])))
+		b = fieldSLLPacketType(b, 2, uint16(d[10]))
+		b = fieldMAC(b, 2, "address", linkAddr(d[12:20], int(d[11])))
 	default:
-		b = line(b, 1, "raw IP (no link-layer header)\n")
+		b = heading(b, 1, "raw IP (no link-layer header)")
 	}
 	return b
 }
@@ -173,245 +195,130 @@ func appendLinkVerbose(b []byte, p *Packet) []byte {
 func appendIPVerbose(b []byte, p *Packet) []byte {
 	f := &p.Frame
 	if ip := f.IPv4(); ip != nil {
-		b = line(b, 1, "IPv4\n")
-		b = line(b, 2, "version: 4\n")
-		b = line(b, 2, "header length: ")
-		b = appendInt(b, ip.HeaderLen())
-		b = append(b, '\n')
-		b = line(b, 2, "TOS: ")
-		b = appendHex(b, uint64(ip.TOS()), 2)
-		b = append(b, " (DSCP "...)
-		b = appendUint(b, uint64(ip.TOS()>>2))
-		b = append(b, ", ECN "...)
-		b = appendUint(b, uint64(ip.TOS()&3))
-		b = append(b, ")\n"...)
-		b = line(b, 2, "total length: ")
-		b = appendInt(b, ip.TotalLen())
-		b = append(b, '\n')
-		b = line(b, 2, "ID: ")
-		b = appendHex(b, uint64(ip.ID()), 4)
-		b = append(b, '\n')
 		flags := binary.BigEndian.Uint16(ip[6:])
-		b = line(b, 2, "DF: ")
-		b = appendBit(b, ip.DF())
-		b = append(b, '\n')
-		b = line(b, 2, "MF: ")
-		b = appendBit(b, flags&0x2000 != 0)
-		b = append(b, '\n')
-		b = line(b, 2, "fragment offset: ")
-		b = appendUint(b, uint64(flags&0x1FFF)*8)
-		b = append(b, '\n')
-		b = line(b, 2, "TTL: ")
-		b = appendUint(b, uint64(ip.TTL()))
-		b = append(b, '\n')
-		b = line(b, 2, "protocol: ")
-		b = appendUint(b, uint64(ip.Protocol()))
-		b = append(b, " (UDP)\n"...)
-		b = line(b, 2, "header checksum: ")
-		b = appendHex(b, uint64(ip.Checksum()), 4)
+		b = heading(b, 1, "IPv4")
+		b = fieldUint(b, 2, "version", 4)
+		b = fieldInt(b, 2, "header length", ip.HeaderLen())
+		b = fieldDSCP(b, 2, "TOS", ip.TOS())
+		b = fieldInt(b, 2, "total length", ip.TotalLen())
+		b = fieldHex(b, 2, "ID", uint64(ip.ID()), 4)
+		b = fieldBit(b, 2, "DF", ip.DF())
+		b = fieldBit(b, 2, "MF", flags&0x2000 != 0)
+		b = fieldUint(b, 2, "fragment offset", uint64(flags&0x1FFF)*8)
+		b = fieldUint(b, 2, "TTL", uint64(ip.TTL()))
+		b = append(appendUint(field(b, 2, "protocol"), uint64(ip.Protocol())), " (UDP)\n"...)
+		b = appendHex(field(b, 2, "header checksum"), uint64(ip.Checksum()), 4)
 		if ip.ChecksumOK() {
 			b = append(b, " (correct)\n"...)
 		} else {
 			b = append(b, " (BAD)\n"...)
 		}
-		b = line(b, 2, "source: ")
-		b = ip.Src().AppendTo(b)
-		b = append(b, '\n')
-		b = line(b, 2, "destination: ")
-		b = ip.Dst().AppendTo(b)
-		return append(b, '\n')
+		b = fieldAddr(b, 2, "source", ip.Src())
+		return fieldAddr(b, 2, "destination", ip.Dst())
 	}
 	ip := f.IPv6()
-	b = line(b, 1, "IPv6\n")
-	b = line(b, 2, "version: 6\n")
-	b = line(b, 2, "traffic class: ")
-	b = appendHex(b, uint64(ip.TrafficClass()), 2)
-	b = append(b, " (DSCP "...)
-	b = appendUint(b, uint64(ip.TrafficClass()>>2))
-	b = append(b, ", ECN "...)
-	b = appendUint(b, uint64(ip.TrafficClass()&3))
-	b = append(b, ")\n"...)
-	b = line(b, 2, "flow label: ")
-	b = appendHex(b, uint64(ip.FlowLabel()), 5)
-	b = append(b, '\n')
-	b = line(b, 2, "payload length: ")
-	b = appendInt(b, ip.PayloadLen())
-	b = append(b, '\n')
-	b = line(b, 2, "next header: ")
-	b = appendUint(b, uint64(ip.NextHeader()))
-	b = append(b, " (UDP)\n"...)
-	b = line(b, 2, "hop limit: ")
-	b = appendUint(b, uint64(ip.HopLimit()))
-	b = append(b, '\n')
-	b = line(b, 2, "source: ")
-	b = ip.Src().AppendTo(b)
-	b = append(b, '\n')
-	b = line(b, 2, "destination: ")
-	b = ip.Dst().AppendTo(b)
-	return append(b, '\n')
+	b = heading(b, 1, "IPv6")
+	b = fieldUint(b, 2, "version", 6)
+	b = fieldDSCP(b, 2, "traffic class", ip.TrafficClass())
+	b = fieldHex(b, 2, "flow label", uint64(ip.FlowLabel()), 5)
+	b = fieldInt(b, 2, "payload length", ip.PayloadLen())
+	b = append(appendUint(field(b, 2, "next header"), uint64(ip.NextHeader())), " (UDP)\n"...)
+	b = fieldUint(b, 2, "hop limit", uint64(ip.HopLimit()))
+	b = fieldAddr(b, 2, "source", ip.Src())
+	return fieldAddr(b, 2, "destination", ip.Dst())
 }
 
 func appendUDPVerbose(b []byte, p *Packet) []byte {
 	u := p.Frame.UDP()
-	b = line(b, 1, "UDP\n")
-	b = line(b, 2, "source port: ")
-	b = appendUint(b, uint64(u.SrcPort()))
-	b = append(b, '\n')
-	b = line(b, 2, "destination port: ")
-	b = appendUint(b, uint64(u.DstPort()))
-	b = append(b, " (RoCEv2)\n"...)
-	b = line(b, 2, "length: ")
-	b = appendInt(b, u.Length())
-	b = append(b, '\n')
-	b = line(b, 2, "checksum: ")
-	b = appendHex(b, uint64(u.Checksum()), 4)
+	b = heading(b, 1, "UDP")
+	b = fieldUint(b, 2, "source port", uint64(u.SrcPort()))
+	b = append(appendUint(field(b, 2, "destination port"), uint64(u.DstPort())), " (RoCEv2)\n"...)
+	b = fieldInt(b, 2, "length", u.Length())
+	b = appendHex(field(b, 2, "checksum"), uint64(u.Checksum()), 4)
 	switch {
 	case u.Checksum() == 0:
-		b = append(b, " (none)\n"...)
+		return append(b, " (none)\n"...)
 	case p.Truncated():
-		b = append(b, " (not checked)\n"...)
+		return append(b, " (not checked)\n"...)
 	case p.Frame.CheckUDPChecksum() == nil:
-		b = append(b, " (correct)\n"...)
-	default:
-		// Not counted as malformed: senders with checksum offload capture
-		// their own packets before the NIC fills the checksum in.
-		b = append(b, " (incorrect)\n"...)
+		return append(b, " (correct)\n"...)
 	}
-	return b
+	// Not counted as malformed: senders with checksum offload capture their
+	// own packets before the NIC fills the checksum in.
+	return append(b, " (incorrect)\n"...)
 }
 
 func appendTransportVerbose(b []byte, p *Packet) []byte {
 	bth := p.BTH()
 	if bth == nil {
-		b = line(b, 1, "transport: ")
-		b = appendInt(b, len(p.Transport))
+		b = appendInt(field(b, 1, "transport"), len(p.Transport))
 		return append(b, " bytes, too short for a BTH\n"...)
 	}
-	b = line(b, 1, "BTH\n")
-	b = line(b, 2, "opcode: ")
-	b = appendHex(b, uint64(bth.Opcode()), 2)
-	b = append(b, ' ')
-	b = append(b, opcodeName(p, bth)...)
-	b = append(b, '\n')
-	b = line(b, 2, "solicited event: ")
-	b = appendBit(b, bth.SE())
-	b = append(b, '\n')
-	b = line(b, 2, "migration request: ")
-	b = appendBit(b, bth.MigReq())
-	b = append(b, '\n')
-	b = line(b, 2, "pad count: ")
-	b = appendInt(b, bth.PadCount())
-	b = append(b, '\n')
-	b = line(b, 2, "transport version: ")
-	b = appendUint(b, uint64(bth.TVer()))
-	b = append(b, '\n')
-	b = line(b, 2, "partition key: ")
-	b = appendHex(b, uint64(bth.PKey()), 4)
-	b = append(b, '\n')
-	b = line(b, 2, "FECN: ")
-	b = appendBit(b, bth.FECN())
-	b = append(b, '\n')
-	b = line(b, 2, "BECN: ")
-	b = appendBit(b, bth.BECN())
-	b = append(b, '\n')
-	b = line(b, 2, "reserved (6 bits): ")
-	b = appendHex(b, uint64(bth.Resv6a()), 2)
-	b = append(b, '\n')
-	b = line(b, 2, "destination QP: ")
-	b = appendHex(b, uint64(bth.DestQP()), 6)
-	b = append(b, '\n')
-	b = line(b, 2, "ack request: ")
-	b = appendBit(b, bth.AckReq())
-	b = append(b, '\n')
-	b = line(b, 2, "reserved (7 bits): ")
-	b = appendHex(b, uint64(bth.Resv7()), 2)
-	b = append(b, '\n')
-	b = line(b, 2, "PSN: ")
-	b = appendUint(b, uint64(bth.PSN()))
-	b = append(b, " ("...)
-	b = appendHex(b, uint64(bth.PSN()), 6)
+	b = heading(b, 1, "BTH")
+	b = appendHex(field(b, 2, "opcode"), uint64(bth.Opcode()), 2)
+	b = append(append(append(b, ' '), opcodeName(p, bth)...), '\n')
+	b = fieldBit(b, 2, "solicited event", bth.SE())
+	b = fieldBit(b, 2, "migration request", bth.MigReq())
+	b = fieldInt(b, 2, "pad count", bth.PadCount())
+	b = fieldUint(b, 2, "transport version", uint64(bth.TVer()))
+	b = fieldHex(b, 2, "partition key", uint64(bth.PKey()), 4)
+	b = fieldBit(b, 2, "FECN", bth.FECN())
+	b = fieldBit(b, 2, "BECN", bth.BECN())
+	b = fieldHex(b, 2, "reserved (6 bits)", uint64(bth.Resv6a()), 2)
+	b = fieldHex(b, 2, "destination QP", uint64(bth.DestQP()), 6)
+	b = fieldBit(b, 2, "ack request", bth.AckReq())
+	b = fieldHex(b, 2, "reserved (7 bits)", uint64(bth.Resv7()), 2)
+	b = appendUint(field(b, 2, "PSN"), uint64(bth.PSN()))
+	b = appendHex(append(b, " ("...), uint64(bth.PSN()), 6)
 	b = append(b, ")\n"...)
 	if !p.Parsed {
 		return b
 	}
 	w := &p.Wire
 	if h := w.RDETH(); h != nil {
-		b = line(b, 1, "RDETH\n")
-		b = line(b, 2, "EE context: ")
-		b = appendHex(b, uint64(h.EEC()), 6)
-		b = append(b, '\n')
+		b = heading(b, 1, "RDETH")
+		b = fieldHex(b, 2, "EE context", uint64(h.EEC()), 6)
 	}
 	if h := w.DETH(); h != nil {
-		b = line(b, 1, "DETH\n")
-		b = line(b, 2, "Q_Key: ")
-		b = appendHex(b, uint64(h.QKey()), 8)
-		b = append(b, '\n')
-		b = line(b, 2, "reserved: ")
-		b = appendHex(b, uint64(h.Reserved()), 2)
-		b = append(b, '\n')
-		b = line(b, 2, "source QP: ")
-		b = appendHex(b, uint64(h.SrcQP()), 6)
-		b = append(b, '\n')
+		b = heading(b, 1, "DETH")
+		b = fieldHex(b, 2, "Q_Key", uint64(h.QKey()), 8)
+		b = fieldHex(b, 2, "reserved", uint64(h.Reserved()), 2)
+		b = fieldHex(b, 2, "source QP", uint64(h.SrcQP()), 6)
 	}
 	if h := w.RETH(); h != nil {
-		b = line(b, 1, "RETH\n")
-		b = line(b, 2, "virtual address: ")
-		b = appendHex(b, h.VA(), 16)
-		b = append(b, '\n')
-		b = line(b, 2, "R_Key: ")
-		b = appendHex(b, uint64(h.RKey()), 8)
-		b = append(b, '\n')
-		b = line(b, 2, "DMA length: ")
-		b = appendUint(b, uint64(h.DMALen()))
-		b = append(b, '\n')
+		b = heading(b, 1, "RETH")
+		b = fieldHex(b, 2, "virtual address", h.VA(), 16)
+		b = fieldHex(b, 2, "R_Key", uint64(h.RKey()), 8)
+		b = fieldUint(b, 2, "DMA length", uint64(h.DMALen()))
 	}
 	if h := w.AtomicETH(); h != nil {
-		b = line(b, 1, "AtomicETH\n")
-		b = line(b, 2, "virtual address: ")
-		b = appendHex(b, h.VA(), 16)
-		b = append(b, '\n')
-		b = line(b, 2, "R_Key: ")
-		b = appendHex(b, uint64(h.RKey()), 8)
-		b = append(b, '\n')
+		b = heading(b, 1, "AtomicETH")
+		b = fieldHex(b, 2, "virtual address", h.VA(), 16)
+		b = fieldHex(b, 2, "R_Key", uint64(h.RKey()), 8)
+		data := "swap data"
 		if w.Info.Operation == wire.OpFetchAdd {
-			b = line(b, 2, "add data: ")
-		} else {
-			b = line(b, 2, "swap data: ")
+			data = "add data"
 		}
-		b = appendHex(b, h.SwapAdd(), 16)
-		b = append(b, '\n')
-		b = line(b, 2, "compare data: ")
-		b = appendHex(b, h.Compare(), 16)
-		b = append(b, '\n')
+		b = fieldHex(b, 2, data, h.SwapAdd(), 16)
+		b = fieldHex(b, 2, "compare data", h.Compare(), 16)
 	}
 	if h := w.AETH(); h != nil {
-		b = line(b, 1, "AETH\n")
-		b = line(b, 2, "syndrome: ")
-		b = appendHex(b, uint64(h.Syndrome()), 2)
-		b = append(b, ' ')
-		b = append(b, h.Syndrome().String()...)
-		b = append(b, '\n')
-		b = line(b, 2, "MSN: ")
-		b = appendUint(b, uint64(h.MSN()))
-		b = append(b, '\n')
+		b = heading(b, 1, "AETH")
+		b = appendHex(field(b, 2, "syndrome"), uint64(h.Syndrome()), 2)
+		b = append(append(append(b, ' '), h.Syndrome().String()...), '\n')
+		b = fieldUint(b, 2, "MSN", uint64(h.MSN()))
 	}
 	if h := w.AtomicAckETH(); h != nil {
-		b = line(b, 1, "AtomicAckETH\n")
-		b = line(b, 2, "original remote data: ")
-		b = appendHex(b, h.Orig(), 16)
-		b = append(b, '\n')
+		b = heading(b, 1, "AtomicAckETH")
+		b = fieldHex(b, 2, "original remote data", h.Orig(), 16)
 	}
 	if h := w.ImmDt(); h != nil {
-		b = line(b, 1, "ImmDt\n")
-		b = line(b, 2, "immediate data: ")
-		b = appendHex(b, uint64(h.Imm()), 8)
-		b = append(b, '\n')
+		b = heading(b, 1, "ImmDt")
+		b = fieldHex(b, 2, "immediate data", uint64(h.Imm()), 8)
 	}
 	if h := w.IETH(); h != nil {
-		b = line(b, 1, "IETH\n")
-		b = line(b, 2, "R_Key to invalidate: ")
-		b = appendHex(b, uint64(h.RKey()), 8)
-		b = append(b, '\n')
+		b = heading(b, 1, "IETH")
+		b = fieldHex(b, 2, "R_Key to invalidate", uint64(h.RKey()), 8)
 	}
 	if pad := cnpPad(w); pad != nil {
 		b = line(b, 1, "CNP reserved: 16 bytes")
@@ -420,8 +327,7 @@ func appendTransportVerbose(b []byte, p *Packet) []byte {
 		}
 		b = append(b, '\n')
 	}
-	b = line(b, 1, "payload: ")
-	b = appendInt(b, w.PayloadLen)
+	b = appendInt(field(b, 1, "payload"), w.PayloadLen)
 	b = append(b, " bytes"...)
 	if pad := bth.PadCount(); pad > 0 {
 		b = append(b, " + "...)
