@@ -28,6 +28,9 @@ type command struct {
 var commands = []command{
 	{"demo", "two soft RDMA devices on loopback: every operation, its packets and completions", runDemo},
 	{"decode", "decode RoCEv2 packets in a pcap or pcapng file", runDecode},
+	{"devices", "list RDMA devices (the soft device), as ibv_devices", runDevices},
+	{"devinfo", "show RDMA devices and ports, as ibv_devinfo", runDevinfo},
+	{"pingpong", "rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong, against goroce or rdma-core", runPingpong},
 }
 
 func main() {

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+
+	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/packetio/udp"
+	"github.com/goroce/goroce/provider/soft"
+	"github.com/goroce/goroce/verbs"
+)
+
+// softName is the name of the soft device the commands open.
+const softName = "soft0"
+
+// softConfig says which soft device a command opens: the local IPv4 address
+// it is bound to (default: the machine's first non-loopback IPv4 address on
+// an interface that is up).
+type softConfig struct {
+	addr string
+}
+
+func (c *softConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", "", "local IPv4 address of the soft device "+softName+" (default: the first non-loopback IPv4 address of an interface that is up)")
+}
+
+// resolve returns the device address and the MTU of its interface (0 when no
+// interface holds it).
+func (c *softConfig) resolve() (netip.Addr, int, error) {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return netip.Addr{}, 0, fmt.Errorf("listing network interfaces: %w", err)
+	}
+	if c.addr != "" {
+		a, err := netip.ParseAddr(c.addr)
+		if err != nil {
+			return netip.Addr{}, 0, fmt.Errorf("--addr: %w", err)
+		}
+		a = a.Unmap()
+		if !a.Is4() {
+			return netip.Addr{}, 0, fmt.Errorf("--addr %v: soft devices use IPv4 addresses", a)
+		}
+		for _, ifc := range ifs {
+			for _, x := range ifAddrs(ifc) {
+				if x == a {
+					return a, ifc.MTU, nil
+				}
+			}
+		}
+		return a, 0, nil
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		for _, x := range ifAddrs(ifc) {
+			if x.Is4() && !x.IsLoopback() {
+				return x, ifc.MTU, nil
+			}
+		}
+	}
+	return netip.Addr{}, 0, errors.New("no IPv4 address on an interface that is up: give one with --addr")
+}
+
+func ifAddrs(ifc net.Interface) []netip.Addr {
+	as, err := ifc.Addrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range as {
+		if n, ok := a.(*net.IPNet); ok {
+			if x, ok := netip.AddrFromSlice(n.IP); ok {
+				out = append(out, x.Unmap())
+			}
+		}
+	}
+	return out
+}
+
+// portMTU is the active MTU of a RoCE port on an interface of MTU ifMTU, as
+// the kernel computes it (iboe_get_mtu: the largest IB MTU that fits with the
+// GRH, UDP, BTH, XRC ETH, AtomicETH and ICRC; 1024 on a 1500-byte Ethernet).
+// 0 when the interface is unknown.
+func portMTU(ifMTU int) verbs.MTU {
+	if ifMTU <= 0 {
+		return 0
+	}
+	room := ifMTU - (40 + 8 + 12 + 4 + 28 + 4)
+	for m := verbs.MTU4096; m >= verbs.MTU256; m-- {
+		if m.Bytes() <= room {
+			return m
+		}
+	}
+	return verbs.MTU256
+}
+
+// open creates the soft device. For traffic it listens on UDP port 4791 of
+// the address; for inspection only (devices, devinfo) on a port the kernel
+// chooses, so that it works beside a running goroce.
+func (c *softConfig) open(traffic bool) (*soft.Device, error) {
+	addr, ifMTU, err := c.resolve()
+	if err != nil {
+		return nil, err
+	}
+	uo := udp.Options{}
+	if !traffic {
+		uo = udp.Options{Port: udp.AnyPort, RecvBuffer: -1, SendBuffer: -1, Batch: 1}
+	}
+	conn, err := udp.Listen(addr, uo)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := soft.New(soft.Options{Name: softName, Conn: conn, ActiveMTU: portMTU(ifMTU)})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return dev, nil
+}
+
+// runDevices is `goroce devices`, as ibv_devices.
+func runDevices(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("devices", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sc softConfig
+	sc.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goroce devices [--addr A]\n\nLists the RDMA devices, as ibv_devices: goroce's soft device "+softName+",\nbound to a local IPv4 address, and its node GUID.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	dev, err := sc.open(false)
+	if err != nil {
+		fmt.Fprintln(stderr, "goroce devices:", err)
+		return 1
+	}
+	defer dev.Close()
+	fmt.Fprintf(stdout, "    %-16s\t   node GUID\n", "device")
+	fmt.Fprintf(stdout, "    %-16s\t----------------\n", "------")
+	fmt.Fprintf(stdout, "    %-16s\t%016x\n", dev.Name(), dev.GUID())
+	return 0
+}
+
+// runDevinfo is `goroce devinfo`, as ibv_devinfo.
+func runDevinfo(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("devinfo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sc softConfig
+	sc.register(fs)
+	var devName string
+	var port int
+	var list, verbose bool
+	fs.StringVar(&devName, "d", "", "use device `dev` (default: the first device found)")
+	fs.StringVar(&devName, "ib-dev", "", "same as -d")
+	fs.IntVar(&port, "i", 0, "show port `port` only (default: all ports)")
+	fs.IntVar(&port, "ib-port", 0, "same as -i")
+	fs.BoolVar(&list, "l", false, "print only the device names")
+	fs.BoolVar(&list, "list", false, "same as -l")
+	fs.BoolVar(&verbose, "v", false, "print all the attributes of the device, the GID table included")
+	fs.BoolVar(&verbose, "verbose", false, "same as -v")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goroce devinfo [-d dev] [-i port] [-l] [-v] [--addr A]\n\nPrints the attributes of the RDMA devices and their ports, as ibv_devinfo.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 || port < 0 {
+		fs.Usage()
+		return 2
+	}
+	dev, err := sc.open(false)
+	if err != nil {
+		fmt.Fprintln(stderr, "goroce devinfo:", err)
+		return 1
+	}
+	defer dev.Close()
+	if list {
+		fmt.Fprintf(stdout, "1 HCA found:\n\t%s\n\n", dev.Name())
+		return 0
+	}
+	if devName != "" && devName != dev.Name() {
+		fmt.Fprintf(stderr, "IB device '%s' wasn't found\n", devName)
+		return 1
+	}
+	if err := printDevinfo(stdout, dev, uint8(port), verbose); err != nil {
+		fmt.Fprintln(stderr, "goroce devinfo:", err)
+		return 1
+	}
+	return 0
+}
+
+// printDevinfo prints a device as ibv_devinfo's print_hca_cap does, with the
+// attributes a soft device has.
+func printDevinfo(w io.Writer, dev verbs.Device, port uint8, verbose bool) error {
+	ctx, err := dev.Open()
+	if err != nil {
+		return err
+	}
+	defer ctx.Close()
+	da, err := ctx.QueryDevice()
+	if err != nil {
+		return err
+	}
+	if port != 0 && int(port) > da.PhysPortCnt {
+		return fmt.Errorf("invalid port %d requested for device %s", port, dev.Name())
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "hca_id:\t%s\n", dev.Name())
+	fmt.Fprintf(&b, "\ttransport:\t\t\t%s (%d)\n", "InfiniBand", 0)
+	if da.FWVer != "" {
+		fmt.Fprintf(&b, "\tfw_ver:\t\t\t\t%s\n", da.FWVer)
+	}
+	fmt.Fprintf(&b, "\tnode_guid:\t\t\t%s\n", guidString(da.NodeGUID))
+	fmt.Fprintf(&b, "\tsys_image_guid:\t\t\t%s\n", guidString(da.SysImageGUID))
+	fmt.Fprintf(&b, "\tvendor_id:\t\t\t0x%04x\n", da.VendorID)
+	fmt.Fprintf(&b, "\tvendor_part_id:\t\t\t%d\n", da.VendorPartID)
+	fmt.Fprintf(&b, "\thw_ver:\t\t\t\t0x%X\n", da.HWVer)
+	fmt.Fprintf(&b, "\tphys_port_cnt:\t\t\t%d\n", da.PhysPortCnt)
+	if verbose {
+		fmt.Fprintf(&b, "\tmax_mr_size:\t\t\t0x%x\n", da.MaxMRSize)
+		fmt.Fprintf(&b, "\tmax_qp:\t\t\t\t%d\n", da.MaxQP)
+		fmt.Fprintf(&b, "\tmax_qp_wr:\t\t\t%d\n", da.MaxQPWR)
+		fmt.Fprintf(&b, "\tmax_sge:\t\t\t%d\n", da.MaxSGE)
+		fmt.Fprintf(&b, "\tmax_cq:\t\t\t\t%d\n", da.MaxCQ)
+		fmt.Fprintf(&b, "\tmax_cqe:\t\t\t%d\n", da.MaxCQE)
+		fmt.Fprintf(&b, "\tmax_mr:\t\t\t\t%d\n", da.MaxMR)
+		fmt.Fprintf(&b, "\tmax_pd:\t\t\t\t%d\n", da.MaxPD)
+		fmt.Fprintf(&b, "\tmax_qp_rd_atom:\t\t\t%d\n", da.MaxQPRdAtom)
+		fmt.Fprintf(&b, "\tmax_qp_init_rd_atom:\t\t%d\n", da.MaxQPInitRdAtom)
+		fmt.Fprintf(&b, "\tatomic_cap:\t\t\t%s (%d)\n", atomicCapString(da.AtomicCap), da.AtomicCap)
+		fmt.Fprintf(&b, "\tmax_srq:\t\t\t%d\n", da.MaxSRQ)
+		if da.MaxSRQ != 0 {
+			fmt.Fprintf(&b, "\tmax_srq_wr:\t\t\t%d\n", da.MaxSRQWR)
+		}
+	}
+	for p := 1; p <= da.PhysPortCnt; p++ {
+		if port != 0 && p != int(port) {
+			continue
+		}
+		pa, err := ctx.QueryPort(uint8(p))
+		if err != nil {
+			return fmt.Errorf("failed to query port %d props: %w", p, err)
+		}
+		fmt.Fprintf(&b, "\t\tport:\t%d\n", p)
+		fmt.Fprintf(&b, "\t\t\tstate:\t\t\t%s (%d)\n", pa.State, pa.State)
+		fmt.Fprintf(&b, "\t\t\tmax_mtu:\t\t%s (%d)\n", mtuString(pa.MaxMTU), pa.MaxMTU)
+		fmt.Fprintf(&b, "\t\t\tactive_mtu:\t\t%s (%d)\n", mtuString(pa.ActiveMTU), pa.ActiveMTU)
+		fmt.Fprintf(&b, "\t\t\tsm_lid:\t\t\t%d\n", 0)
+		fmt.Fprintf(&b, "\t\t\tport_lid:\t\t%d\n", pa.LID)
+		fmt.Fprintf(&b, "\t\t\tport_lmc:\t\t0x%02x\n", 0)
+		fmt.Fprintf(&b, "\t\t\tlink_layer:\t\t%s\n", pa.LinkLayer)
+		if verbose {
+			fmt.Fprintf(&b, "\t\t\tpkey_tbl_len:\t\t%d\n", pa.PKeyTblLen)
+			fmt.Fprintf(&b, "\t\t\tgid_tbl_len:\t\t%d\n", pa.GIDTblLen)
+			for i := 0; i < pa.GIDTblLen; i++ {
+				g, err := ctx.QueryGID(uint8(p), i)
+				if err != nil {
+					return fmt.Errorf("failed to query gid to port %d, index %d: %w", p, i, err)
+				}
+				var zero [8]byte
+				if [8]byte(g[8:]) == zero {
+					continue // ibv_devinfo skips null GIDs
+				}
+				fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, cm.FormatGID(g))
+			}
+		}
+		b.WriteString("\n")
+	}
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+// guidString formats a GUID as ibv_devinfo does: four groups of four hex
+// digits.
+func guidString(g uint64) string {
+	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48&0xffff, g>>32&0xffff, g>>16&0xffff, g&0xffff)
+}
+
+func mtuString(m verbs.MTU) string {
+	if m.Bytes() == 0 {
+		return "invalid MTU"
+	}
+	return m.String()
+}
+
+func atomicCapString(c int) string {
+	switch c {
+	case 0:
+		return "ATOMIC_NONE"
+	case 1:
+		return "ATOMIC_HCA"
+	case 2:
+		return "ATOMIC_GLOB"
+	}
+	return "invalid atomic capability"
+}
+
+// parseFlags parses args, allowing operands between flags as getopt does
+// (ibv_rc_pingpong HOST -n 10). Parsed operands are left in fs.Args(). ok is
+// false when the command must end with code.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	var operands []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return 0, false
+			}
+			return 2, false
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if i := len(args) - len(rest) - 1; i >= 0 && args[i] == "--" {
+			operands = append(operands, rest...) // after "--": operands only
+			break
+		}
+		operands = append(operands, rest[0])
+		args = rest[1:]
+	}
+	fs.Parse(append([]string{"--"}, operands...))
+	return 0, true
+}

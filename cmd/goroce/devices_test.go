@@ -1,0 +1,99 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/goroce/goroce/verbs"
+)
+
+func TestPortMTU(t *testing.T) {
+	for _, c := range []struct {
+		ifMTU int
+		want  verbs.MTU
+	}{
+		{0, 0}, {1500, verbs.MTU1024}, {1400, verbs.MTU1024}, {1000, verbs.MTU512}, {9000, verbs.MTU4096},
+		{65536, verbs.MTU4096}, {4096 + 96, verbs.MTU4096}, {4096 + 95, verbs.MTU2048}, {2048 + 96, verbs.MTU2048}, {300, verbs.MTU256},
+	} {
+		if got := portMTU(c.ifMTU); got != c.want {
+			t.Errorf("portMTU(%d) = %v, want %v", c.ifMTU, got, c.want)
+		}
+	}
+}
+
+func TestGUIDString(t *testing.T) {
+	if got := guidString(0x505400fffe990002); got != "5054:00ff:fe99:0002" {
+		t.Errorf("guidString = %s", got)
+	}
+}
+
+func runArgs(args ...string) (int, string, string) {
+	var o, e bytes.Buffer
+	code := run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestDevices(t *testing.T) {
+	code, out, errOut := runArgs("devices", "--addr", "127.0.0.1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := regexp.MustCompile(`^    device          \t   node GUID\n    ------          \t----------------\n    soft0           \t[0-9a-f]{16}\n$`)
+	if !want.MatchString(out) {
+		t.Errorf("output:\n%q", out)
+	}
+	if code, _, _ := runArgs("devices", "extra"); code != 2 {
+		t.Errorf("operand: exit %d, want 2", code)
+	}
+	if code, _, _ := runArgs("devices", "--addr", "::1"); code != 1 {
+		t.Errorf("IPv6 address: exit %d, want 1", code)
+	}
+}
+
+func TestDevinfo(t *testing.T) {
+	code, out, errOut := runArgs("devinfo", "--addr", "127.0.0.1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, l := range []string{
+		"hca_id:\tsoft0\n",
+		"\ttransport:\t\t\tInfiniBand (0)\n",
+		"\tphys_port_cnt:\t\t\t1\n",
+		"\t\tport:\t1\n",
+		"\t\t\tstate:\t\t\tPORT_ACTIVE (4)\n",
+		"\t\t\tmax_mtu:\t\t4096 (5)\n",
+		"\t\t\tactive_mtu:\t\t4096 (5)\n", // loopback's MTU is 65536
+		"\t\t\tlink_layer:\t\tEthernet\n",
+	} {
+		if !strings.Contains(out, l) {
+			t.Errorf("no %q in:\n%s", l, out)
+		}
+	}
+	if !regexp.MustCompile(`\tnode_guid:\t\t\t[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}:[0-9a-f]{4}\n`).MatchString(out) {
+		t.Errorf("node_guid:\n%s", out)
+	}
+	if strings.Contains(out, "GID[") || strings.Contains(out, "max_qp:") {
+		t.Errorf("GIDs or device limits without -v:\n%s", out)
+	}
+
+	_, out, _ = runArgs("devinfo", "-v", "--addr", "127.0.0.1")
+	for _, l := range []string{"\t\t\tGID[  0]:\t\t::ffff:127.0.0.1, RoCE v2\n", "\tmax_qp:\t\t\t\t", "\t\t\tgid_tbl_len:\t\t1\n"} {
+		if !strings.Contains(out, l) {
+			t.Errorf("-v: no %q in:\n%s", l, out)
+		}
+	}
+	if _, out, _ = runArgs("devinfo", "-l", "--addr", "127.0.0.1"); out != "1 HCA found:\n\tsoft0\n\n" {
+		t.Errorf("-l: %q", out)
+	}
+	if code, _, e := runArgs("devinfo", "-d", "mlx5_0", "--addr", "127.0.0.1"); code != 1 || !strings.Contains(e, "IB device 'mlx5_0' wasn't found") {
+		t.Errorf("-d mlx5_0: exit %d, %s", code, e)
+	}
+	if code, _, _ := runArgs("devinfo", "-i", "2", "--addr", "127.0.0.1"); code != 1 {
+		t.Errorf("-i 2: exit %d, want 1", code)
+	}
+	if code, out, _ := runArgs("devinfo", "-i", "1", "-d", "soft0", "--addr", "127.0.0.1"); code != 0 || !strings.Contains(out, "port:\t1") {
+		t.Errorf("-i 1 -d soft0: exit %d\n%s", code, out)
+	}
+}
