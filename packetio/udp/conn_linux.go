@@ -127,6 +127,9 @@ func configure(fd int, local netip.Addr, o Options) error {
 		{"IP_MTU_DISCOVER", unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
 		{"IP_PKTINFO", unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
 		{"IP_RECVTOS", unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
+		// UDP checksum 0, as rdma_rxe and RoCE NICs send over IPv4: the
+		// ICRC protects the packet, and the checksum work is saved.
+		{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
 	}
 	for _, so := range opts {
 		if err := unix.SetsockoptInt(fd, so.level, so.opt, so.value); err != nil {

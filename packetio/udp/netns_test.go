@@ -166,6 +166,9 @@ func TestNetnsDFAndIDZero(t *testing.T) {
 		if !ip.DF() || ip.ID() != 0 {
 			t.Errorf("datagram %d: DF %v, Identification %#04x; want DF set and Identification 0", seen, ip.DF(), ip.ID())
 		}
+		if c := f.UDP().Checksum(); c != 0 {
+			t.Errorf("datagram %d: UDP checksum %#04x, want 0 (SO_NO_CHECK, as rxe sends)", seen, c)
+		}
 		if f.UDP().SrcPort() != wire.RoCEv2Port || f.UDP().DstPort() != wire.RoCEv2Port {
 			t.Errorf("datagram %d: ports %d -> %d", seen, f.UDP().SrcPort(), f.UDP().DstPort())
 		}
