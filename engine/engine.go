@@ -27,6 +27,9 @@ type Config struct {
 	AckEvery int
 	// SkipICRC turns off ICRC verification of received packets.
 	SkipICRC bool
+	// PortMTU is the port's active MTU in bytes: the largest UD message
+	// and the path MTU of an RC QP until Modify sets one (default 1024).
+	PortMTU int
 }
 
 // Stats counts what the engine did.
@@ -85,6 +88,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = 512
+	}
+	if !wire.ValidMTU(cfg.PortMTU) {
+		cfg.PortMTU = 1024
 	}
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64

@@ -105,9 +105,14 @@ func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
 		return nil, ErrQPLimit
 	}
 	sq := newSendQueue(int(c.MaxSendWR), int(c.MaxSendSGE), int(c.MaxInlineData))
+	maxRecvSGE := int(c.MaxRecvSGE)
+	if init.SRQ != nil {
+		maxRecvSGE = cap(init.SRQ.q.slots[0].sges)
+	}
 	qp := &QP{e: e, num: wire.QPN(firstQPN + idx), typ: init.Type, pd: init.PD, sq: sq,
 		sqst: make([]sendState, len(sq.slots)), scq: init.SendCQ, rcq: init.RecvCQ, sigAll: init.SigAll, cap: c,
-		mtu: 1024, timeout: 14, retryCnt: 7, rnrRetry: 7, maxRdAtomic: 1, maxDestRdAtomic: 1, minRNRTimer: 12}
+		mtu: e.cfg.PortMTU, timeout: 14, retryCnt: 7, rnrRetry: 7, maxRdAtomic: 1, maxDestRdAtomic: 1, minRNRTimer: 12}
+	qp.resp.cur.sges = make([]verbs.SGE, 0, maxRecvSGE)
 	if init.SRQ != nil {
 		qp.srq = init.SRQ.q
 	} else {
@@ -503,6 +508,9 @@ func (qp *QP) flush() {
 		q.head.Store(h + 1)
 	}
 	qp.req.next, qp.req.started = q.head.Load(), q.head.Load()
+	if qp.resp.recv != nil { // a SEND was under way: its receive is flushed too
+		qp.recvDone(verbs.WC{Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv}, false)
+	}
 	if qp.rq != nil {
 		for s := qp.rq.peek(); s != nil; s = qp.rq.peek() {
 			wc := verbs.WC{WRID: s.wrid, Status: verbs.WCWRFlushErr, Opcode: verbs.WCRecv, QPNum: uint32(qp.num)}

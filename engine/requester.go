@@ -383,7 +383,7 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 			// A READ or atomic is complete when its response came, and its
 			// response acknowledges it.
 			if !st.done {
-				if !st.firstPSN.After(r.ackPSN) {
+				if r.ackPSN.After(st.lastPSN) {
 					// Acknowledged past it: its response was lost. Only what
 					// came before it is acknowledged; ask again from there.
 					resume := st.firstPSN.Add(st.rcvd)

@@ -47,7 +47,8 @@ type responder struct {
 
 	// The message being received.
 	inMsg   wire.Operation
-	recv    *recvSlot
+	recv    *recvSlot // the receive in use: &cur while a SEND is received
+	cur     recvSlot  // a copy, taken off the (shared) queue when the SEND starts
 	recvOff uint32
 	wdst    []byte
 	wkey    uint32 // R_Key of the WRITE in progress: checked on every packet
@@ -150,7 +151,12 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 				qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
 				return
 			}
-			r.recv, r.recvOff, r.inMsg = s, 0, wire.OpSend
+			// Take the receive off the queue now: an SRQ feeds other QPs,
+			// whose messages may start before this one ends.
+			r.cur.wrid, r.cur.length = s.wrid, s.length
+			r.cur.sges = append(r.cur.sges[:0], s.sges...)
+			qp.recvQueue().pop()
+			r.recv, r.recvOff, r.inMsg = &r.cur, 0, wire.OpSend
 		}
 		pl := p.Payload()
 		if r.recvOff+uint32(len(pl)) > r.recv.length {
@@ -206,7 +212,11 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 		r.woff += uint32(len(pl))
 		if ends {
 			if info.Imm {
-				r.recv = qp.recvQueue().peek()
+				s := qp.recvQueue().peek()
+				r.cur.wrid, r.cur.length = s.wrid, s.length
+				r.cur.sges = append(r.cur.sges[:0], s.sges...)
+				qp.recvQueue().pop()
+				r.recv = &r.cur
 				qp.recvDone(verbs.WC{Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm, ByteLen: r.wlen,
 					Imm: p.ImmDt().Imm(), Flags: verbs.WCFlagWithImm}, bth.SE())
 			}
@@ -270,7 +280,6 @@ func (qp *QP) recvDone(wc verbs.WC, solicited bool) {
 		return
 	}
 	wc.WRID, wc.QPNum, wc.SrcQP = r.recv.wrid, uint32(qp.num), uint32(qp.destQPN)
-	qp.recvQueue().pop()
 	r.recv = nil
 	r.inMsg = wire.OpNone
 	qp.e.pushWC(qp.rcq, &wc, solicited)

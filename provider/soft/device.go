@@ -75,10 +75,6 @@ func New(opts Options) (*Device, error) {
 	cfg := opts.Engine
 	cfg.Local = opts.Conn.LocalAddr()
 	cfg.SourcePort = opts.SourcePort
-	eng, err := engine.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("soft: %w", err)
-	}
 	mtu := opts.ActiveMTU
 	if mtu == 0 {
 		for m := verbs.MTU4096; m >= verbs.MTU256; m-- {
@@ -87,6 +83,11 @@ func New(opts Options) (*Device, error) {
 				break
 			}
 		}
+	}
+	cfg.PortMTU = mtu.Bytes()
+	eng, err := engine.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
 	}
 	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu,
 		start: time.Now(), done: make(chan struct{})}

@@ -104,19 +104,19 @@ const (
 	// READ at path MTU 1024 costs about 17 000 response packets instead of
 	// 1024. Fix: treat the READ as lost only when ackPSN is after its
 	// lastPSN.
-	e2eBugReadRewind = true
+	e2eBugReadRewind = false
 	// e2eBugSRQPeek: engine/responder.go respond (OpSend, at a message's
 	// start, responder.go:148) peeks the receive WR and pops it only when
 	// the message ends (recvDone, responder.go:273). Two QPs sharing an SRQ
 	// with messages in progress at once take the same WR: both write into
 	// its buffer, both complete with its WRID, and the next WR is popped
 	// unused.
-	e2eBugSRQPeek = true
+	e2eBugSRQPeek = false
 	// e2eBugUDMTU: a UD QP's messages are limited to 1024 bytes
 	// (engine/qp.go:110 CreateQP's default mtu, checked at qp.go:416; a UD
 	// QP takes no PATH_MTU attribute), whatever the port's active MTU, which
 	// is what bounds UD messages in rdma_rxe and what QueryPort reports.
-	e2eBugUDMTU = true
+	e2eBugUDMTU = false
 )
 
 // e2eKnownBug fails the test, or skips it while the bug is known (see the
