@@ -28,7 +28,7 @@ func send(t *testing.T, o Options, n int) (*Conn, [][]byte) {
 		}
 	}
 	time.Sleep(2 * time.Millisecond) // let held packets age out
-	f.Receive(time.Now())             // releases them
+	f.Receive(time.Now())            // releases them
 	var got [][]byte
 	for {
 		pkts, err := b.Receive(time.Now())
