@@ -46,18 +46,7 @@ func must(t testing.TB, err error) {
 	}
 }
 
-func connect(t testing.TB, a, b *end) {
-	for _, p := range [2][2]*end{{a, b}, {b, a}} {
-		x, y := p[0], p[1]
-		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
-			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
-		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: y.qp.Num(), RQPSN: 100,
-			MaxDestRdAtomic: 4, MinRNRTimer: 12, AHAttr: verbs.AHAttr{DGID: y.dev.GID()}},
-			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
-		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
-			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
-	}
-}
+func connect(t testing.TB, a, b *end) { connectTimeout(t, a, b, 14) }
 
 // wait polls cq until n completions arrived or 10 s passed.
 func wait(t *testing.T, cq verbs.CQ, n int) []verbs.WC {
