@@ -503,9 +503,9 @@ func (qp *QP) flush() {
 	for h := q.head.Load(); h != q.tail.Load(); h++ {
 		s := &q.slots[h&q.mask]
 		wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
-		qp.e.pushWC(qp.scq, &wc, false)
 		qp.sqst[h&q.mask] = sendState{}
 		q.head.Store(h + 1)
+		qp.e.pushWC(qp.scq, &wc, false)
 	}
 	qp.req.next, qp.req.started = q.head.Load(), q.head.Load()
 	if qp.resp.recv != nil { // a SEND was under way: its receive is flushed too

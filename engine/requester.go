@@ -400,18 +400,21 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 		} else if st.lastPSN.After(r.ackPSN) {
 			break
 		}
-		if s.wr.Flags&verbs.SendSignaled != 0 || qp.sigAll {
-			wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCSuccess, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
-			switch s.wr.Opcode {
-			case verbs.WRRDMARead:
-				wc.ByteLen = s.length
-			case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-				wc.ByteLen = 8
-			}
-			qp.e.pushWC(qp.scq, &wc, false)
+		signaled := s.wr.Flags&verbs.SendSignaled != 0 || qp.sigAll
+		wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCSuccess, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
+		switch s.wr.Opcode {
+		case verbs.WRRDMARead:
+			wc.ByteLen = s.length
+		case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+			wc.ByteLen = 8
 		}
+		// Free the slot before the completion is seen: a PostSend right
+		// after Poll must find room.
 		*st = sendState{}
 		q.head.Store(h + 1)
+		if signaled {
+			qp.e.pushWC(qp.scq, &wc, false)
+		}
 		if r.next < h+1 {
 			r.next, r.nextPkt = h+1, 0
 		}
@@ -496,8 +499,8 @@ func (qp *QP) completeError(i uint64, status verbs.WCStatus) {
 		if h == i {
 			wc.Status = status
 		}
-		qp.e.pushWC(qp.scq, &wc, false)
 		qp.sqst[h&q.mask] = sendState{}
 		q.head.Store(h + 1)
+		qp.e.pushWC(qp.scq, &wc, false)
 	}
 }

@@ -450,10 +450,11 @@ func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
 		qp.req.psn = qp.req.psn.Add(1)
 		qp.lastDst = dst
 	}
-	if status != verbs.WCSuccess || wr.Flags&verbs.SendSignaled != 0 || qp.sigAll {
-		wc := verbs.WC{WRID: wr.WRID, Status: status, Opcode: verbs.WCSend, QPNum: uint32(qp.num)}
+	wc := verbs.WC{WRID: wr.WRID, Status: status, Opcode: verbs.WCSend, QPNum: uint32(qp.num)}
+	signaled := status != verbs.WCSuccess || wr.Flags&verbs.SendSignaled != 0 || qp.sigAll
+	q.head.Store(hd + 1) // the slot is free before its completion is seen
+	if signaled {
 		qp.e.pushWC(qp.scq, &wc, false)
 	}
-	q.head.Store(hd + 1)
 	return n, n > 0
 }

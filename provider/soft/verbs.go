@@ -57,7 +57,7 @@ func (c *Context) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
 	if cqe <= 0 || cqe > 1<<20 {
 		return nil, fmt.Errorf("soft: %d CQ entries, want 1..%d: %w", cqe, 1<<20, verbs.ErrInvalidAttr)
 	}
-	cq := &CQ{cq: engine.NewCQ(cqe)}
+	cq := &CQ{cq: engine.NewCQ(cqe), d: c.d}
 	if ch != nil {
 		cc, ok := ch.(*CompChannel)
 		if !ok {
@@ -148,10 +148,19 @@ func (m *MR) Dereg() error { return m.MR.Deregister() }
 type CQ struct {
 	cq *engine.CQ
 	ch *CompChannel
+	d  *Device
 }
 
-// Poll moves up to len(wc) completions into wc. It does not allocate.
-func (c *CQ) Poll(wc []verbs.WC) int { return c.cq.Poll(wc) }
+// Poll moves up to len(wc) completions into wc. It does not allocate. An
+// empty poll wakes the device's driver if it sleeps: an application polling
+// for a completion is about to need it.
+func (c *CQ) Poll(wc []verbs.WC) int {
+	n := c.cq.Poll(wc)
+	if n == 0 && c.d != nil && c.d.sleeping.Load() {
+		c.d.conn.Wake()
+	}
+	return n
+}
 
 // ReqNotify arms the CQ.
 func (c *CQ) ReqNotify(solicitedOnly bool) error {
