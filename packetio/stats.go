@@ -45,3 +45,14 @@ func (c *Counters) Stats() Stats {
 		Wakes:       c.Wakes.Load(),
 	}
 }
+
+// Received counts one Receive that returned n packets of the given total
+// size (nothing when n is 0).
+func (c *Counters) Received(n int, bytes uint64) {
+	if n == 0 {
+		return
+	}
+	c.PacketsIn.Add(uint64(n))
+	c.BytesIn.Add(bytes)
+	c.RxBatches.Add(1)
+}

@@ -162,9 +162,7 @@ func (c *Conn) take() []packetio.Packet {
 		bytes += uint64(len(s.buf))
 	}
 	c.held = k
-	c.ctr.PacketsIn.Add(uint64(k))
-	c.ctr.BytesIn.Add(bytes)
-	c.ctr.RxBatches.Add(1)
+	c.ctr.Received(k, bytes)
 	return c.rx[:k]
 }
 
@@ -174,12 +172,9 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 		c.lent = 0
 		return nil
 	}
-	n = min(n, len(c.tx))
-	for i := range n {
-		c.tx[i] = packetio.Packet{Buf: c.txMem[i*c.maxPacket : i*c.maxPacket : (i+1)*c.maxPacket]}
-	}
-	c.lent = n
-	return c.tx[:n]
+	tx := packetio.Lend(c.tx, c.txMem, c.maxPacket, n)
+	c.lent = len(tx)
+	return tx
 }
 
 // Transmit implements packetio.Conn. The packets are copied into the peer's

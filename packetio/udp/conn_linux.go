@@ -318,11 +318,7 @@ func (c *Conn) collect(n int) []packetio.Packet {
 	if drops > 0 {
 		c.ctr.RxDrops.Add(drops)
 	}
-	if k > 0 {
-		c.ctr.PacketsIn.Add(uint64(k))
-		c.ctr.BytesIn.Add(bytes)
-		c.ctr.RxBatches.Add(1)
-	}
+	c.ctr.Received(k, bytes)
 	return c.rx[:k]
 }
 
@@ -332,13 +328,9 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 		c.lent = 0
 		return nil
 	}
-	n = min(n, len(c.tx))
-	mp := c.maxPacket
-	for i := range n {
-		c.tx[i] = packetio.Packet{Buf: c.txMem[i*mp : i*mp : (i+1)*mp]}
-	}
-	c.lent = n
-	return c.tx[:n]
+	tx := packetio.Lend(c.tx, c.txMem, c.maxPacket, n)
+	c.lent = len(tx)
+	return tx
 }
 
 // failures records the packets of a Transmit that were not sent.
