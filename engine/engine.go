@@ -129,14 +129,12 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 	}
 	if !e.cfg.SkipICRC {
 		fl := wire.Flow{Src: from.Unmap(), Dst: e.cfg.Local, SrcPort: fromPort}
-		var ph [wire.IPv6UDPLen]byte
-		hdr, herr := fl.PseudoHeader(ph[:0], len(b))
-		if herr != nil {
-			e.stats.MalformedDrops++
-			return
-		}
-		if _, _, cerr := wire.CheckICRCUnknownID(hdr, b); cerr != nil {
-			e.stats.ICRCDrops++
+		if _, _, cerr := fl.CheckDatagramICRC(b); cerr != nil {
+			if errors.Is(cerr, wire.ErrICRC) {
+				e.stats.ICRCDrops++
+			} else {
+				e.stats.MalformedDrops++
+			}
 			return
 		}
 	}
@@ -230,9 +228,7 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 		return 0
 	}
 	fl := wire.Flow{Src: e.cfg.Local, Dst: dst, SrcPort: sport}
-	var ph [wire.IPv6UDPLen]byte
-	hdr, err := fl.PseudoHeader(ph[:0], len(out))
-	if err != nil || wire.SetICRC(hdr, out) != nil {
+	if fl.SetDatagramICRC(out) != nil {
 		return 0
 	}
 	return len(out)

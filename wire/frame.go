@@ -548,6 +548,71 @@ func (fl *Flow) PseudoHeader(dst []byte, n int) ([]byte, error) {
 	return fl.appendIPUDP(dst, n, 0)
 }
 
+// pseudoIPv4 writes the IPv4 + UDP header the ICRC of a datagram of n bytes
+// covers, as PseudoHeader does, but leaves out what the ICRC masks (TOS, TTL,
+// header checksum), so that it costs no checksum. ok is false for IPv6 flows.
+func (fl *Flow) pseudoIPv4(h *[IPv4UDPLen]byte, n int) (ok bool, err error) {
+	s4, d4, v4, err := fl.ipv4()
+	if err != nil || !v4 {
+		return false, err
+	}
+	if IPv4UDPLen+n > 0xFFFF {
+		return false, ErrBuildTooLong
+	}
+	h[0], h[9] = 0x45, IPProtocolUDP
+	binary.BigEndian.PutUint16(h[2:], uint16(IPv4UDPLen+n))
+	binary.BigEndian.PutUint32(h[4:], ipv4FlagDF)
+	copy(h[12:], s4[:])
+	copy(h[16:], d4[:])
+	UDP(h[IPv4Len:]).Set(fl.SrcPort, fl.dstPort(), UDPLen+n, 0)
+	return true, nil
+}
+
+// SetDatagramICRC computes the ICRC of the transport packet pkt sent as the
+// payload of a UDP datagram with the flow's addressing from an unconnected
+// IP_PMTUDISC_DO socket, and writes it into pkt's last four bytes: the same
+// as SetICRC over PseudoHeader, without building the parts the ICRC masks.
+// It does not allocate.
+func (fl *Flow) SetDatagramICRC(pkt []byte) error {
+	var h [IPv6UDPLen]byte
+	h4 := (*[IPv4UDPLen]byte)(h[:IPv4UDPLen])
+	ok, err := fl.pseudoIPv4(h4, len(pkt))
+	if err != nil {
+		return err
+	}
+	if ok {
+		return SetICRC(h4[:], pkt)
+	}
+	hdr, err := fl.PseudoHeader(h[:0], len(pkt))
+	if err != nil {
+		return err
+	}
+	return SetICRC(hdr, pkt)
+}
+
+// CheckDatagramICRC verifies the ICRC of the transport packet pkt received
+// as the payload of a UDP datagram with the flow's addressing (Src the
+// sender). Over IPv4, where the sender's Identification and DF flag are
+// unknown on a socket, it is CheckICRCUnknownID (fast when they are 0 and
+// DF, as Linux sends them from an IP_PMTUDISC_DO socket); over IPv6,
+// CheckICRC. It does not allocate.
+func (fl *Flow) CheckDatagramICRC(pkt []byte) (id uint16, df bool, err error) {
+	var h [IPv6UDPLen]byte
+	h4 := (*[IPv4UDPLen]byte)(h[:IPv4UDPLen])
+	ok, err := fl.pseudoIPv4(h4, len(pkt))
+	if err != nil {
+		return 0, false, err
+	}
+	if ok {
+		return checkUnknownID(h4, pkt)
+	}
+	hdr, err := fl.PseudoHeader(h[:0], len(pkt))
+	if err != nil {
+		return 0, false, err
+	}
+	return 0, false, CheckICRC(hdr, pkt)
+}
+
 // AppendDatagram appends a complete transport packet, ICRC included, for
 // sending as the payload of a UDP datagram from an unconnected socket with
 // IP_PMTUDISC_DO (see PseudoHeader). It does not allocate when dst has room.

@@ -139,14 +139,23 @@ func CheckICRCUnknownID(ipudp, pkt []byte) (id uint16, df bool, err error) {
 	}
 	var h [IPv4UDPLen]byte
 	copy(h[:], ipudp)
-	clear(h[4:8]) // Identification, flags, fragment offset
+	return checkUnknownID(&h, pkt)
+}
+
+// checkUnknownID is CheckICRCUnknownID over an IPv4 + UDP pseudo-header it
+// may modify. It first tries Identification 0 with DF set, what Linux sends
+// on an unconnected IP_PMTUDISC_DO socket (and so every goroce peer on the
+// UDP path): a plain ICRC comparison. Only when that fails does it solve for
+// the Identification and DF bit.
+func checkUnknownID(h *[IPv4UDPLen]byte, pkt []byte) (id uint16, df bool, err error) {
+	binary.BigEndian.PutUint32(h[4:], ipv4FlagDF) // Identification 0, DF, offset 0
 	c0, err := ComputeICRC(h[:], pkt)
 	if err != nil {
 		return 0, false, err
 	}
 	d := c0 ^ binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:])
 	if d == 0 {
-		return 0, false, nil
+		return 0, true, nil
 	}
 	// Bytes after the flags byte: the rest of the IPv4 header, UDP, and the
 	// transport packet without its ICRC.
@@ -166,5 +175,6 @@ func CheckICRCUnknownID(ipudp, pkt []byte) (id uint16, df bool, err error) {
 	if v != 0 {
 		return 0, false, ErrICRC
 	}
-	return uint16(x), x&(1<<16) != 0, nil
+	// x holds the bits that differ from the base (ID 0, DF set).
+	return uint16(x), x&(1<<16) == 0, nil
 }

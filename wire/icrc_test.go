@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"math/rand/v2"
+	"net/netip"
 	"testing"
 )
 
@@ -132,6 +133,10 @@ func TestCheckICRCUnknownID(t *testing.T) {
 		if gotID != id || gotDF != df {
 			t.Fatalf("recovered id %#x df %v, sent %#x %v", gotID, gotDF, id, df)
 		}
+		rx := Flow{Src: fl.Src, Dst: fl.Dst, SrcPort: fl.SrcPort}
+		if gotID, gotDF, err = rx.CheckDatagramICRC(pkt); err != nil || gotID != id || gotDF != df {
+			t.Fatalf("CheckDatagramICRC: id %#x df %v err %v, sent %#x %v", gotID, gotDF, err, id, df)
+		}
 	}
 }
 
@@ -164,5 +169,55 @@ func TestCheckICRCUnknownIDDetects(t *testing.T) {
 	}
 	if passed > 2 {
 		t.Errorf("%d of %d corrupted packets passed", passed, trials)
+	}
+}
+
+// TestFlowDatagramICRC checks Flow.SetDatagramICRC and CheckDatagramICRC against
+// SetICRC over PseudoHeader, over IPv4 and IPv6, and that a flipped bit or a
+// wrong sender fails the check.
+func TestFlowDatagramICRC(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	flows := []Flow{
+		{Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: 0xC001, TrafficClass: 0x88, HopLimit: 3},
+		{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 0xC002, FlowLabel: 0x12345},
+	}
+	for _, fl := range flows {
+		for i := 0; i < 100; i++ {
+			n := r.IntN(4097)
+			h := Header{Opcode: RCSendOnly, DestQP: 0x12, PSN: PSN(i), PKey: DefaultPKey}
+			payload := bytes.Repeat([]byte{byte(i)}, n)
+			pkt, err := AppendTransport(nil, &h, payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := fl.SetDatagramICRC(pkt); err != nil {
+				t.Fatal(err)
+			}
+			ph, err := fl.PseudoHeader(nil, len(pkt))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := CheckICRC(ph, pkt); err != nil {
+				t.Fatalf("%v, %d bytes: SetDatagramICRC disagrees with SetICRC over PseudoHeader: %v", fl.Src, n, err)
+			}
+			id, df, err := fl.CheckDatagramICRC(pkt)
+			if err != nil || id != 0 || df != fl.Src.Is4() {
+				t.Fatalf("%v: CheckDatagramICRC = %#x %v %v", fl.Src, id, df, err)
+			}
+			other := fl
+			other.SrcPort++
+			if _, _, err := other.CheckDatagramICRC(pkt); !errors.Is(err, ErrICRC) {
+				t.Fatalf("%v: wrong source port: %v, want ErrICRC", fl.Src, err)
+			}
+			pkt[BTHLen+r.IntN(len(pkt)-BTHLen)] ^= 1 << r.IntN(8)
+			if _, _, err := fl.CheckDatagramICRC(pkt); !errors.Is(err, ErrICRC) {
+				t.Fatalf("%v: flipped bit: %v, want ErrICRC", fl.Src, err)
+			}
+		}
+	}
+	mixed := Flow{Src: addr4(10, 0, 0, 1), Dst: netip.MustParseAddr("fd00::2")}
+	pkt, _ := AppendTransport(nil, &Header{Opcode: RCSendOnly, PKey: DefaultPKey}, nil)
+	if err := mixed.SetDatagramICRC(pkt); !errors.Is(err, ErrBuildAddress) {
+		t.Errorf("mixed families: %v, want ErrBuildAddress", err)
 	}
 }
