@@ -7,4 +7,9 @@ require (
 	golang.org/x/sys v0.45.0
 )
 
-require golang.org/x/net v0.55.0 // indirect
+require (
+	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/vishvananda/netlink v1.3.1 // indirect
+	github.com/vishvananda/netns v0.0.5 // indirect
+	golang.org/x/net v0.55.0 // indirect
+)
