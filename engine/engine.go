@@ -17,9 +17,19 @@ type Config struct {
 	// covers. A UDP socket bound to 4791 sends from 4791: set it so. Zero
 	// gives each RC QP its flow-entropy port (wire.SourcePort).
 	SourcePort uint16
-	// MaxQP, MaxMR: limits (defaults 4096, 65536).
-	MaxQP int
-	MaxMR int
+	// Device limits, named as in struct ibv_device_attr (see Limits;
+	// defaults DefaultMaxQP and so on).
+	MaxQP         int // max_qp (default 4096)
+	MaxQPWR       int // max_qp_wr: depth of a send or receive queue (default 65536)
+	MaxSGE        int // max_sge: SGEs of a work request (default 32)
+	MaxInlineData int // most inline data a QP takes (default 4096)
+	MaxCQ         int // max_cq (default 65536)
+	MaxCQE        int // max_cqe: entries of a CQ (default 1048576)
+	MaxMR         int // max_mr (default 65536)
+	MaxPD         int // max_pd (default 65536)
+	MaxSRQ        int // max_srq (default 65536)
+	MaxSRQWR      int // max_srq_wr (default 65536)
+	MaxAH         int // max_ah (default 65536)
 	// Window is the most packets a QP has unacknowledged (default 512).
 	Window int
 	// AckEvery sets AckReq on every n-th packet of a long message as well
@@ -30,6 +40,10 @@ type Config struct {
 	// PortMTU is the port's active MTU in bytes: the largest UD message
 	// and the path MTU of an RC QP until Modify sets one (default 1024).
 	PortMTU int
+	// OnAsyncEvent, when set, receives the asynchronous events (a CQ
+	// overrun, the QPs it took to ERROR), on the goroutine driving the
+	// engine, which it must not block.
+	OnAsyncEvent func(AsyncEvent)
 }
 
 // Stats counts what the engine did.
@@ -49,7 +63,8 @@ type Stats struct {
 	QKeyDrops              uint64
 	PKeyDrops              uint64
 	NoRecvDrops            uint64 // UD packets with no receive posted
-	CQOverruns             uint64
+	CQOverruns             uint64 // completions lost to a full CQ (which is then in error)
+	AsyncEvents            uint64 // asynchronous events raised
 }
 
 // Engine is a RoCEv2 transport for the queue pairs of one device.
@@ -63,6 +78,10 @@ type Engine struct {
 	nextPD uint32
 	pkt    wire.Packet
 	hdr    wire.Header
+
+	inUse [numResources]int // objects counted by Reserve
+	// overran lists the CQs that overran and are not yet reported.
+	overran []*CQ
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -80,12 +99,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errors.Join(ErrConfig, errors.New("engine: Local must be an IPv4 address"))
 	}
 	cfg.Local = cfg.Local.Unmap()
-	if cfg.MaxQP <= 0 {
-		cfg.MaxQP = 4096
-	}
-	if cfg.MaxMR <= 0 {
-		cfg.MaxMR = 65536
-	}
+	cfg.fillLimits()
 	if cfg.Window <= 0 {
 		cfg.Window = 512
 	}
@@ -181,6 +195,9 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 // MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
 // length and destination, or ok false when there is nothing to send now.
 func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
+	if len(e.overran) > 0 {
+		e.raiseOverruns()
+	}
 	for tries := len(e.active); tries > 0; tries-- {
 		if e.rr >= len(e.active) {
 			e.rr = 0
@@ -199,6 +216,9 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 // NextDeadline returns the earliest time a timer of the engine fires, or 0
 // when none is set. Call Tick at or after it.
 func (e *Engine) NextDeadline() int64 {
+	if len(e.overran) > 0 {
+		return 1 // a CQ overran: Tick reports it
+	}
 	var d int64
 	for _, qp := range e.active {
 		for _, t := range [2]int64{qp.req.timerAt, qp.req.rnrUntil} {
@@ -214,6 +234,9 @@ func (e *Engine) NextDeadline() int64 {
 func (e *Engine) Tick(now int64) {
 	for _, qp := range e.active {
 		qp.tick(now)
+	}
+	if len(e.overran) > 0 {
+		e.raiseOverruns()
 	}
 }
 

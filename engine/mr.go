@@ -73,7 +73,7 @@ func (t *MRTable) Register(buf []byte, access verbs.AccessFlags, pd uint32) (*MR
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.free) == 0 {
-		return nil, ErrMRLimit
+		return nil, &LimitError{Limit: "max_mr", Max: len(t.slots) - 1}
 	}
 	i := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]

@@ -82,8 +82,8 @@ func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
 		return nil, fmt.Errorf("engine: a QP needs a send and a receive CQ: %w", verbs.ErrInvalidAttr)
 	}
 	c := init.Cap
-	if c.MaxSendWR == 0 || c.MaxSendWR > 1<<16 || c.MaxRecvWR > 1<<16 || (init.SRQ == nil && c.MaxRecvWR == 0) {
-		return nil, fmt.Errorf("engine: max_send_wr %d / max_recv_wr %d out of range 1..65536: %w", c.MaxSendWR, c.MaxRecvWR, verbs.ErrInvalidAttr)
+	if c.MaxSendWR == 0 || (init.SRQ == nil && c.MaxRecvWR == 0) {
+		return nil, fmt.Errorf("engine: max_send_wr %d / max_recv_wr %d: a QP needs at least one of each: %w", c.MaxSendWR, c.MaxRecvWR, verbs.ErrInvalidAttr)
 	}
 	if c.MaxSendSGE == 0 {
 		c.MaxSendSGE = 1
@@ -91,8 +91,8 @@ func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
 	if c.MaxRecvSGE == 0 {
 		c.MaxRecvSGE = 1
 	}
-	if c.MaxSendSGE > 32 || c.MaxRecvSGE > 32 || c.MaxInlineData > 4096 {
-		return nil, fmt.Errorf("engine: at most 32 SGEs and 4096 bytes of inline data: %w", verbs.ErrInvalidAttr)
+	if err := e.checkQPCap(c); err != nil {
+		return nil, err
 	}
 	idx := -1
 	for i, q := range e.qps {
@@ -102,7 +102,7 @@ func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
 		}
 	}
 	if idx < 0 {
-		return nil, ErrQPLimit
+		return nil, &LimitError{Limit: "max_qp", Max: len(e.qps)}
 	}
 	sq := newSendQueue(int(c.MaxSendWR), int(c.MaxSendSGE), int(c.MaxInlineData))
 	maxRecvSGE := int(c.MaxRecvSGE)
@@ -525,12 +525,6 @@ func (qp *QP) flushQuiet() {
 	qp.sq.head.Store(qp.sq.tail.Load())
 	if qp.rq != nil {
 		qp.rq.head.Store(qp.rq.tail.Load())
-	}
-}
-
-func (e *Engine) pushWC(cq *CQ, wc *verbs.WC, solicited bool) {
-	if !cq.push(wc, solicited) {
-		e.stats.CQOverruns++
 	}
 }
 

@@ -100,8 +100,10 @@ type CQ struct {
 	mask     uint64
 	capacity int
 	// overrun is set when the engine had a completion and no room: the CQ
-	// is then in error, as IBA 11.4.2.1 asks (IBV_EVENT_CQ_ERR).
+	// is then in error (IBV_EVENT_CQ_ERR; see pushWC). failed is the same,
+	// for the engine's goroutine alone.
 	overrun atomic.Bool
+	failed  bool
 	// Notify, when set, is called by the engine (on its goroutine) after it
 	// added completions while the CQ was armed.
 	Notify func()
@@ -117,7 +119,8 @@ func NewCQ(n int) *CQ {
 // Capacity returns how many completions the CQ holds.
 func (c *CQ) Capacity() int { return c.capacity }
 
-// Overrun reports whether the CQ overflowed (and is in error).
+// Overrun reports whether the CQ overflowed: it is then in error and takes
+// no more completions; those it holds can still be polled.
 func (c *CQ) Overrun() bool { return c.overrun.Load() }
 
 // push adds a completion (engine side). It reports false on overrun.

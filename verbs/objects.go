@@ -44,6 +44,7 @@ type DeviceAttr struct {
 	MaxQPInitRdAtom int
 	MaxSRQ          int
 	MaxSRQWR        int
+	MaxAH           int
 	AtomicCap       int // 0 none, 1 HCA (atomic within the device), 2 global
 	PhysPortCnt     int
 }
@@ -87,6 +88,11 @@ type Context interface {
 	// CreateCQ creates a completion queue of at least cqe entries, reporting
 	// events to ch when armed (ch may be nil).
 	CreateCQ(cqe int, ch CompChannel) (CQ, error)
+	// GetAsyncEvent blocks until an asynchronous event of an object created
+	// through this context arrives, and returns it (ibv_get_async_event;
+	// events need no acknowledgement here), or ctx's error when ctx ends
+	// first.
+	GetAsyncEvent(ctx context.Context) (AsyncEvent, error)
 	Close() error
 }
 

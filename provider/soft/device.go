@@ -53,6 +53,7 @@ type Device struct {
 	closed   atomic.Bool
 	done     chan struct{}
 	err      error
+	async    asyncState
 }
 
 // New creates a device on the packet path in opts and starts its driver.
@@ -85,12 +86,15 @@ func New(opts Options) (*Device, error) {
 		}
 	}
 	cfg.PortMTU = mtu.Bytes()
+	var dev *Device // set below, before the driver starts
+	cfg.OnAsyncEvent = func(ev engine.AsyncEvent) { dev.onAsyncEvent(ev) }
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("soft: %w", err)
 	}
 	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu,
 		start: time.Now(), done: make(chan struct{})}
+	dev = d
 	go d.run()
 	return d, nil
 }
@@ -115,7 +119,7 @@ func (d *Device) Open() (verbs.Context, error) {
 	if d.closed.Load() {
 		return nil, verbs.ErrDestroyed
 	}
-	return &Context{d: d}, nil
+	return &Context{d: d, events: newEventQueue()}, nil
 }
 
 // Stats returns the engine's counters.

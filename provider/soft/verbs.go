@@ -4,23 +4,29 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/verbs"
 )
 
 // Context is an open soft device. It implements verbs.Context.
-type Context struct{ d *Device }
+type Context struct {
+	d      *Device
+	events *eventQueue
+}
 
 // Device returns the device.
 func (c *Context) Device() verbs.Device { return c.d }
 
-// QueryDevice returns the device attributes.
+// QueryDevice returns the device attributes; the limits are those of
+// Options.Engine (engine.Config), defaults filled in.
 func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
+	l := c.d.eng.Limits() // set at creation: no lock needed
 	return verbs.DeviceAttr{FWVer: "goroce", NodeGUID: c.d.GUID(), SysImageGUID: c.d.GUID(), VendorID: 0xFFFFFF,
-		HWVer: 1, MaxQP: 4096, MaxQPWR: 1 << 16, MaxSGE: 32, MaxCQ: 1 << 16, MaxCQE: 1 << 20, MaxMR: 65536,
-		MaxMRSize: 1 << 40, MaxPD: 1 << 16, MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxSRQ: 1 << 16, MaxSRQWR: 1 << 16,
-		AtomicCap: 1, PhysPortCnt: 1}, nil
+		HWVer: 1, MaxQP: l.MaxQP, MaxQPWR: l.MaxQPWR, MaxSGE: l.MaxSGE, MaxCQ: l.MaxCQ, MaxCQE: l.MaxCQE, MaxMR: l.MaxMR,
+		MaxMRSize: 1 << 40, MaxPD: l.MaxPD, MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxSRQ: l.MaxSRQ, MaxSRQWR: l.MaxSRQWR,
+		MaxAH: l.MaxAH, AtomicCap: 1, PhysPortCnt: 1}, nil
 }
 
 // QueryPort returns the attributes of port 1.
@@ -44,7 +50,10 @@ func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
 func (c *Context) AllocPD() (verbs.PD, error) {
 	c.d.mu.Lock()
 	defer c.d.mu.Unlock()
-	return &PD{d: c.d, num: c.d.eng.AllocPD()}, nil
+	if err := c.d.eng.Reserve(engine.ResPD); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
+	}
+	return &PD{d: c.d, ctx: c, num: c.d.eng.AllocPD()}, nil
 }
 
 // CreateCompChannel creates a completion channel.
@@ -54,15 +63,24 @@ func (c *Context) CreateCompChannel() (verbs.CompChannel, error) {
 
 // CreateCQ creates a completion queue.
 func (c *Context) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
-	if cqe <= 0 || cqe > 1<<20 {
-		return nil, fmt.Errorf("soft: %d CQ entries, want 1..%d: %w", cqe, 1<<20, verbs.ErrInvalidAttr)
-	}
-	cq := &CQ{cq: engine.NewCQ(cqe), d: c.d}
+	var cc *CompChannel
 	if ch != nil {
-		cc, ok := ch.(*CompChannel)
-		if !ok {
+		var ok bool
+		if cc, ok = ch.(*CompChannel); !ok {
 			return nil, fmt.Errorf("soft: completion channel of another provider: %w", verbs.ErrInvalidAttr)
 		}
+	}
+	c.d.mu.Lock()
+	defer c.d.mu.Unlock()
+	if err := c.d.eng.CheckCQSize(cqe); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
+	}
+	if err := c.d.eng.Reserve(engine.ResCQ); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
+	}
+	cq := &CQ{cq: engine.NewCQ(cqe), d: c.d, ctx: c}
+	c.d.trackCQ(cq)
+	if cc != nil {
 		cq.ch = cc
 		cq.cq.Notify = func() {
 			select {
@@ -79,8 +97,10 @@ func (c *Context) Close() error { return nil }
 
 // PD is a protection domain.
 type PD struct {
-	d   *Device
-	num uint32
+	d         *Device
+	ctx       *Context
+	num       uint32
+	destroyed atomic.Bool
 }
 
 // RegMR registers buf.
@@ -114,15 +134,22 @@ func (p *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	defer p.d.mu.Unlock()
 	qp, err := p.d.eng.CreateQP(init)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("soft: %w", err)
 	}
-	return &QP{d: p.d, qp: qp}, nil
+	q := &QP{d: p.d, ctx: p.ctx, qp: qp}
+	p.d.trackQP(q)
+	return q, nil
 }
 
 // CreateSRQ creates a shared receive queue.
 func (p *PD) CreateSRQ(maxWR, maxSGE int) (verbs.SRQ, error) {
-	if maxWR <= 0 || maxWR > 1<<16 || maxSGE <= 0 || maxSGE > 32 {
-		return nil, fmt.Errorf("soft: SRQ of %d WRs x %d SGEs: %w", maxWR, maxSGE, verbs.ErrInvalidAttr)
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	if err := p.d.eng.CheckSRQ(maxWR, maxSGE); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
+	}
+	if err := p.d.eng.Reserve(engine.ResSRQ); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
 	}
 	return &SRQ{d: p.d, s: p.d.eng.NewSRQ(p.num, maxWR, maxSGE)}, nil
 }
@@ -132,11 +159,21 @@ func (p *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	if !attr.DGID.Addr().Is4() {
 		return nil, fmt.Errorf("soft: GID %v is not IPv4-mapped: %w", attr.DGID, verbs.ErrInvalidAttr)
 	}
-	return &AH{attr: *attr}, nil
+	p.d.mu.Lock()
+	defer p.d.mu.Unlock()
+	if err := p.d.eng.Reserve(engine.ResAH); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
+	}
+	return &AH{d: p.d, attr: *attr}, nil
 }
 
 // Dealloc releases the PD.
-func (p *PD) Dealloc() error { return nil }
+func (p *PD) Dealloc() error {
+	if !p.destroyed.Swap(true) {
+		p.d.release(engine.ResPD)
+	}
+	return nil
+}
 
 // MR is a registered memory region.
 type MR struct{ *engine.MR }
@@ -146,9 +183,11 @@ func (m *MR) Dereg() error { return m.MR.Deregister() }
 
 // CQ is a completion queue.
 type CQ struct {
-	cq *engine.CQ
-	ch *CompChannel
-	d  *Device
+	cq        *engine.CQ
+	ch        *CompChannel
+	d         *Device
+	ctx       *Context
+	destroyed atomic.Bool
 }
 
 // Poll moves up to len(wc) completions into wc. It does not allocate. An
@@ -171,11 +210,21 @@ func (c *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Overrun reports whether the CQ overflowed.
+// Overrun reports whether the CQ overflowed: it is then in error (see
+// Context.GetAsyncEvent) and takes no more completions.
 func (c *CQ) Overrun() bool { return c.cq.Overrun() }
 
 // Destroy releases the CQ.
-func (c *CQ) Destroy() error { return nil }
+func (c *CQ) Destroy() error {
+	if c.d == nil || c.destroyed.Swap(true) {
+		return nil
+	}
+	c.d.mu.Lock()
+	delete(c.d.async.cqs, c.cq)
+	c.d.eng.Release(engine.ResCQ)
+	c.d.mu.Unlock()
+	return nil
+}
 
 // CompChannel delivers completion events.
 type CompChannel struct {
@@ -198,8 +247,9 @@ func (c *CompChannel) Destroy() error { return nil }
 
 // QP is a queue pair.
 type QP struct {
-	d  *Device
-	qp *engine.QP
+	d   *Device
+	ctx *Context
+	qp  *engine.QP
 }
 
 // Num returns the QP number.
@@ -246,14 +296,16 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 func (q *QP) Destroy() error {
 	q.d.mu.Lock()
 	q.qp.Destroy()
+	delete(q.d.async.qps, q.qp)
 	q.d.mu.Unlock()
 	return nil
 }
 
 // SRQ is a shared receive queue.
 type SRQ struct {
-	d *Device
-	s *engine.SRQ
+	d         *Device
+	s         *engine.SRQ
+	destroyed atomic.Bool
 }
 
 // PostRecv posts receive work requests.
@@ -266,16 +318,37 @@ func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) {
 }
 
 // Destroy releases the SRQ.
-func (s *SRQ) Destroy() error { return nil }
+func (s *SRQ) Destroy() error {
+	if !s.destroyed.Swap(true) {
+		s.d.release(engine.ResSRQ)
+	}
+	return nil
+}
 
 // AH is an address handle.
-type AH struct{ attr verbs.AHAttr }
+type AH struct {
+	d         *Device
+	attr      verbs.AHAttr
+	destroyed atomic.Bool
+}
 
 // Attr returns the destination.
 func (a *AH) Attr() verbs.AHAttr { return a.attr }
 
 // Destroy releases the AH.
-func (a *AH) Destroy() error { return nil }
+func (a *AH) Destroy() error {
+	if a.d != nil && !a.destroyed.Swap(true) {
+		a.d.release(engine.ResAH)
+	}
+	return nil
+}
+
+// release gives back an object counted against the device's limits.
+func (d *Device) release(r engine.Resource) {
+	d.mu.Lock()
+	d.eng.Release(r)
+	d.mu.Unlock()
+}
 
 var (
 	_ verbs.Device  = (*Device)(nil)
