@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/udpsock"
 )
 
 // Conn is a UDP socket for RoCEv2 over IPv4. It implements packetio.Conn.
@@ -78,20 +79,12 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	if o.Port > 0xFFFF || o.DstPort < 0 || o.DstPort > 0xFFFF {
 		return nil, fmt.Errorf("packetio/udp: listen: port %d or destination port %d out of range", o.Port, o.DstPort)
 	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	fd, port, err := udpsock.Open("packetio/udp", local, udpsock.Config{
+		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS, NonBlock: true,
+	})
 	if err != nil {
-		return nil, sysErr("socket", err)
-	}
-	if err := configure(fd, local, o); err != nil {
-		unix.Close(fd)
 		return nil, err
 	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		unix.Close(fd)
-		return nil, sysErr("getsockname", err)
-	}
-	port := uint16(sa.(*unix.SockaddrInet4).Port)
 	if o.DstPort == 0 {
 		o.DstPort = int(port)
 	}
@@ -113,63 +106,6 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	c.initRx(o.Batch)
 	c.initTx(o.Batch)
 	return c, nil
-}
-
-// configure sets the socket options and binds.
-func configure(fd int, local netip.Addr, o Options) error {
-	opts := []struct {
-		name       string
-		level, opt int
-		value      int
-	}{
-		// DF set and IPv4 Identification 0 on every datagram of an
-		// unconnected socket: the ICRC covers both.
-		{"IP_MTU_DISCOVER", unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
-		{"IP_PKTINFO", unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
-		{"IP_RECVTOS", unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
-		// UDP checksum 0, as rdma_rxe and RoCE NICs send over IPv4: the
-		// ICRC protects the packet, and the checksum work is saved.
-		{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
-	}
-	for _, so := range opts {
-		if err := unix.SetsockoptInt(fd, so.level, so.opt, so.value); err != nil {
-			return sysErr("setsockopt "+so.name, err)
-		}
-	}
-	if o.TOS != 0 {
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, int(o.TOS)); err != nil {
-			return sysErr("setsockopt IP_TOS", err)
-		}
-	}
-	if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, o.RecvBuffer); err != nil {
-		return sysErr("setsockopt SO_RCVBUF", err)
-	}
-	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, o.SendBuffer); err != nil {
-		return sysErr("setsockopt SO_SNDBUF", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: o.Port, Addr: local.As4()}); err != nil {
-		return fmt.Errorf("packetio/udp: bind %v: %w", netip.AddrPortFrom(local, uint16(o.Port)), err)
-	}
-	return nil
-}
-
-// setBuffer sets a socket buffer size, forcing it past the sysctl cap when
-// allowed (CAP_NET_ADMIN).
-func setBuffer(fd, force, opt, size int) error {
-	if size < 0 {
-		return nil
-	}
-	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) == nil {
-		return nil
-	}
-	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, size)
-}
-
-func sysErr(what string, err error) error {
-	if errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) {
-		return fmt.Errorf("packetio/udp: %s: %w: %w", what, packetio.ErrNotSupported, err)
-	}
-	return fmt.Errorf("packetio/udp: %s: %w", what, err)
 }
 
 func (c *Conn) initRx(batch int) {
@@ -307,7 +243,7 @@ func (c *Conn) collect(n int) []packetio.Packet {
 		p.Addr = netip.AddrFrom4(sa.addr)
 		p.Port = uint16(sa.port[0])<<8 | uint16(sa.port[1])
 		p.Local = c.local.Addr()
-		dst, ok, tos := parseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
+		dst, ok, tos := udpsock.ParseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
 		if ok {
 			p.Local = netip.AddrFrom4(dst)
 		}

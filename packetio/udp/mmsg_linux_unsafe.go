@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/packetio/internal/udpsock"
 )
 
 // mmsghdr is struct mmsghdr. Go lays it out as C does on every Linux
@@ -63,40 +65,5 @@ func setBuf(iov *unix.Iovec, b []byte) {
 	iov.SetLen(len(b))
 }
 
-// parseControl reads the IP_PKTINFO destination address and the IP_TOS byte
-// from received control messages. It does not allocate.
-func parseControl(b []byte) (dst [4]byte, hasDst bool, tos uint8) {
-	const align = unix.SizeofPtr
-	for len(b) >= unix.SizeofCmsghdr {
-		h := (*unix.Cmsghdr)(unsafe.Pointer(unsafe.SliceData(b)))
-		l := int(h.Len)
-		if l < unix.SizeofCmsghdr || l > len(b) {
-			break
-		}
-		data := b[unix.CmsgLen(0):l]
-		if h.Level == unix.IPPROTO_IP {
-			switch h.Type {
-			case unix.IP_PKTINFO: // struct in_pktinfo: ifindex, spec_dst, addr (the header's destination)
-				if len(data) >= unix.SizeofInet4Pktinfo {
-					copy(dst[:], data[8:12])
-					hasDst = true
-				}
-			case unix.IP_TOS:
-				if len(data) >= 1 {
-					tos = data[0]
-				}
-			}
-		}
-		l = (l + align - 1) &^ (align - 1)
-		if l >= len(b) {
-			break
-		}
-		b = b[l:]
-	}
-	return dst, hasDst, tos
-}
-
-// controlSpace is the receive control buffer per message, in bytes: room for
-// IP_PKTINFO (CmsgSpace(12): 32 bytes on 64-bit) and IP_TOS (CmsgSpace(1): 24)
-// and a little more.
-const controlSpace = 96
+// controlSpace is the receive control buffer per message, in bytes.
+const controlSpace = udpsock.ControlSpace

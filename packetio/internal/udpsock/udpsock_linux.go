@@ -1,0 +1,160 @@
+package udpsock
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/packetio"
+)
+
+// Config is the socket's configuration.
+type Config struct {
+	// Port is the local port (0: the kernel chooses).
+	Port int
+	// RecvBuffer and SendBuffer are the requested SO_RCVBUF and SO_SNDBUF
+	// sizes; negative keeps the kernel's default.
+	RecvBuffer, SendBuffer int
+	// TOS is the IPv4 TOS byte of transmitted packets (0: not set).
+	TOS uint8
+	// NonBlock opens the socket with SOCK_NONBLOCK.
+	NonBlock bool
+}
+
+// Open opens an unconnected IPv4 UDP socket, configures it and binds it to
+// local and cfg.Port. It returns the descriptor and the bound port. Errors
+// start with prefix (the calling package's name) and match
+// packetio.ErrNotSupported when the kernel lacks an option.
+func Open(prefix string, local netip.Addr, cfg Config) (fd int, port uint16, err error) {
+	typ := unix.SOCK_DGRAM | unix.SOCK_CLOEXEC
+	if cfg.NonBlock {
+		typ |= unix.SOCK_NONBLOCK
+	}
+	fd, err = unix.Socket(unix.AF_INET, typ, unix.IPPROTO_UDP)
+	if err != nil {
+		return -1, 0, SysErr(prefix, "socket", err)
+	}
+	if err := configure(prefix, fd, local, cfg); err != nil {
+		unix.Close(fd)
+		return -1, 0, err
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		unix.Close(fd)
+		return -1, 0, SysErr(prefix, "getsockname", err)
+	}
+	return fd, uint16(sa.(*unix.SockaddrInet4).Port), nil
+}
+
+// configure sets the socket options and binds.
+func configure(prefix string, fd int, local netip.Addr, cfg Config) error {
+	opts := []struct {
+		name       string
+		level, opt int
+		value      int
+	}{
+		// DF set and IPv4 Identification 0 on every datagram of an
+		// unconnected socket: the ICRC covers both.
+		{"IP_MTU_DISCOVER", unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
+		{"IP_PKTINFO", unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
+		{"IP_RECVTOS", unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
+		// UDP checksum 0, as rdma_rxe and RoCE NICs send over IPv4: the
+		// ICRC protects the packet, and the checksum work is saved.
+		{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
+	}
+	for _, so := range opts {
+		if err := unix.SetsockoptInt(fd, so.level, so.opt, so.value); err != nil {
+			return SysErr(prefix, "setsockopt "+so.name, err)
+		}
+	}
+	if cfg.TOS != 0 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TOS, int(cfg.TOS)); err != nil {
+			return SysErr(prefix, "setsockopt IP_TOS", err)
+		}
+	}
+	if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, cfg.RecvBuffer); err != nil {
+		return SysErr(prefix, "setsockopt SO_RCVBUF", err)
+	}
+	if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, cfg.SendBuffer); err != nil {
+		return SysErr(prefix, "setsockopt SO_SNDBUF", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: cfg.Port, Addr: local.As4()}); err != nil {
+		return fmt.Errorf("%s: bind %v: %w", prefix, netip.AddrPortFrom(local, uint16(cfg.Port)), err)
+	}
+	return nil
+}
+
+// setBuffer sets a socket buffer size, forcing it past the sysctl cap when
+// allowed (CAP_NET_ADMIN).
+func setBuffer(fd, force, opt, size int) error {
+	if size < 0 {
+		return nil
+	}
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, size) == nil {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, opt, size)
+}
+
+// SysErr wraps a system call's error with prefix and what failed; it
+// matches packetio.ErrNotSupported when the error says the kernel lacks the
+// feature.
+func SysErr(prefix, what string, err error) error {
+	if errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EAFNOSUPPORT) || errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EOPNOTSUPP) {
+		return fmt.Errorf("%s: %s: %w: %w", prefix, what, packetio.ErrNotSupported, err)
+	}
+	return fmt.Errorf("%s: %s: %w", prefix, what, err)
+}
+
+// SockaddrInet4 is struct sockaddr_in, with the port kept in network byte
+// order as bytes.
+type SockaddrInet4 struct {
+	Family uint16
+	Port   [2]byte
+	Addr   [4]byte
+	Zero   [8]byte
+}
+
+// SizeofSockaddrInet4 is the size of struct sockaddr_in.
+const SizeofSockaddrInet4 = unsafe.Sizeof(SockaddrInet4{})
+
+// ControlSpace is the receive control buffer per message, in bytes: room for
+// IP_PKTINFO (CmsgSpace(12): 32 bytes on 64-bit) and IP_TOS (CmsgSpace(1): 24)
+// and a little more.
+const ControlSpace = 96
+
+// ParseControl reads the IP_PKTINFO destination address and the IP_TOS byte
+// from received control messages. It does not allocate.
+func ParseControl(b []byte) (dst [4]byte, hasDst bool, tos uint8) {
+	const align = unix.SizeofPtr
+	for len(b) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(unsafe.SliceData(b)))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(b) {
+			break
+		}
+		data := b[unix.CmsgLen(0):l]
+		if h.Level == unix.IPPROTO_IP {
+			switch h.Type {
+			case unix.IP_PKTINFO: // struct in_pktinfo: ifindex, spec_dst, addr (the header's destination)
+				if len(data) >= unix.SizeofInet4Pktinfo {
+					copy(dst[:], data[8:12])
+					hasDst = true
+				}
+			case unix.IP_TOS:
+				if len(data) >= 1 {
+					tos = data[0]
+				}
+			}
+		}
+		l = (l + align - 1) &^ (align - 1)
+		if l >= len(b) {
+			break
+		}
+		b = b[l:]
+	}
+	return dst, hasDst, tos
+}
