@@ -1,0 +1,127 @@
+//go:build linux && cgo && ibverbs
+
+package ibverbs_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/provider/ibverbs"
+	"github.com/goroce/goroce/verbs"
+)
+
+// The benchmarks measure what a cgo provider costs per work request: ns/op
+// is per work request (or per poll call), so batch 1 and batch 32 compare
+// directly. BenchmarkCgoNoop, one empty cgo call, is the baseline to quote
+// them against, measured in the same run.
+
+func BenchmarkCgoNoop(b *testing.B) {
+	for b.Loop() {
+		ibverbs.CgoNoop()
+	}
+}
+
+// BenchmarkPostRecv: posting receives (no traffic; the queue is emptied by
+// an ERROR/RESET cycle outside the timer every 256 WRs).
+func BenchmarkPostRecv(b *testing.B) {
+	for _, batch := range []int{1, 32} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			l := newLoop(b, batch)
+			rwrs := make([]verbs.RecvWR, batch)
+			for i := range rwrs {
+				rwrs[i] = verbs.RecvWR{WRID: uint64(i), SGList: l.sge}
+			}
+			b.ReportAllocs()
+			posted := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; i += batch {
+				if posted+batch > 256 {
+					b.StopTimer()
+					l.recycle(posted)
+					posted = 0
+					b.StartTimer()
+				}
+				if _, err := l.qb.PostRecv(rwrs); err != nil {
+					b.Fatal(err)
+				}
+				posted += batch
+			}
+			b.StopTimer()
+			l.recycle(posted)
+		})
+	}
+}
+
+// BenchmarkPollFlushed: polling completions (the WR_FLUSH_ERR completions of
+// 256 receives flushed by moving the QP to ERROR outside the timer), in
+// polls of 1 or 32. Polls that find nothing count too (empty/op).
+func BenchmarkPollFlushed(b *testing.B) {
+	for _, batch := range []int{1, 32} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			l := newLoop(b, 1)
+			rwrs := make([]verbs.RecvWR, 256)
+			for i := range rwrs {
+				rwrs[i] = verbs.RecvWR{WRID: uint64(i), SGList: l.sge}
+			}
+			wc := make([]verbs.WC, batch)
+			b.ReportAllocs()
+			empty := 0
+			b.ResetTimer()
+			for i := 0; i < b.N; {
+				b.StopTimer()
+				if _, err := l.qb.PostRecv(rwrs); err != nil {
+					b.Fatal(err)
+				}
+				l.toErr()
+				time.Sleep(2 * time.Millisecond) // the kernel flushes
+				b.StartTimer()
+				deadline := time.Now().Add(10 * time.Second)
+				for got := 0; got < len(rwrs); {
+					k := l.cq.Poll(wc)
+					if k == 0 {
+						empty++
+						if time.Now().After(deadline) {
+							b.Fatalf("%d of %d flushed completions", got, len(rwrs))
+						}
+					}
+					got += k
+					i += k
+				}
+				b.StopTimer()
+				l.toRTR()
+				b.StartTimer()
+			}
+			b.ReportMetric(float64(empty)/float64(b.N), "empty/op")
+		})
+	}
+}
+
+// BenchmarkPollEmpty: one poll of an empty CQ (asking for 32).
+func BenchmarkPollEmpty(b *testing.B) {
+	l := newLoop(b, 1)
+	wc := make([]verbs.WC, 32)
+	b.ReportAllocs()
+	for b.Loop() {
+		if l.cq.Poll(wc) != 0 {
+			b.Fatal("a completion in an idle CQ")
+		}
+	}
+}
+
+// BenchmarkWrite: RDMA WRITEs of 8 bytes to a QP of the same device, posted
+// in batches of 1 or 32 and reaped, per WR: what the device does dominates.
+func BenchmarkWrite(b *testing.B) {
+	for _, batch := range []int{1, 32} {
+		b.Run(fmt.Sprintf("batch=%d", batch), func(b *testing.B) {
+			l := newLoop(b, batch)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i += batch {
+				if _, err := l.qa.PostSend(l.wrs); err != nil {
+					b.Fatal(err)
+				}
+				l.reap(batch)
+			}
+		})
+	}
+}

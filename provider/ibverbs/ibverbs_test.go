@@ -1,0 +1,398 @@
+//go:build linux && cgo && ibverbs
+
+package ibverbs_test
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/provider/ibverbs"
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/verbs/verbstest"
+)
+
+var devFlag = flag.String("ibverbs.dev", "", "device to test (default: $GOROCE_IBV_DEVICE, else the first one libibverbs lists)")
+
+// device opens the device under test, or skips when there is none.
+func device(t testing.TB) (*ibverbs.Context, int) {
+	t.Helper()
+	name := *devFlag
+	if name == "" {
+		name = os.Getenv("GOROCE_IBV_DEVICE")
+	}
+	if name == "" {
+		ds, err := ibverbs.List()
+		if err != nil {
+			t.Skipf("libibverbs lists no devices (%v): no RDMA subsystem or device here; run inside the rxe-vm guest (internal/rxeinterop)", err)
+		}
+		if len(ds) == 0 {
+			t.Skip("libibverbs finds no RDMA device on this machine (no RDMA subsystem, no rdma_rxe link): run inside the rxe-vm guest (internal/rxeinterop)")
+		}
+		name = ds[0].Name()
+	}
+	ctx, err := ibverbs.Open(name)
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := ctx.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return ctx, roceV2IPv4(t, ctx)
+}
+
+// roceV2IPv4 returns the index of port 1's RoCE v2 GID with an IPv4-mapped
+// address (rxe0's index 1), or of its first RoCE v2 GID.
+func roceV2IPv4(t testing.TB, ctx *ibverbs.Context) int {
+	t.Helper()
+	pa, err := ctx.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := -1
+	for i := 0; i < pa.GIDTblLen; i++ {
+		e, err := ctx.QueryGIDEntry(1, i)
+		if err != nil || e.Type != ibverbs.GIDTypeRoCEv2 {
+			continue
+		}
+		if e.Addr.Is4() {
+			return i
+		}
+		if first < 0 {
+			first = i
+		}
+	}
+	if first < 0 {
+		t.Skipf("%s port 1 has no RoCE v2 GID", ctx.Device().Name())
+	}
+	return first
+}
+
+// TestSuite runs verbstest against the device: two contexts on it, talking
+// to each other through the same GID (rdma_rxe and NICs loop back).
+func TestSuite(t *testing.T) {
+	a, gidx := device(t)
+	b, err := ibverbs.Open(a.Device().Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	pa, err := a.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verbstest.Run(t, verbstest.Env{A: a, B: b, GIDIndexA: gidx, GIDIndexB: gidx, MTU: min(pa.ActiveMTU, verbs.MTU1024),
+		Alloc: ibverbs.Alloc, Free: ibverbs.Free})
+}
+
+func TestRegistry(t *testing.T) {
+	ctx, _ := device(t)
+	var r verbs.Registry
+	if err := r.Register(ibverbs.Provider{}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.Open(ctx.Device().Name())
+	if err != nil {
+		t.Fatalf("Open(%s) through the registry: %v", ctx.Device().Name(), err)
+	}
+	defer c.Close()
+	if c.Device().GUID() != ctx.Device().GUID() {
+		t.Errorf("GUIDs differ: %#x %#x", c.Device().GUID(), ctx.Device().GUID())
+	}
+	if _, err := r.Open("nosuchdev9"); !errors.Is(err, verbs.ErrNoDevice) {
+		t.Errorf("Open(nosuchdev9) = %v, want ErrNoDevice", err)
+	}
+	if _, err := ibverbs.Open("nosuchdev9"); !errors.Is(err, verbs.ErrNoDevice) || !errors.Is(err, syscall.ENODEV) {
+		t.Errorf("ibverbs.Open(nosuchdev9) = %v, want ENODEV and ErrNoDevice", err)
+	}
+}
+
+func TestQuery(t *testing.T) {
+	ctx, gidx := device(t)
+	da, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if da.PhysPortCnt < 1 || da.MaxQP < 1 || da.MaxCQE < 1 || da.NodeGUID != ctx.Device().GUID() {
+		t.Errorf("device attributes %+v (GUID %#x)", da, ctx.Device().GUID())
+	}
+	pa, err := ctx.QueryPort(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pa.State != verbs.PortActive || pa.ActiveMTU.Bytes() == 0 || pa.GIDTblLen < 1 {
+		t.Errorf("port 1: %+v", pa)
+	}
+	if _, err := ctx.QueryPort(200); err == nil {
+		t.Errorf("QueryPort(200) succeeded")
+	} else {
+		var e *ibverbs.Error
+		if !errors.As(err, &e) || e.Verb != "ibv_query_port" || e.Errno == 0 {
+			t.Errorf("QueryPort(200): %v, want an *Error naming ibv_query_port with its errno", err)
+		}
+	}
+	e, err := ctx.QueryGIDEntry(1, gidx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := ctx.QueryGID(1, gidx)
+	if err != nil || g != e.GID {
+		t.Fatalf("QueryGID = %v, %v; the entry says %v", g, err, e.GID)
+	}
+	if e.Type != ibverbs.GIDTypeRoCEv2 || !e.Addr.IsValid() || e.Addr != g.Addr() || e.IfIndex == 0 {
+		t.Errorf("GID entry %+v", e)
+	}
+	if i, err := ctx.GIDIndexOf(1, e.Addr); err != nil || i != gidx {
+		t.Errorf("GIDIndexOf(%v) = %d, %v; want %d", e.Addr, i, err, gidx)
+	}
+	t.Logf("%s: fw %s, vendor %#x part %d, port 1 %v MTU %v, GID[%d] %v %v on %s (ifindex %d)", ctx.Device().Name(), da.FWVer,
+		da.VendorID, da.VendorPartID, pa.State, pa.ActiveMTU, gidx, e.GID, e.Type, e.Netdev, e.IfIndex)
+}
+
+// TestCQEx creates extended CQs: without timestamps it must work; with
+// them, either the device has them or the error says not supported.
+func TestCQEx(t *testing.T) {
+	ctx, _ := device(t)
+	cq, err := ctx.CreateCQEx(16, nil, ibverbs.CQExOptions{})
+	if err != nil {
+		if errors.Is(err, verbs.ErrNotSupported) {
+			t.Skipf("extended CQs: %v", err)
+		}
+		t.Fatal(err)
+	}
+	wc := make([]ibverbs.WCEx, 4)
+	if n, err := cq.PollEx(wc); n != 0 || err != nil {
+		t.Errorf("PollEx of an empty CQ: %d, %v", n, err)
+	}
+	if err := cq.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []ibverbs.CQExOptions{{Timestamp: true}, {Wallclock: true}} {
+		cq, err := ctx.CreateCQEx(16, nil, o)
+		if err != nil {
+			if !errors.Is(err, verbs.ErrNotSupported) {
+				t.Errorf("CreateCQEx(%+v): %v, want success or ErrNotSupported", o, err)
+			}
+			t.Logf("CreateCQEx(%+v): %v", o, err)
+			continue
+		}
+		cq.Destroy()
+	}
+	plain, err := ctx.CreateCQ(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Destroy()
+	if _, err := plain.(*ibverbs.CQ).PollEx(wc); !errors.Is(err, verbs.ErrInvalidAttr) {
+		t.Errorf("PollEx on a plain CQ: %v, want ErrInvalidAttr", err)
+	}
+}
+
+// TestErrors checks that failing verbs name the verb, carry the errno and
+// match the verbs sentinels.
+func TestErrors(t *testing.T) {
+	ctx, _ := device(t)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Dealloc()
+	cq, err := ctx.CreateCQ(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Destroy()
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qp.Destroy()
+	err = qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState)
+	var e *ibverbs.Error
+	if !errors.As(err, &e) || e.Verb != "ibv_modify_qp" || !errors.Is(err, syscall.EINVAL) || !errors.Is(err, verbs.ErrInvalidAttr) {
+		t.Errorf("RESET -> RTR without attributes: %v, want ibv_modify_qp EINVAL matching ErrInvalidAttr", err)
+	}
+	if _, err := pd.RegMR(nil, verbs.AccessLocalWrite); !errors.Is(err, verbs.ErrInvalidAttr) {
+		t.Errorf("RegMR(nil): %v", err)
+	}
+	big := make([]verbs.SGE, 1000)
+	if n, err := qp.PostRecv([]verbs.RecvWR{{SGList: big}}); n != 0 || !errors.Is(err, verbs.ErrInvalidWR) {
+		t.Errorf("PostRecv with 1000 SGEs: %d, %v", n, err)
+	}
+	if _, err := ibverbs.Alloc(0); err == nil {
+		t.Errorf("Alloc(0) succeeded")
+	}
+}
+
+// TestNoAllocs asserts that PostSend, PostRecv and Poll allocate nothing.
+func TestNoAllocs(t *testing.T) {
+	l := newLoop(t, 1)
+	wrs := l.wrs[:1]
+	rwrs := []verbs.RecvWR{{WRID: 1, SGList: l.sge[:1]}}
+	wc := make([]verbs.WC, 4)
+	if n := testing.AllocsPerRun(50, func() {
+		if _, err := l.qa.PostSend(wrs); err != nil {
+			t.Fatal(err)
+		}
+		l.reap(1)
+	}); n != 0 {
+		t.Errorf("PostSend + Poll: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(50, func() {
+		if _, err := l.qb.PostRecv(rwrs); err != nil {
+			t.Fatal(err)
+		}
+		l.cq.Poll(wc)
+	}); n != 0 {
+		t.Errorf("PostRecv: %v allocations", n)
+	}
+}
+
+// loop is an RC QP aimed at a second QP of the same device, for the
+// allocation test and the benchmarks.
+type loop struct {
+	tb     testing.TB
+	qa, qb verbs.QP
+	cq     verbs.CQ
+	wrs    []verbs.SendWR
+	sge    []verbs.SGE
+	wc     []verbs.WC
+}
+
+func newLoop(t testing.TB, n int) *loop {
+	ctx, gidx := device(t)
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pd.Dealloc() })
+	cq, err := ctx.CreateCQ(1024, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cq.Destroy() })
+	buf, err := ibverbs.Alloc(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ibverbs.Free(buf) })
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mr.Dereg() })
+	gid, err := ctx.QueryGID(1, gidx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &loop{tb: t, cq: cq, wc: make([]verbs.WC, 64)}
+	var qps [2]verbs.QP
+	for i := range qps {
+		qps[i], err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
+			Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := qps[i]
+		t.Cleanup(func() { q.Destroy() })
+	}
+	for i, q := range qps {
+		peer := qps[1-i].Num()
+		for _, s := range []struct {
+			a verbs.QPAttr
+			m verbs.QPAttrMask
+		}{
+			{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+			{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: peer, MaxDestRdAtomic: 1, MinRNRTimer: 12,
+				AHAttr: verbs.AHAttr{DGID: gid, SGIDIndex: uint8(gidx), HopLimit: 64}},
+				verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+			{verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
+				verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},
+		} {
+			if err := q.Modify(&s.a, s.m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l.qa, l.qb = qps[0], qps[1]
+	l.sge = []verbs.SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}
+	l.wrs = make([]verbs.SendWR, max(n, 1))
+	for i := range l.wrs {
+		l.wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: l.sge,
+			RemoteAddr: mr.Addr() + 1024, RKey: mr.RKey()}
+	}
+	return l
+}
+
+// reap polls until n completions arrived (bounded: 10 s).
+func (l *loop) reap(n int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for got := 0; got < n; {
+		k := l.cq.Poll(l.wc)
+		for _, wc := range l.wc[:k] {
+			if wc.Status != verbs.WCSuccess {
+				l.tb.Fatalf("completion %+v", wc)
+			}
+		}
+		got += k
+		if k == 0 {
+			if time.Now().After(deadline) {
+				l.tb.Fatalf("%d of %d completions after 10 s", got, n)
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// toErr moves qb to ERROR: its receives are flushed.
+func (l *loop) toErr() {
+	if err := l.qb.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.AttrState); err != nil {
+		l.tb.Fatal(err)
+	}
+}
+
+// toRTR brings qb from ERROR back through RESET and INIT to RTR.
+func (l *loop) toRTR() {
+	at, err := l.qb.Query()
+	if err != nil {
+		l.tb.Fatal(err)
+	}
+	gid := at.AHAttr
+	for _, s := range []struct {
+		a verbs.QPAttr
+		m verbs.QPAttrMask
+	}{
+		{verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState},
+		{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite}, verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: l.qa.Num(), MaxDestRdAtomic: 1, MinRNRTimer: 12, AHAttr: gid},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+	} {
+		if err := l.qb.Modify(&s.a, s.m); err != nil {
+			l.tb.Fatal(err)
+		}
+	}
+}
+
+// recycle empties qb's receive queue of its n receives: ERROR (flush),
+// reap the n flushed completions, back to RTR.
+func (l *loop) recycle(n int) {
+	l.toErr()
+	deadline := time.Now().Add(10 * time.Second)
+	for got := 0; got < n; {
+		k := l.cq.Poll(l.wc)
+		got += k
+		if k == 0 {
+			if time.Now().After(deadline) {
+				l.tb.Fatalf("%d of %d flushed receives", got, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	l.toRTR()
+}
