@@ -1,0 +1,107 @@
+// Package afxdp is goroce's AF_XDP packet path: RoCEv2 frames move between
+// the network interface and UMEM memory shared with the kernel through four
+// rings, with no system call per packet on receive and one kick per batch on
+// transmit (in copy mode; none when a zero-copy driver polls on its own).
+// It implements packetio.Conn, so a soft device runs on it unchanged.
+//
+// # What Listen sets up
+//
+// Listen(local, opts) finds the interface that has the IPv4 address local
+// (in the calling thread's network namespace) and:
+//
+//   - loads an XDP program, written in eBPF assembly with cilium/ebpf's asm
+//     package (no C compiler): an untagged IPv4 frame without options, not
+//     a fragment, UDP to port Options.Port (4791) and to local goes to the
+//     AF_XDP socket of its RX queue through an XSKMAP (bpf_redirect_map,
+//     with XDP_PASS as the action when the queue has no socket); everything
+//     else, ARP and ICMP included, goes on to the kernel's stack. The
+//     program counts what it redirected in a per-CPU array (XDPStats).
+//   - attaches it through a BPF link, natively (in the driver) where the
+//     driver can, generically (SKB mode) otherwise (Options.Attach).
+//   - opens one AF_XDP socket per RX queue (Options.Queue, Options.Queues;
+//     by default every queue in use), each with its own UMEM of
+//     Options.Frames frames of Options.FrameSize bytes (default 2048 x 2 KiB)
+//     with Options.Headroom (256) bytes of headroom, optionally pre-faulted
+//     (MAP_POPULATE) and locked (mlock), and its fill, completion, RX and TX
+//     rings mapped from the socket at the offsets XDP_MMAP_OFFSETS reports.
+//     It binds zero-copy first and falls back to copy mode
+//     (Options.Copy); XDP_USE_NEED_WAKEUP is always asked for.
+//
+// Mode reports what is in use, such as "native/copy" (veth) or
+// "native/zerocopy" (a NIC whose driver supports it).
+//
+// # Frames and rings
+//
+// Half the frames (Options.RxFrames) receive: they are all in the fill ring
+// at the start, and the frames of the packets a Receive returns go back to
+// it, in one batch, at the next Receive, so the kernel always has a frame
+// for every packet it may deliver. When Receive finds that the kernel had
+// taken every frame (the fill ring was empty) it counts it
+// (XDPStats.FillEmptySeen), beside the kernel's own rx_fill_ring_empty_descs.
+// The other half transmit: TxBatch lends frames, Transmit puts them on the
+// TX ring and the completion ring gives them back.
+//
+// A received frame's data starts Headroom + XDP_PACKET_HEADROOM (256) bytes
+// into its frame: the kernel adds its own headroom to the UMEM's, so a 2 KiB
+// frame with the default headroom holds 1536 bytes of Ethernet frame, enough
+// for an MTU of 1500 (and Listen refuses, with an error matching ErrMTU and
+// packetio.ErrNotSupported, an interface whose MTU does not fit:
+// single-buffer AF_XDP has no frame chaining). 4 KiB frames carry an MTU of
+// up to 3570.
+//
+// Each ring is one file (producer_linux.go for the fill and TX rings,
+// consumer_linux.go for the RX and completion rings): the producer and
+// consumer indices are free-running, each side caches the other's index and
+// reads it (an acquire load) only when the cache says the ring is too full
+// or too empty, and a batch is published with one store of the index.
+//
+// # Receive
+//
+// Receive reads up to Options.Batch descriptors from the RX rings and
+// returns packets whose Buf is the UDP payload inside the UMEM frame, valid
+// until the next Receive. Addr and Port are the IP source and UDP source
+// port, Local the IP destination and TOS the IPv4 TOS byte, all read from
+// the frame. Frames that are not well-formed RoCEv2 (wire.ParseFrame) are
+// dropped and counted in RxDrops. With nothing to read, Receive waits in
+// Go's netpoller on the socket (or on an epoll instance over the sockets of
+// several queues), which the kernel wakes when it fills the RX ring; Wake
+// and deadlines work as in packetio/udp.
+//
+// # Transmit
+//
+// TxBatch lends frames of the UMEM past 42 bytes of header room, so the
+// engine writes its transport packet in place; Transmit writes in front of
+// it the Ethernet header, the IPv4 header (DF set and Identification 0, as
+// the UDP path's kernel writes them, so that the ICRC the engine computed
+// over the pseudo-header is right; TTL 64; Options.TOS) and the UDP header
+// (checksum 0, as rdma_rxe sends over IPv4), pads frames shorter than 60
+// bytes, queues the batch on the TX ring with one store and, when the
+// kernel asks (in copy mode: always; the sending happens in the sendto
+// call, at most 32 frames per call), kicks it with sendto.
+//
+// The UDP source port of every packet is Options.Port (4791 by default),
+// like the UDP path's: the engine's ICRC covers the source port, and
+// provider/soft computes it for Options.SourcePort, which must equal it.
+// Packet.Port is ignored on send. (Per-queue-pair entropy ports, which
+// whole-frame transmit could carry, need the engine to choose them.)
+//
+// The destination MAC comes from the kernel: the route to the destination
+// (it must leave through this interface; otherwise the packet fails with
+// packetio.ErrNoRoute), then the neighbour entry of the next hop, read over
+// rtnetlink. An unknown neighbour is resolved by the kernel (an
+// RTM_NEWNEIGH request with NTF_USE starts ARP as a packet of its own
+// would); Transmit waits for it up to Options.ResolveTimeout and fails the
+// packet with ErrUnresolved after that. Resolved addresses are cached for
+// Options.NeighbourTTL.
+//
+// # Errors and fallback
+//
+// When the kernel, the driver or the privileges say no (no AF_XDP or BPF,
+// EPERM, EOPNOTSUPP, an MTU that does not fit the frames), Listen's error
+// matches packetio.ErrNotSupported (and ErrPermission or ErrMTU), so that
+// a caller falls back to packetio/udp and says which path is in use. AF_XDP
+// needs CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF (or CAP_SYS_ADMIN).
+//
+// Only one Conn may serve an interface at a time (one XDP program); it
+// serves one IPv4 address. IPv6 and VLAN-tagged frames go to the kernel.
+package afxdp
