@@ -27,7 +27,6 @@ func TestSoakFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("soak skipped in -short mode")
 	}
-	const nqp, window, area, slots = 16, 8, 512 << 10, 16
 	fo := fault.Options{Drop: 0.05, Duplicate: 0.01, Reorder: 0.02, Corrupt: 0.001}
 	pa, pb := pipe.New(netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.1.0.2"), pipe.Options{Queue: 8192})
 	fo.Seed = 1
@@ -41,7 +40,31 @@ func TestSoakFaults(t *testing.T) {
 	defer db.Close()
 	defer da.Close()
 	goroutines := runtime.NumGoroutine()
+	start := time.Now()
+	completed := soak(t, da, db, *soakOps, 110*time.Second)
+	t.Logf("%d operations on %d QPs in %v; a: %+v; faults a->b %+v", completed, soakQPs, time.Since(start).Round(time.Millisecond), da.Stats(), fa.FaultStats())
+	t.Logf("b: %+v; faults b->a %+v", db.Stats(), fb.FaultStats())
+	da.Close()
+	db.Close()
+	time.Sleep(10 * time.Millisecond)
+	if g := runtime.NumGoroutine(); g > goroutines {
+		t.Errorf("%d goroutines after, %d before", g, goroutines)
+	}
+}
 
+// soakQPs is the number of QP pairs soak runs.
+const soakQPs = 16
+
+// soak runs ops mixed RC operations (SEND, WRITE, READ, CAS, FAA) on
+// soakQPs QP pairs from device da to db, at most 8 outstanding per QP, and
+// checks that every operation completes exactly once, successfully, in post
+// order per QP, with every byte and every atomic result right, that the
+// atomics' words end where sequential execution puts them, and that no
+// completion comes late. It fails the test when the operations take longer
+// than limit, and returns how many completed.
+func soak(t *testing.T, da, db *Device, ops int, limit time.Duration) int {
+	t.Helper()
+	const nqp, window, area, slots = soakQPs, 8, 512 << 10, 16
 	type qpState struct {
 		a, b       *end
 		posted     uint64 // WRIDs 1..posted posted on a
@@ -85,9 +108,9 @@ func TestSoakFaults(t *testing.T) {
 	slot := func(w uint64) int { return int(w%slots) * 8192 }
 	start := time.Now()
 	wc := make([]verbs.WC, 32)
-	total, completed := *soakOps, 0
+	total, completed := ops, 0
 	issued := 0
-	deadline := time.Now().Add(110 * time.Second)
+	deadline := time.Now().Add(limit)
 	for completed < total {
 		if time.Now().After(deadline) {
 			t.Fatalf("after %v: %d of %d operations completed", time.Since(start), completed, total)
@@ -207,14 +230,16 @@ func TestSoakFaults(t *testing.T) {
 			t.Errorf("QP %d: %d extra completions: %+v", i, n, wc[:n])
 		}
 	}
-	t.Logf("%d operations on %d QPs in %v; a: %+v; faults a->b %+v", completed, nqp, time.Since(start).Round(time.Millisecond), da.Stats(), fa.FaultStats())
-	t.Logf("b: %+v; faults b->a %+v", db.Stats(), fb.FaultStats())
-	da.Close()
-	db.Close()
-	time.Sleep(10 * time.Millisecond)
-	if g := runtime.NumGoroutine(); g > goroutines {
-		t.Errorf("%d goroutines after, %d before", g, goroutines)
+	// Give everything back, so that nothing of the run stays reachable.
+	for _, s := range qps {
+		for _, e := range []*end{s.a, s.b} {
+			must(t, e.qp.Destroy())
+			must(t, e.cq.Destroy())
+		}
 	}
+	must(t, mrA.Dereg())
+	must(t, mrB.Dereg())
+	return completed
 }
 
 type opKind int
