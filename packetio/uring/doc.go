@@ -1,0 +1,81 @@
+// Package uring is goroce's io_uring packet path: RoCEv2 transport packets
+// as UDP datagrams on a kernel socket, as in package udp, but submitted and
+// reaped through io_uring's shared rings instead of recvmmsg/sendmmsg.
+//
+// # The socket
+//
+// Listen opens the same socket as package udp (package udpsock holds the
+// shared setup): unconnected, IPv4, bound to the local address and port 4791
+// (Options.Port overrides it), with IP_MTU_DISCOVER=IP_PMTUDISC_DO (DF set
+// and IPv4 Identification 0, which the ICRC covers), IP_PKTINFO and
+// IP_RECVTOS for each packet's local address and TOS, SO_NO_CHECK, large
+// socket buffers and the TOS of transmitted packets. Options has the same
+// fields as udp.Options, and Listen the same signature, so the two paths
+// are interchangeable.
+//
+// # The ring
+//
+// The package speaks to the kernel through io_uring_setup, io_uring_enter,
+// io_uring_register and mmap on golang.org/x/sys/unix, with the ABI's
+// structures written out by hand (sys_linux.go): x/sys has none of them and
+// no Go io_uring binding is available from the module proxy. One file per
+// concern: ring_linux.go sets the ring up (probing setup flags best first,
+// falling back when the kernel refuses one), sq_linux.go and cq_linux.go are
+// the submission and completion queues (indices loaded with acquire and
+// published with release atomics, once per batch), bufring_linux.go is the
+// provided-buffer ring, ops_linux.go fills SQEs, conn_linux.go is the Conn.
+//
+// Receive. Where the kernel has them (Linux 6.0), a multishot RECVMSG
+// (IORING_RECV_MULTISHOT) stays armed on the socket and takes one buffer
+// per datagram from a provided-buffer ring (IORING_REGISTER_PBUF_RING) of
+// Options.RxBuffers slots; each buffer starts with the kernel's
+// io_uring_recvmsg_out header, then the source address, the control
+// messages (IP_PKTINFO, IP_TOS), then the payload, which Receive returns in
+// place. The slots of a returned batch go back to the ring at the next
+// Receive. When the buffers run out the kernel ends the multishot receive
+// (ENOBUFS) and leaves further datagrams in the socket; the next Receive
+// gives buffers back and arms it again. On older kernels Receive keeps one
+// single-shot RECVMSG outstanding per slot instead (Features tells which).
+//
+// Receive returns completions already in the ring without a system call;
+// otherwise it waits in io_uring_enter with IORING_ENTER_GETEVENTS and a
+// timeout (IORING_ENTER_EXT_ARG, Linux 5.11) for the deadline. Wake writes
+// an eventfd on which a READ is kept outstanding in the ring, so a waiting
+// Receive wakes; like udp's Wake it costs only an atomic flag when nobody
+// waits.
+//
+// Transmit queues one SENDMSG per packet and submits the batch with one
+// io_uring_enter, which also waits for the batch's completions so that each
+// packet's fate (EMSGSIZE, ...) is reported as package udp reports it;
+// receive completions met meanwhile are set aside for Receive.
+//
+// # Threads
+//
+// The kernel completes socket requests with task work run by the thread
+// that submitted them. Go moves goroutines between threads, so by default
+// the ring is set up for any thread to submit and reap: the kernel then
+// notifies the submitting thread, wherever it is, as soon as a datagram
+// arrives. IORING_SETUP_COOP_TASKRUN, which skips that notification and lets
+// the task work wait for the thread's next system call, would delay
+// receives while that thread runs other goroutines, so it is not used.
+// With Options.SingleIssuer the caller promises one OS thread
+// (runtime.LockOSThread) and the ring uses IORING_SETUP_SINGLE_ISSUER and
+// DEFER_TASKRUN (Linux 6.1): task work runs only when that thread reaps.
+//
+// # Registered buffers
+//
+// SENDMSG and RECVMSG take no registered (fixed) buffers; the operation
+// that does, SEND_ZC, pins the pages and posts a second completion per
+// packet, which costs more than the copy it saves for packets of a few KiB,
+// so the package does not register buffers (Features().RegisteredBuffers).
+//
+// # Errors
+//
+// Without a usable io_uring (a kernel built without it: ENOSYS; disabled by
+// the kernel.io_uring_disabled sysctl or a seccomp filter: EPERM; older
+// than Linux 5.11) Listen returns an error matching ErrUnavailable and
+// packetio.ErrNotSupported; callers then fall back to package udp.
+//
+// The io_uring path is implemented on Linux, for IPv4; Listen elsewhere, or
+// for an IPv6 address, returns an error matching packetio.ErrNotSupported.
+package uring

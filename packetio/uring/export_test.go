@@ -1,0 +1,17 @@
+//go:build linux
+
+package uring
+
+import "net/netip"
+
+// ListenSingleshot opens a Conn that receives with batched single-shot
+// RECVMSGs even where the kernel has multishot receive (the fallback).
+func ListenSingleshot(local netip.Addr, opts Options) (*Conn, error) {
+	return listen(local, opts, disable{multishot: true})
+}
+
+// ListenCoop opens a Conn whose ring uses IORING_SETUP_COOP_TASKRUN where
+// the kernel has it (for benchmarks against the default).
+func ListenCoop(local netip.Addr, opts Options) (*Conn, error) {
+	return listen(local, opts, disable{mode: taskrunCoop})
+}
