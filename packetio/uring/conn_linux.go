@@ -74,8 +74,8 @@ type Conn struct {
 	nSlots     int
 	bufs       *bufRing // multishot: the slots, lent to the kernel
 	msHdr      unix.Msghdr
-	msArmed    bool // a multishot RECVMSG is outstanding
-	msWorked   bool // a multishot RECVMSG has delivered a datagram
+	msArmed    bool          // a multishot RECVMSG is outstanding
+	msWorked   bool          // a multishot RECVMSG has delivered a datagram
 	ssHdrs     []unix.Msghdr // single-shot: one per slot
 	ssIovs     []unix.Iovec
 	rearm      []uint16 // single-shot: slots to arm again

@@ -12,10 +12,10 @@ import (
 // SQE i.
 type sq struct {
 	khead, ktail, kflagsp, kdropped *uint32 // in the shared mapping
-	mask, entries                  uint32
-	sqes                           []sqe
-	tail                           uint32 // next entry to fill
-	published                      uint32 // last tail stored to *ktail
+	mask, entries                   uint32
+	sqes                            []sqe
+	tail                            uint32 // next entry to fill
+	published                       uint32 // last tail stored to *ktail
 }
 
 func (q *sq) init(mem, sqeMem []byte, off *sqringOffsets) {

@@ -78,7 +78,7 @@ type params struct {
 // sqringOffsets is struct io_sqring_offsets.
 type sqringOffsets struct {
 	head, tail, ringMask, ringEntries, flags, dropped, array, resv1 uint32
-	userAddr                                                       uint64
+	userAddr                                                        uint64
 }
 
 // cqringOffsets is struct io_cqring_offsets.
