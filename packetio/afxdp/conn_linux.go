@@ -130,6 +130,10 @@ func (o Options) check() error {
 		return fmt.Errorf("packetio/afxdp: Headroom %d leaves no room in a %d-byte frame", o.Headroom, o.FrameSize)
 	case o.Batch > o.RxFrames || o.Batch > o.Frames-o.RxFrames:
 		return fmt.Errorf("packetio/afxdp: Batch %d larger than the receive or transmit frames", o.Batch)
+	case o.Attach != AttachAuto && o.Attach != AttachNative && o.Attach != AttachGeneric:
+		return fmt.Errorf("packetio/afxdp: unknown attach mode %q", o.Attach)
+	case o.Copy != CopyAuto && o.Copy != ZeroCopy && o.Copy != Copy:
+		return fmt.Errorf("packetio/afxdp: unknown copy mode %q", o.Copy)
 	case o.Queue < 0 || o.Queues < 0:
 		return fmt.Errorf("packetio/afxdp: queue %d, %d queues", o.Queue, o.Queues)
 	}
@@ -223,7 +227,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 			if o.Queues == 0 && q > o.Queue && errors.Is(err, unix.EINVAL) {
 				break // past the queues in use (the kernel reports the most the device may have)
 			}
-			return nil, fmt.Errorf("packetio/afxdp: %s: %w", c.ifname, err)
+			return nil, fmt.Errorf("packetio/afxdp: %s queue %d: %w", c.ifname, q, err)
 		}
 		c.socks = append(c.socks, s)
 		if err = c.prog.register(q, s.fd); err != nil {
