@@ -4,6 +4,16 @@ package ibverbs
 
 /*
 #cgo LDFLAGS: -libverbs
+#cgo noescape g_post_send
+#cgo nocallback g_post_send
+#cgo noescape g_post_recv
+#cgo nocallback g_post_recv
+#cgo noescape g_post_srq_recv
+#cgo nocallback g_post_srq_recv
+#cgo noescape g_poll
+#cgo nocallback g_poll
+#cgo noescape g_poll_ex
+#cgo nocallback g_poll_ex
 #include <infiniband/verbs.h>
 #include <arpa/inet.h>
 #include <endian.h>
@@ -252,7 +262,9 @@ static int g_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
 
 static int g_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, struct ibv_qp_init_attr *ia) {
 	errno = 0;
-	return g_rc(ibv_query_qp(qp, a, -1, ia));
+	// Every standard attribute, IBV_QP_STATE .. IBV_QP_DEST_QPN: drivers
+	// refuse bits beyond them (rdma_rxe: EOPNOTSUPP).
+	return g_rc(ibv_query_qp(qp, a, (1 << 21) - 1, ia));
 }
 
 static int g_query_device(struct ibv_context *c, struct ibv_device_attr *a) {
