@@ -124,6 +124,32 @@ func (c *softConfig) open(traffic bool) (*soft.Device, error) {
 	return dev, nil
 }
 
+// hwRegistry is a registry of this build's providers other than the soft
+// one (libibverbs' with -tags ibverbs).
+func hwRegistry() *verbs.Registry {
+	r := &verbs.Registry{}
+	for _, p := range hwProviders() {
+		r.Register(p)
+	}
+	return r
+}
+
+// hwDevices lists the devices of this build's providers other than soft.
+func hwDevices() ([]verbs.Device, error) { return hwRegistry().Devices() }
+
+// openHW returns the device called name when a provider other than soft
+// has it (name "" and the soft device's name are the soft device's).
+func openHW(name string) (verbs.Device, bool) {
+	if name == "" || name == softName {
+		return nil, false
+	}
+	d, _, err := hwRegistry().Lookup(name)
+	if err != nil {
+		return nil, false
+	}
+	return d, true
+}
+
 // runDevices is `goroce devices`, as ibv_devices.
 func runDevices(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("devices", flag.ContinueOnError)
@@ -141,15 +167,27 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	hw, hwErr := hwDevices()
+	var devs []verbs.Device
 	dev, err := sc.open(false)
 	if err != nil {
-		fmt.Fprintln(stderr, "goroce devices:", err)
-		return 1
+		if len(hw) == 0 {
+			fmt.Fprintln(stderr, "goroce devices:", err)
+			return 1
+		}
+	} else {
+		defer dev.Close()
+		devs = append(devs, dev)
 	}
-	defer dev.Close()
+	devs = append(devs, hw...)
 	fmt.Fprintf(stdout, "    %-16s\t   node GUID\n", "device")
 	fmt.Fprintf(stdout, "    %-16s\t----------------\n", "------")
-	fmt.Fprintf(stdout, "    %-16s\t%016x\n", dev.Name(), dev.GUID())
+	for _, d := range devs {
+		fmt.Fprintf(stdout, "    %-16s\t%016x\n", d.Name(), d.GUID())
+	}
+	if hwErr != nil {
+		fmt.Fprintln(stderr, "goroce devices:", hwErr)
+	}
 	return 0
 }
 
@@ -181,23 +219,49 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	dev, err := sc.open(false)
-	if err != nil {
-		fmt.Fprintln(stderr, "goroce devinfo:", err)
-		return 1
-	}
-	defer dev.Close()
-	if list {
-		fmt.Fprintf(stdout, "1 HCA found:\n\t%s\n\n", dev.Name())
+	if hw, ok := openHW(devName); ok {
+		if err := printDevinfo(stdout, hw, uint8(port), verbose); err != nil {
+			fmt.Fprintln(stderr, "goroce devinfo:", err)
+			return 1
+		}
 		return 0
 	}
-	if devName != "" && devName != dev.Name() {
+	var devs []verbs.Device
+	hw, _ := hwDevices()
+	dev, err := sc.open(false)
+	if err != nil {
+		if len(hw) == 0 || devName != "" {
+			fmt.Fprintln(stderr, "goroce devinfo:", err)
+			return 1
+		}
+	} else {
+		defer dev.Close()
+		devs = append(devs, dev)
+	}
+	if devName == "" {
+		devs = append(devs, hw...)
+	}
+	if list {
+		if len(devs) == 1 {
+			fmt.Fprintf(stdout, "1 HCA found:\n")
+		} else {
+			fmt.Fprintf(stdout, "%d HCAs found:\n", len(devs))
+		}
+		for _, d := range devs {
+			fmt.Fprintf(stdout, "\t%s\n", d.Name())
+		}
+		fmt.Fprintln(stdout)
+		return 0
+	}
+	if devName != "" && (dev == nil || devName != dev.Name()) {
 		fmt.Fprintf(stderr, "IB device '%s' wasn't found\n", devName)
 		return 1
 	}
-	if err := printDevinfo(stdout, dev, uint8(port), verbose); err != nil {
-		fmt.Fprintln(stderr, "goroce devinfo:", err)
-		return 1
+	for _, d := range devs {
+		if err := printDevinfo(stdout, d, uint8(port), verbose); err != nil {
+			fmt.Fprintln(stderr, "goroce devinfo:", err)
+			return 1
+		}
 	}
 	return 0
 }

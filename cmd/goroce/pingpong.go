@@ -138,7 +138,8 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 type pingpong struct {
 	c      *ppConfig
 	out    io.Writer
-	dev    *soft.Device
+	dev    verbs.Device
+	sdev   *soft.Device // dev when it is the soft device
 	vctx   verbs.Context
 	ch     verbs.CompChannel
 	pd     verbs.PD
@@ -167,12 +168,17 @@ func runPP(c *ppConfig, out io.Writer) (err error) {
 		defer cancel()
 	}
 	p := &pingpong{c: c, out: out}
-	if p.dev, err = c.soft.open(true); err != nil {
-		return err
-	}
-	if c.devName != "" && c.devName != p.dev.Name() {
-		p.dev.Close()
-		return fmt.Errorf("IB device %s not found", c.devName)
+	if hw, ok := openHW(c.devName); ok {
+		p.dev = hw
+	} else {
+		if p.sdev, err = c.soft.open(true); err != nil {
+			return err
+		}
+		p.dev = p.sdev
+		if c.devName != "" && c.devName != p.dev.Name() {
+			p.sdev.Close()
+			return fmt.Errorf("IB device %s not found", c.devName)
+		}
 	}
 	defer func() {
 		if cerr := p.close(err == nil); err == nil {
@@ -428,6 +434,15 @@ func (p *pingpong) loop(ctx context.Context) error {
 				if err := p.cq.ReqNotify(false); err != nil {
 					return fmt.Errorf("couldn't request CQ notification: %w", err)
 				}
+				// A completion that arrived before the CQ was armed
+				// raises no event: poll once more before sleeping.
+				if n := p.cq.Poll(wc); n > 0 {
+					idleSince = time.Time{}
+					if err := p.handle(wc[:n]); err != nil {
+						return err
+					}
+					continue
+				}
 				if _, err := p.ch.Wait(ctx); err != nil {
 					return p.stalled(err)
 				}
@@ -488,8 +503,8 @@ func (p *pingpong) handle(wcs []verbs.WC) error {
 // message received must leave (and be sent again if the peer retransmits)
 // before the QP is gone, or the peer's last send never completes.
 func (p *pingpong) close(ran bool) error {
-	if ran && p.c.typ == verbs.QPTRC {
-		linger(p.dev, 20*time.Millisecond, time.Second)
+	if ran && p.c.typ == verbs.QPTRC && p.sdev != nil {
+		linger(p.sdev, 20*time.Millisecond, time.Second)
 	}
 	var errs []error
 	if p.qp != nil {
@@ -513,7 +528,9 @@ func (p *pingpong) close(ran bool) error {
 	if p.vctx != nil {
 		errs = append(errs, p.vctx.Close())
 	}
-	errs = append(errs, p.dev.Close())
+	if p.sdev != nil {
+		errs = append(errs, p.sdev.Close())
+	}
 	return errors.Join(errs...)
 }
 

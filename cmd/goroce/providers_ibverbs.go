@@ -1,0 +1,12 @@
+//go:build linux && cgo && ibverbs
+
+package main
+
+import (
+	"github.com/goroce/goroce/provider/ibverbs"
+	"github.com/goroce/goroce/verbs"
+)
+
+// hwProviders are the providers of the devices other than the soft one that
+// this build can open: libibverbs' (built with -tags ibverbs).
+func hwProviders() []verbs.Provider { return []verbs.Provider{ibverbs.Provider{}} }
