@@ -1362,12 +1362,16 @@ func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if q.qp == nil {
 		return 0, fmt.Errorf("ibverbs: post_recv: %w", verbs.ErrDestroyed)
 	}
-	return postRecv(&q.recv, wrs, func(g *C.struct_grecv, n C.int, b *C.int) C.int {
-		return C.g_post_recv(q.qp, g, n, q.recv.sges, (*C.struct_ibv_recv_wr)(q.recv.wrs), b)
-	}, "ibv_post_recv")
+	return postRecv(&q.recv, wrs, q.qp, nil)
 }
 
-func postRecv(s *scratch, wrs []verbs.RecvWR, post func(*C.struct_grecv, C.int, *C.int) C.int, verb string) (int, error) {
+// postRecv posts to qp's receive queue, or to srq. (No callback: a function
+// value would make the out-parameter escape to the heap.)
+func postRecv(s *scratch, wrs []verbs.RecvWR, qp *C.struct_ibv_qp, srq *C.struct_ibv_srq) (int, error) {
+	verb := "ibv_post_recv"
+	if srq != nil {
+		verb = "ibv_post_srq_recv"
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gs := unsafe.Slice((*C.struct_grecv)(s.g), batch)
@@ -1397,7 +1401,13 @@ func postRecv(s *scratch, wrs []verbs.RecvWR, post func(*C.struct_grecv, C.int, 
 		}
 		if n > 0 {
 			var b C.int
-			if rc := post(&gs[0], C.int(n), &b); rc != 0 {
+			var rc C.int
+			if srq != nil {
+				rc = C.g_post_srq_recv(srq, &gs[0], C.int(n), s.sges, (*C.struct_ibv_recv_wr)(s.wrs), &b)
+			} else {
+				rc = C.g_post_recv(qp, &gs[0], C.int(n), s.sges, (*C.struct_ibv_recv_wr)(s.wrs), &b)
+			}
+			if rc != 0 {
 				return posted + int(b), verbErr(verb, int(rc), fmt.Sprintf("WR %d", posted+int(b)))
 			}
 			posted += n
@@ -1444,9 +1454,7 @@ func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if s.srq == nil {
 		return 0, fmt.Errorf("ibverbs: post_srq_recv: %w", verbs.ErrDestroyed)
 	}
-	return postRecv(&s.recv, wrs, func(g *C.struct_grecv, n C.int, b *C.int) C.int {
-		return C.g_post_srq_recv(s.srq, g, n, s.recv.sges, (*C.struct_ibv_recv_wr)(s.recv.wrs), b)
-	}, "ibv_post_srq_recv")
+	return postRecv(&s.recv, wrs, nil, s.srq)
 }
 
 // Destroy destroys the SRQ (ibv_destroy_srq).
