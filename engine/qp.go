@@ -19,6 +19,7 @@ type QP struct {
 	pd     uint32
 	state  verbs.QPState
 	pstate atomic.Uint32 // state, for PostSend/PostRecv on other goroutines
+	gone   atomic.Bool   // destroyed: posts are refused
 	sq     *sendQueue
 	sqst   []sendState
 	rq     *recvQueue
@@ -60,7 +61,7 @@ func (e *Engine) NewSRQ(pd uint32, maxWR, maxSGE int) *SRQ {
 }
 
 // PostRecv posts receive work requests (see QP.PostRecv).
-func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) { return postRecv(s.q, wrs) }
+func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) { return postRecv(s.q, wrs, nil) }
 
 // QPInit describes a QP to create.
 type QPInit struct {
@@ -135,8 +136,20 @@ func (qp *QP) Type() verbs.QPType { return qp.typ }
 // State returns the QP state.
 func (qp *QP) State() verbs.QPState { return qp.state }
 
-// Destroy flushes the QP's outstanding work and removes it.
+// Destroy flushes the QP's outstanding work and removes it. Later posts
+// fail with verbs.ErrDestroyed.
 func (qp *QP) Destroy() {
+	if qp.gone.Swap(true) {
+		return
+	}
+	// A post that began before the flag was set may still land: take the
+	// producers' locks so that the flush below sees it.
+	qp.sq.mu.Lock()
+	qp.sq.mu.Unlock()
+	if qp.rq != nil {
+		qp.rq.mu.Lock()
+		qp.rq.mu.Unlock()
+	}
 	if qp.state != verbs.QPSReset {
 		qp.setError()
 		qp.flush()
@@ -355,6 +368,9 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	q := qp.sq
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if qp.gone.Load() {
+		return 0, fmt.Errorf("engine: QP %#x is destroyed: %w", qp.num, verbs.ErrDestroyed)
+	}
 	t := q.tail.Load()
 	for i := range wrs {
 		wr := &wrs[i]
@@ -449,12 +465,15 @@ func (qp *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if verbs.QPState(qp.pstate.Load()) == verbs.QPSReset {
 		return 0, fmt.Errorf("engine: QP %#x is in RESET: %w", qp.num, verbs.ErrInvalidState)
 	}
-	return postRecv(qp.rq, wrs)
+	return postRecv(qp.rq, wrs, &qp.gone)
 }
 
-func postRecv(q *recvQueue, wrs []verbs.RecvWR) (int, error) {
+func postRecv(q *recvQueue, wrs []verbs.RecvWR, gone *atomic.Bool) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if gone != nil && gone.Load() {
+		return 0, fmt.Errorf("engine: the QP is destroyed: %w", verbs.ErrDestroyed)
+	}
 	t := q.tail.Load()
 	for i := range wrs {
 		wr := &wrs[i]
