@@ -1,11 +1,14 @@
 // Package rxeinterop holds interoperability tests of goroce against Linux's
 // rdma_rxe and rdma-core's tools, run in a qemu guest by the rxe-vm harness
-// (run-peer.sh). It has no code of its own: see rxeinterop_test.go.
+// (run-peer.sh). It has no code of its own: see rxeinterop_test.go and
+// ibverbs_test.go.
 //
 // The tests skip, and say why, unless GOROCE_RXE_VM names the harness
 // directory; RXE_VM_BUILD names its build directory (default: the harness's
 // build/), which must hold vmlinuz and initrd.cpio (the harness's build.sh
-// makes them). They need root, qemu and tcpdump. GOROCE_WIRE_CHECK, when set
+// makes them). They need root, qemu and tcpdump; TestIbverbsRxe
+// (ibverbs_test.go) also needs libibverbs-dev and a C compiler, to build
+// provider/ibverbs with -tags ibverbs for the guest. GOROCE_WIRE_CHECK, when set
 // to the path of check-pcap.sh, has every capture judged by that independent
 // checker as well; GOROCE_RXE_CAPTURES, when set to a directory, keeps the
 // captures there.

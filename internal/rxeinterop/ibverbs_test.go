@@ -1,0 +1,119 @@
+package rxeinterop
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestIbverbsRxe runs provider/ibverbs on rdma_rxe inside the guest: the
+// verbs conformance suite (verbs/verbstest) and the provider's own tests,
+// its benchmarks, and goroce pingpong built with the ibverbs provider (on
+// rxe0 in the guest) against goroce pingpong with the soft provider (on this
+// machine's side of the namespace), RC and UD, each side as server.
+//
+// The test binary and goroce are built here with -tags ibverbs (cgo against
+// this machine's libibverbs-dev; the guest's rdma-core 44 runs them) and
+// copied into the kept guest's share directory.
+func TestIbverbsRxe(t *testing.T) {
+	if os.Getenv("GOROCE_RXE_VM") == "" {
+		t.Skip("set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run provider/ibverbs on Linux rdma_rxe in a qemu guest")
+	}
+	const header = "/usr/include/infiniband/verbs.h"
+	if _, err := os.Stat(header); err != nil {
+		t.Skipf("provider/ibverbs needs libibverbs-dev (%s: %v)", header, err)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("provider/ibverbs needs cgo and a C compiler (gcc)")
+	}
+	h := newHarness(t)
+	tmp := t.TempDir()
+	suite, ibvBin := filepath.Join(tmp, "ibverbs.test"), filepath.Join(tmp, "goroce-ibv")
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	for _, args := range [][]string{
+		{"test", "-c", "-tags", "ibverbs", "-o", suite, "github.com/goroce/goroce/provider/ibverbs"},
+		{"build", "-tags", "ibverbs", "-o", ibvBin, "github.com/goroce/goroce/cmd/goroce"},
+	} {
+		cmd := exec.Command(gobin, args...)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	h.startPeer("ibv-boot", "true", "true")
+	for _, f := range []string{suite, ibvBin} {
+		b, err := os.ReadFile(f)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(h.share(), filepath.Base(f)), b, 0o755)
+		}
+		if err != nil {
+			t.Fatalf("copying %s into the guest's share: %v", f, err)
+		}
+	}
+	guestSuite, guestGoroce := "/share/"+filepath.Base(suite), "/share/"+filepath.Base(ibvBin)
+
+	t.Run("suite", func(t *testing.T) {
+		h.guestJob(t, "ibv-suite", 280, guestSuite+" -test.v -test.timeout 250s -ibverbs.dev rxe0")
+		out, rc := h.waitJob(t, "ibv-suite", 300*time.Second)
+		t.Logf("guest: ibverbs.test -test.v (rc=%d):\n%s", rc, out)
+		if rc != 0 {
+			t.Fatalf("the provider's tests failed in the guest (exit %d)", rc)
+		}
+		// Every test must have run on rxe0, none skipped.
+		for _, name := range []string{"TestSuite", "TestSuite/RC/Ops", "TestSuite/RC/Batch", "TestSuite/RC/SRQ",
+			"TestSuite/RC/RemoteAccessError", "TestSuite/UD", "TestSuite/Events", "TestSuite/QPStates",
+			"TestSuite/BadInput", "TestRegistry", "TestQuery", "TestCQEx", "TestErrors", "TestNoAllocs"} {
+			if !regexp.MustCompile(`(?m)^\s*--- PASS: ` + regexp.QuoteMeta(name) + ` `).MatchString(out) {
+				t.Errorf("%s did not pass in the guest", name)
+			}
+		}
+	})
+
+	t.Run("bench", func(t *testing.T) {
+		h.guestJob(t, "ibv-bench", 280, guestSuite+" -test.run - -test.bench . -test.benchtime 3000x -ibverbs.dev rxe0")
+		out, rc := h.waitJob(t, "ibv-bench", 300*time.Second)
+		t.Logf("guest: ibverbs.test -test.bench . (rc=%d):\n%s", rc, out)
+		if rc != 0 || !strings.Contains(out, "BenchmarkPostRecv/batch=32") {
+			t.Fatalf("the benchmarks failed in the guest (exit %d)", rc)
+		}
+	})
+
+	ibv := func(mode, server string) string {
+		c := fmt.Sprintf("%s pingpong %s -d rxe0 -g %d -n %d --timeout 100s", guestGoroce, mode, h.gidx, iters)
+		if server != "" {
+			c += " " + server
+		}
+		return c
+	}
+	t.Run("pingpong/rc/ibverbs-server", func(t *testing.T) {
+		r := h.pair(t, "ibv-rc-server", ibv("rc", ""), h.goroceArgs("rc", hostIP, guestIP), false)
+		h.check(t, r, 4096)
+	})
+	t.Run("pingpong/rc/soft-server", func(t *testing.T) {
+		r := h.pair(t, "ibv-rc-client", ibv("rc", hostIP), h.goroceArgs("rc", hostIP, ""), true)
+		h.check(t, r, 4096)
+	})
+	t.Run("pingpong/ud/ibverbs-server", func(t *testing.T) {
+		r := h.pair(t, "ibv-ud-server", ibv("ud", ""), h.goroceArgs("ud", hostIP, guestIP), false)
+		h.check(t, r, 1024)
+	})
+	t.Run("pingpong/ud/soft-server", func(t *testing.T) {
+		r := h.pair(t, "ibv-ud-client", ibv("ud", hostIP), h.goroceArgs("ud", hostIP, ""), true)
+		h.check(t, r, 1024)
+	})
+	t.Run("devices", func(t *testing.T) {
+		h.guestJob(t, "ibv-devices", 60, guestGoroce+" devices; "+guestGoroce+" devinfo -v -d rxe0")
+		out, rc := h.waitJob(t, "ibv-devices", 90*time.Second)
+		t.Logf("guest: goroce devices; goroce devinfo -v -d rxe0 (rc=%d):\n%s", rc, out)
+		if rc != 0 || !regexp.MustCompile(`(?m)^\s+rxe0\s+[0-9a-f]{16}$`).MatchString(out) ||
+			!strings.Contains(out, "hca_id:\trxe0") || !strings.Contains(out, "::ffff:"+guestIP+", RoCE v2") {
+			t.Errorf("goroce devices/devinfo in the guest do not show rxe0 and its IPv4-mapped GID")
+		}
+	})
+}
