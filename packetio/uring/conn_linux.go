@@ -56,6 +56,7 @@ type disable struct {
 type Conn struct {
 	r         *ring
 	sock      int
+	probe     int      // an unbound UDP socket in the socket's namespace: Close binds it to tell the port is free
 	efd       int      // eventfd that Wake writes and a READ in the ring waits on
 	efile     *os.File // efd, for Wake and Close: its writes are safe against a concurrent Close
 	local     netip.AddrPort
@@ -82,6 +83,7 @@ type Conn struct {
 	rx         []packetio.Packet
 	rxSlots    []uint16 // slots of the packets returned by the last Receive
 	wakeArmed  bool
+	inflight   int // requests whose last completion has not been seen
 	pend       []cqe // completions reaped by Transmit for Receive, a ring
 	pendHead   int
 	pendLen    int
@@ -168,7 +170,7 @@ func listen(local netip.Addr, opts Options, dis disable) (*Conn, error) {
 	if o.Port > 0xFFFF || o.DstPort < 0 || o.DstPort > 0xFFFF {
 		return nil, fmt.Errorf("packetio/uring: listen: port %d or destination port %d out of range", o.Port, o.DstPort)
 	}
-	c := &Conn{sock: -1, efd: -1, maxPacket: o.MaxPacket, batch: o.Batch, nSlots: o.RxBuffers}
+	c := &Conn{sock: -1, probe: -1, efd: -1, maxPacket: o.MaxPacket, batch: o.Batch, nSlots: o.RxBuffers}
 	c.one[0] = 1 // little-endian 1; the eventfd only needs non-zero
 	if err := c.open(local, o, dis); err != nil {
 		c.free(true)
@@ -215,6 +217,9 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 		return err
 	}
 	c.sock = fd
+	if c.probe, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP); err != nil {
+		return fmt.Errorf("packetio/uring: socket: %w", err)
+	}
 	if o.DstPort == 0 {
 		o.DstPort = int(port)
 	}
@@ -442,6 +447,7 @@ func (c *Conn) arm() error {
 		}
 		prepRead(s, c.efd, c.rxMem[c.nSlots*c.slotSize:][:8], userData(kindWake, 0, 0))
 		c.wakeArmed = true
+		c.inflight++
 	}
 	if c.singleshot {
 		for len(c.rearm) > 0 {
@@ -461,6 +467,7 @@ func (c *Conn) arm() error {
 			h.SetControllen(udpsock.ControlSpace)
 			h.Flags = 0
 			prepRecvmsg(s, c.sock, h, userData(kindRecv, 0, uint32(slot)))
+			c.inflight++
 		}
 		return nil
 	}
@@ -476,6 +483,7 @@ func (c *Conn) arm() error {
 		}
 		prepRecvmsgMultishot(s, c.sock, &c.msHdr, bgid, userData(kindRecv, 0, 0))
 		c.msArmed = true
+		c.inflight++
 	}
 	return nil
 }
@@ -515,6 +523,7 @@ func (c *Conn) harvest() ([]packetio.Packet, error) {
 		switch udKind(e.userData) {
 		case kindWake:
 			c.wakeArmed = false
+			c.inflight--
 		case kindNop:
 			c.nops++
 		case kindRecv:
@@ -554,9 +563,11 @@ func (c *Conn) recvCompletion(e cqe, p *packetio.Packet) (ok, drop bool, err err
 		if slot >= c.nSlots || udGen(e.userData) != 0 {
 			return false, false, nil
 		}
+		c.inflight--
 	} else {
 		if e.flags&cqeFMore == 0 {
 			c.msArmed = false
+			c.inflight--
 		}
 		if e.flags&cqeFBuffer == 0 {
 			slot = -1
@@ -845,12 +856,60 @@ func (c *Conn) Close() error {
 	c.efile.Write(c.one[:])
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// A single-issuer ring refuses the cancellation from another thread;
-	// then the receive memory stays mapped (it is not Go memory), because
-	// the kernel may still write a datagram into it while it tears the
-	// ring down.
-	cancelled := c.r.cancelAll() == nil
-	return c.free(cancelled)
+	return c.free(c.drain())
+}
+
+// drain cancels the outstanding requests and reaps their last completions,
+// so that the kernel no longer holds the socket (its port is free for the
+// next Listen when Close returns) nor writes into the receive memory. A
+// single-issuer ring refuses this from another thread; drain then reports
+// false and the receive memory stays mapped (it is not Go memory), because
+// the kernel may still write a datagram into it while it tears the ring
+// down.
+func (c *Conn) drain() bool {
+	for {
+		_, errno := c.r.submit(0, nil) // arms queued and not submitted: submit, then cancel
+		if errno == 0 {
+			break
+		}
+		if errno != unix.EINTR && errno != unix.EAGAIN && errno != unix.EBUSY {
+			return false
+		}
+	}
+	if c.r.cancelAll() != nil {
+		return false
+	}
+	account := func(e cqe) {
+		switch udKind(e.userData) {
+		case kindWake:
+			c.inflight--
+		case kindRecv:
+			if c.singleshot || e.flags&cqeFMore == 0 {
+				c.inflight--
+			}
+		}
+	}
+	for ; c.pendLen > 0; c.pendLen-- {
+		account(c.pend[c.pendHead])
+		c.pendHead = (c.pendHead + 1) & (len(c.pend) - 1)
+	}
+	for end := time.Now().Add(time.Second); ; {
+		for {
+			e, ok := c.r.cq.next()
+			if !ok {
+				break
+			}
+			account(e)
+		}
+		if c.inflight <= 0 || !time.Now().Before(end) {
+			break
+		}
+		c.ts = unix.NsecToTimespec(int64(10 * time.Millisecond))
+		if _, errno := c.r.submit(1, &c.arg); errno != 0 && errno != unix.ETIME && errno != unix.EINTR {
+			return false
+		}
+	}
+	return c.inflight <= 0
 }
 
 // free releases what open acquired; the buffers only when the kernel can
@@ -863,6 +922,11 @@ func (c *Conn) free(buffers bool) error {
 	if c.sock >= 0 {
 		unix.Close(c.sock)
 		c.sock = -1
+		c.waitPortFree()
+	}
+	if c.probe >= 0 {
+		unix.Close(c.probe)
+		c.probe = -1
 	}
 	if c.efile != nil {
 		c.efile.Close()
@@ -879,6 +943,25 @@ func (c *Conn) free(buffers bool) error {
 		}
 	}
 	return err
+}
+
+// waitPortFree waits (at most 100 ms) until the socket's address and port
+// can be bound again. A cancelled receive is completed, and the socket's
+// last reference dropped, by the thread that armed it, which may run a few
+// microseconds after Close reaped the completion; waiting here makes Close
+// as final as closing a plain socket, so that a Listen right after it on the
+// same port succeeds.
+func (c *Conn) waitPortFree() {
+	if c.probe < 0 || !c.local.IsValid() {
+		return
+	}
+	sa := &unix.SockaddrInet4{Port: int(c.local.Port()), Addr: c.local.Addr().As4()}
+	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); {
+		if err := unix.Bind(c.probe, sa); err != unix.EADDRINUSE {
+			return // free (the probe is closed next), or unanswerable
+		}
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // opErr turns an error into the package's: ErrClosed once Close was called.
