@@ -83,7 +83,7 @@ type Conn struct {
 	rx         []packetio.Packet
 	rxSlots    []uint16 // slots of the packets returned by the last Receive
 	wakeArmed  bool
-	inflight   int // requests whose last completion has not been seen
+	inflight   int   // requests whose last completion has not been seen
 	pend       []cqe // completions reaped by Transmit for Receive, a ring
 	pendHead   int
 	pendLen    int
