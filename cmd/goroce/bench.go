@@ -1,0 +1,503 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/provider/soft"
+	"github.com/goroce/goroce/verbs"
+)
+
+// benchConfig holds `goroce bench`'s flags, named as perftest names them.
+type benchConfig struct {
+	opts     bench.Options
+	host     string
+	port     int
+	devName  string
+	ibPort   int
+	mtu      int
+	duration int
+	atomic   string
+	conn     string
+	json     bool
+	loopback bool
+	timeout  time.Duration
+	soft     softConfig
+	stderr   io.Writer
+}
+
+func benchUsage(w io.Writer) {
+	fmt.Fprintf(w, `usage: goroce bench TEST [flags]          start a server and wait for a client
+       goroce bench TEST [flags] HOST     run the test against the server at HOST
+       goroce bench TEST --loopback [flags]   both sides in this process, two soft devices
+
+TEST is one of %s.
+perftest's ib_<TEST> over goroce's soft device: the same flags where they
+apply, out-of-band exchange (TCP port 18515) and result table, so that either
+side may be perftest. Run "goroce bench write_bw -h" for the flags.
+`, strings.Join(bench.Tests, " "))
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		benchUsage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		benchUsage(stdout)
+		return 0
+	}
+	test, err := bench.ParseTest(args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, "goroce bench:", err)
+		benchUsage(stderr)
+		return 2
+	}
+	c := benchConfig{opts: bench.Options{Test: test}, stderr: stderr}
+	o := &c.opts
+	name := "bench " + args[0]
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.soft.register(fs)
+	intFlag := func(short, long string, def int, usage string, p *int) {
+		fs.IntVar(p, short, def, usage)
+		fs.IntVar(p, long, def, "same as -"+short)
+	}
+	intFlag("p", "port", perftest.Port, "listen on/connect to TCP port `port`", &c.port)
+	fs.StringVar(&c.devName, "d", "", "use device `dev` (default: the first device found, "+softName+")")
+	fs.StringVar(&c.devName, "ib-dev", "", "same as -d")
+	intFlag("i", "ib-port", 1, "use `port` of the device", &c.ibPort)
+	intFlag("x", "gid-index", 0, "local port GID `index` (soft devices have GID 0, their IPv4-mapped address)", &o.GIDIndex)
+	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
+	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
+	fs.BoolVar(&o.All, "all", false, "same as -a")
+	intFlag("n", "iters", bench.DefaultIters, "number of exchanges (at least 5)", &o.Iters)
+	intFlag("D", "duration", 0, "run the test for a customized period of `seconds` (write_bw, read_bw, atomic_bw, read_lat, atomic_lat)", &c.duration)
+	intFlag("q", "qp", 1, "num of QPs running in the process (bandwidth tests)", &o.QPs)
+	intFlag("t", "tx-depth", 0, "size of tx queue (default: 128 for bandwidth, 1 for latency)", &o.TxDepth)
+	intFlag("r", "rx-depth", bench.DefaultRxDepthSend, "rx queue size (SEND tests)", &o.RxDepth)
+	intFlag("Q", "cq-mod", bench.DefaultCQMod, "generate a CQE every `n` requests (bandwidth tests)", &o.CQMod)
+	intFlag("m", "mtu", 0, "path MTU in bytes (256..4096; default: the port's active MTU)", &c.mtu)
+	intFlag("o", "outs", 0, "num of outstanding reads/atomics (default: the device's max for READ and atomic tests)", &o.OutReads)
+	var cpuFreq bool
+	fs.BoolVar(&cpuFreq, "F", false, "do not fail on a CPU frequency warning (accepted; goroce measures with the monotonic clock)")
+	fs.BoolVar(&cpuFreq, "CPU-freq", false, "same as -F")
+	fs.BoolVar(&o.Gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	fs.StringVar(&c.atomic, "A", "FETCH_AND_ADD", "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
+	fs.StringVar(&c.atomic, "atomic_type", "FETCH_AND_ADD", "same as -A")
+	fs.StringVar(&c.conn, "c", "RC", "connection `type`: RC (the only one goroce bench runs)")
+	fs.StringVar(&c.conn, "connection", "RC", "same as -c")
+	fs.BoolVar(&c.json, "json", false, "print the results as JSON instead of the table")
+	fs.BoolVar(&c.loopback, "loopback", false, "run both sides in this process on two soft devices: --addr (default 127.0.0.1) and the next address")
+	fs.BoolVar(&o.Verify, "verify", false, "check the data of SEND, WRITE and READ tests (goroce on both sides)")
+	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (default: never, as perftest)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args[1:]); !ok {
+		return code
+	}
+	switch {
+	case fs.NArg() > 1:
+		fs.Usage()
+		return 2
+	case fs.NArg() == 1:
+		c.host = fs.Arg(0)
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "goroce %s: "+format+"\n", append([]any{name}, a...)...)
+		return 2
+	}
+	if c.port < 0 || c.port > 65535 {
+		return usageErr("port %d out of range", c.port)
+	}
+	if c.ibPort < 1 || c.ibPort > 255 {
+		return usageErr("IB port %d out of range", c.ibPort)
+	}
+	o.Port = uint8(c.ibPort)
+	if c.mtu != 0 {
+		if o.MTU = verbs.MTUFromBytes(c.mtu); o.MTU == 0 {
+			return usageErr("MTU %d: want 256, 512, 1024, 2048 or 4096", c.mtu)
+		}
+	}
+	if c.duration < 0 {
+		return usageErr("duration %d must be positive", c.duration)
+	}
+	o.Duration = time.Duration(c.duration) * time.Second
+	switch strings.ToUpper(c.atomic) {
+	case "FETCH_AND_ADD":
+		o.Atomic = verbs.WRAtomicFetchAndAdd
+	case "CMP_AND_SWAP":
+		o.Atomic = verbs.WRAtomicCmpAndSwp
+	default:
+		return usageErr("atomic type %q: want CMP_AND_SWAP or FETCH_AND_ADD", c.atomic)
+	}
+	switch strings.ToUpper(c.conn) {
+	case "RC":
+	case "UC", "UD", "XRC", "DC", "SRD":
+		return usageErr("connection type %s is not supported: goroce bench runs RC", c.conn)
+	default:
+		return usageErr("unknown connection type %q", c.conn)
+	}
+	if c.loopback && c.host != "" {
+		return usageErr("--loopback takes no HOST")
+	}
+	o.Progress = stderr
+	var err2 error
+	if c.loopback {
+		err2 = runBenchLoopback(&c, stdout)
+	} else {
+		err2 = runBenchSide(&c, stdout)
+	}
+	if err2 != nil {
+		fmt.Fprintf(stderr, "goroce %s: %v\n", name, err2)
+		if errors.Is(err2, bench.ErrUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func (c *benchConfig) context() (context.Context, context.CancelFunc) {
+	if c.timeout > 0 {
+		return context.WithTimeout(context.Background(), c.timeout)
+	}
+	return context.WithCancel(context.Background())
+}
+
+// runBenchSide runs one side on the soft device of --addr.
+func runBenchSide(c *benchConfig, stdout io.Writer) error {
+	ctx, cancel := c.context()
+	defer cancel()
+	dev, err := c.soft.open(true)
+	if err != nil {
+		return err
+	}
+	defer dev.Close()
+	if c.devName != "" && c.devName != dev.Name() {
+		return fmt.Errorf("IB device %s not found", c.devName)
+	}
+	o := c.opts
+	o.Client = c.host != ""
+	var conn *perftest.Conn
+	if o.Client {
+		if conn, err = perftest.Dial(ctx, c.host, c.port); err != nil {
+			return err
+		}
+	} else {
+		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(c.port)))
+		if err != nil {
+			return fmt.Errorf("couldn't listen to port %d: %w", c.port, err)
+		}
+		banner := stdout
+		if c.json {
+			banner = c.stderr // keep stdout JSON only
+		}
+		fmt.Fprint(banner, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+		if conn, err = perftest.Accept(ctx, ln); err != nil {
+			return err
+		}
+	}
+	defer conn.Close()
+	return runOne(ctx, c, dev, conn, o, stdout)
+}
+
+// runOne runs one side and prints its report.
+func runOne(ctx context.Context, c *benchConfig, dev *soft.Device, conn *perftest.Conn, o bench.Options, stdout io.Writer) error {
+	vctx, err := dev.Open()
+	if err != nil {
+		return fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
+	}
+	defer vctx.Close()
+	out, err := bench.Run(ctx, vctx, conn, o)
+	if out != nil && (err == nil || len(out.Results) > 0) {
+		if c.json {
+			if jerr := printBenchJSON(stdout, dev.Name(), o, out, err); jerr != nil && err == nil {
+				err = jerr
+			}
+		} else {
+			printBenchTable(stdout, dev.Name(), o, out)
+		}
+	}
+	return err
+}
+
+// runBenchLoopback runs both sides in this process, on two soft devices:
+// the server on --addr (default 127.0.0.1), the client on the next address.
+// The client's report is printed.
+func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
+	ctx, cancel := c.context()
+	defer cancel()
+	if c.soft.addr == "" {
+		c.soft.addr = "127.0.0.1"
+	}
+	a, err := netip.ParseAddr(c.soft.addr)
+	if err != nil || !a.Is4() {
+		return fmt.Errorf("--addr %q: want an IPv4 address", c.soft.addr)
+	}
+	srvCfg, cliCfg := softConfig{addr: a.String()}, softConfig{addr: a.Next().String()}
+	srvDev, err := srvCfg.open(true)
+	if err != nil {
+		return err
+	}
+	defer srvDev.Close()
+	cliDev, err := cliCfg.open(true)
+	if err != nil {
+		return err
+	}
+	defer cliDev.Close()
+	ln, err := net.Listen("tcp", net.JoinHostPort(a.String(), "0"))
+	if err != nil {
+		return err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	var wg sync.WaitGroup
+	var srvErr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := perftest.Accept(ctx, ln)
+		if err != nil {
+			srvErr = err
+			return
+		}
+		defer conn.Close()
+		o := c.opts
+		o.Client, o.Progress = false, nil
+		vctx, err := srvDev.Open()
+		if err != nil {
+			srvErr = err
+			return
+		}
+		defer vctx.Close()
+		_, srvErr = bench.Run(ctx, vctx, conn, o)
+		if srvErr != nil {
+			cancel() // the client would wait for a server that is gone
+		}
+	}()
+	conn, err := perftest.Dial(ctx, a.String(), port)
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return err
+	}
+	defer conn.Close()
+	o := c.opts
+	o.Client = true
+	cliErr := runOne(ctx, c, cliDev, conn, o, stdout)
+	if cliErr != nil {
+		conn.Close()
+		cancel()
+	}
+	wg.Wait()
+	if srvErr != nil {
+		return fmt.Errorf("server: %w", srvErr)
+	}
+	return cliErr
+}
+
+var testVerbNames = map[bench.Verb]string{bench.Send: "Send", bench.Write: "RDMA_Write", bench.Read: "RDMA_Read", bench.Atomic: "Atomic"}
+
+const resultLine = "---------------------------------------------------------------------------------------\n"
+
+// printBenchTable prints a side's report as perftest does: the test's
+// settings, the addresses, the result table.
+func printBenchTable(w io.Writer, devName string, o bench.Options, out *bench.Outcome) {
+	var b strings.Builder
+	t := o.Test
+	b.WriteString(resultLine)
+	b.WriteString("                    " + testVerbNames[t.Verb] + " ")
+	if t.Verb == bench.Atomic {
+		if o.Atomic == verbs.WRAtomicCmpAndSwp {
+			b.WriteString("CMP_AND_SWAP ")
+		} else {
+			b.WriteString("FETCH_AND_ADD ")
+		}
+	}
+	if t.Lat {
+		b.WriteString("Latency Test\n")
+	} else {
+		b.WriteString("BW Test\n")
+	}
+	qps := max(o.QPs, 1)
+	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
+	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", qps)
+	fmt.Fprintf(&b, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	if o.Client {
+		tx := o.TxDepth
+		if tx == 0 {
+			tx = bench.DefaultTxDepthBW
+			if t.Lat {
+				tx = bench.DefaultTxDepthLat
+			}
+		}
+		fmt.Fprintf(&b, " TX depth        : %d\n", tx)
+	}
+	if t.Verb == bench.Send && (!o.Client || t.Lat) {
+		fmt.Fprintf(&b, " RX depth        : %d\n", o.RxDepth)
+	}
+	if !t.Lat {
+		fmt.Fprintf(&b, " CQ Moderation   : %d\n", o.CQMod)
+	}
+	fmt.Fprintf(&b, " Mtu             : %d[B]\n", out.MTU.Bytes())
+	b.WriteString(" Link type       : Ethernet\n")
+	fmt.Fprintf(&b, " GID index       : %d\n", o.GIDIndex)
+	if t.Verb == bench.Read || t.Verb == bench.Atomic {
+		if len(out.Local) > 0 {
+			fmt.Fprintf(&b, " Outstand reads  : %d\n", out.Local[0].OutReads)
+		}
+	} else {
+		b.WriteString(" Max inline data : 0[B]\n")
+	}
+	b.WriteString(" rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n")
+	b.WriteString(resultLine)
+	rdma := t.Verb != bench.Send
+	outs := t.Verb == bench.Read || t.Verb == bench.Atomic
+	for i, d := range out.Local {
+		fmt.Fprintf(&b, " local address: %s\n", d.Format(rdma, outs))
+		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
+		_ = i
+	}
+	for _, d := range out.Remote {
+		if d.QPN == 0 && d.GID == (verbs.GID{}) {
+			continue
+		}
+		fmt.Fprintf(&b, " remote address: %s\n", d.Format(rdma, outs))
+		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
+	}
+	b.WriteString(resultLine)
+	timed := o.Duration > 0
+	switch {
+	case !t.Lat:
+		if o.Gbits {
+			b.WriteString(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n")
+		} else {
+			b.WriteString(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
+		}
+		for _, r := range out.Results {
+			fmt.Fprintf(&b, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
+		}
+	case timed:
+		b.WriteString(" #bytes        #iterations       t_avg[usec]    tps average\n")
+		for _, r := range out.Results {
+			fmt.Fprintf(&b, " %-7d       %d            %-7.2f        %-7.2f\n", r.Size, r.Iters, r.Avg, r.TPS)
+		}
+	default:
+		b.WriteString(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n")
+		for _, r := range out.Results {
+			fmt.Fprintf(&b, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
+				r.Size, r.Iters, r.Min, r.Max, r.Typical, r.Avg, r.Stdev, r.P99, r.P999)
+		}
+	}
+	b.WriteString(resultLine)
+	if t.Lat && !timed {
+		for _, r := range out.Results {
+			fmt.Fprintf(&b, " percentiles[usec] #bytes %d: p50 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n", r.Size, r.P50, r.P99, r.P999, r.MaxAll)
+		}
+	}
+	for _, r := range out.Results {
+		if r.Verified {
+			fmt.Fprintf(&b, " data verified: #bytes %d\n", r.Size)
+		}
+	}
+	io.WriteString(w, b.String())
+}
+
+type jsonDest struct {
+	LID      uint16 `json:"lid"`
+	OutReads uint16 `json:"out_reads"`
+	QPN      uint32 `json:"qpn"`
+	PSN      uint32 `json:"psn"`
+	RKey     uint32 `json:"rkey"`
+	VAddr    uint64 `json:"vaddr"`
+	GID      string `json:"gid"`
+}
+
+type jsonResult struct {
+	Bytes      int      `json:"bytes"`
+	Iterations uint64   `json:"iterations"`
+	BWPeak     *float64 `json:"bw_peak,omitempty"`
+	BWAverage  *float64 `json:"bw_average,omitempty"`
+	MsgRate    *float64 `json:"msg_rate_mpps,omitempty"`
+	BWUnit     string   `json:"bw_unit,omitempty"`
+	Remote     bool     `json:"remote_report,omitempty"`
+	TMin       *float64 `json:"t_min_usec,omitempty"`
+	TMax       *float64 `json:"t_max_usec,omitempty"`
+	TTypical   *float64 `json:"t_typical_usec,omitempty"`
+	TAvg       *float64 `json:"t_avg_usec,omitempty"`
+	TStdev     *float64 `json:"t_stdev_usec,omitempty"`
+	P50        *float64 `json:"p50_usec,omitempty"`
+	P99        *float64 `json:"p99_usec,omitempty"`
+	P999       *float64 `json:"p99_9_usec,omitempty"`
+	MaxAll     *float64 `json:"max_usec,omitempty"`
+	TPS        *float64 `json:"tps,omitempty"`
+	Verified   bool     `json:"verified,omitempty"`
+}
+
+type jsonReport struct {
+	Test        string       `json:"test"`
+	Side        string       `json:"side"`
+	Device      string       `json:"device"`
+	MTU         int          `json:"mtu"`
+	QPs         int          `json:"qps"`
+	PeerVersion string       `json:"peer_version"`
+	Local       []jsonDest   `json:"local"`
+	Remote      []jsonDest   `json:"remote"`
+	Results     []jsonResult `json:"results"`
+	Error       string       `json:"error,omitempty"`
+}
+
+func printBenchJSON(w io.Writer, devName string, o bench.Options, out *bench.Outcome, runErr error) error {
+	rep := jsonReport{Test: o.Test.String(), Side: "server", Device: devName, MTU: out.MTU.Bytes(), QPs: max(o.QPs, 1), PeerVersion: out.PeerVersion}
+	if o.Client {
+		rep.Side = "client"
+	}
+	if runErr != nil {
+		rep.Error = runErr.Error()
+	}
+	conv := func(ds []perftest.Dest) []jsonDest {
+		r := []jsonDest{}
+		for _, d := range ds {
+			r = append(r, jsonDest{d.LID, d.OutReads, d.QPN, d.PSN, d.RKey, d.VAddr, d.GID.String()})
+		}
+		return r
+	}
+	rep.Local, rep.Remote = conv(out.Local), conv(out.Remote)
+	rep.Results = []jsonResult{}
+	f := func(v float64) *float64 { return &v }
+	for _, r := range out.Results {
+		j := jsonResult{Bytes: r.Size, Iterations: r.Iters, Verified: r.Verified}
+		switch {
+		case !o.Test.Lat:
+			j.BWPeak, j.BWAverage, j.MsgRate, j.Remote = f(r.BWPeak), f(r.BWAvg), f(r.MsgRate), r.Remote
+			j.BWUnit = "MB/sec"
+			if o.Gbits {
+				j.BWUnit = "Gb/sec"
+			}
+		case o.Duration > 0:
+			j.TAvg, j.TPS = f(r.Avg), f(r.TPS)
+		default:
+			j.TMin, j.TMax, j.TTypical, j.TAvg, j.TStdev = f(r.Min), f(r.Max), f(r.Typical), f(r.Avg), f(r.Stdev)
+			j.P50, j.P99, j.P999, j.MaxAll = f(r.P50), f(r.P99), f(r.P999), f(r.MaxAll)
+		}
+		rep.Results = append(rep.Results, j)
+	}
+	e := json.NewEncoder(w)
+	e.SetIndent("", "  ")
+	return e.Encode(rep)
+}

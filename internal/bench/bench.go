@@ -1,0 +1,620 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/verbs"
+)
+
+// Verb is the operation a test measures.
+type Verb int
+
+// The verbs, as perftest's VerbType.
+const (
+	Send Verb = iota
+	Write
+	Read
+	Atomic
+)
+
+var verbNames = [...]string{"send", "write", "read", "atomic"}
+
+func (v Verb) String() string {
+	if v < 0 || int(v) >= len(verbNames) {
+		return fmt.Sprintf("Verb(%d)", int(v))
+	}
+	return verbNames[v]
+}
+
+// Test is one of the eight perftest programs.
+type Test struct {
+	Verb Verb
+	Lat  bool // a latency test (ib_*_lat); otherwise bandwidth (ib_*_bw)
+}
+
+// Tests lists the tests by name, as `goroce bench` takes them.
+var Tests = []string{"send_bw", "write_bw", "read_bw", "atomic_bw", "send_lat", "write_lat", "read_lat", "atomic_lat"}
+
+// ErrUsage is matched by errors about options that do not go together or
+// are out of range.
+var ErrUsage = errors.New("bench: invalid options")
+
+// ErrVerify is matched by errors from data verification.
+var ErrVerify = errors.New("bench: data verification failed")
+
+// ParseTest parses a test name: send_bw, write_lat, ...
+func ParseTest(name string) (Test, error) {
+	verb, kind, ok := strings.Cut(name, "_")
+	if ok && (kind == "bw" || kind == "lat") {
+		for i, n := range verbNames {
+			if n == verb {
+				return Test{Verb: Verb(i), Lat: kind == "lat"}, nil
+			}
+		}
+	}
+	return Test{}, fmt.Errorf("%w: unknown test %q (want one of %s)", ErrUsage, name, strings.Join(Tests, ", "))
+}
+
+func (t Test) String() string {
+	if t.Lat {
+		return t.Verb.String() + "_lat"
+	}
+	return t.Verb.String() + "_bw"
+}
+
+// Defaults, as perftest's.
+const (
+	DefaultSizeBW      = 65536
+	DefaultSizeLat     = 2
+	DefaultSizeAtomic  = 8
+	DefaultIters       = 1000
+	DefaultTxDepthBW   = 128
+	DefaultTxDepthLat  = 1
+	DefaultRxDepthSend = 512
+	DefaultCQMod       = 100
+	CycleBuffer        = 4096 // perftest's default: the page size
+	CacheLine          = 64
+	MaxSize            = 1 << 23 // perftest's largest size (-a goes up to it)
+)
+
+// Options configure one side of a test. Zero values take perftest's
+// defaults (see Defaults).
+type Options struct {
+	Test   Test
+	Client bool // the side that runs the traffic (perftest's client)
+	// Size of each message (-s); 0: 65536 for bandwidth, 2 for latency, 8
+	// for atomics (always 8).
+	Size int
+	// All runs every size from 2 to 2^23 (-a).
+	All bool
+	// Iters is the number of messages per QP (-n); 0: 1000.
+	Iters int
+	// Duration runs for this long instead of Iters (-D): WRITE, READ and
+	// atomic tests only (their server takes no part in the traffic).
+	Duration time.Duration
+	QPs      int // -q; 0: 1
+	TxDepth  int // -t: sends outstanding per QP; 0: 128 (bandwidth), 1 (latency)
+	RxDepth  int // -r: receives posted per QP (SEND tests); 0: 512
+	CQMod    int // -Q: a completion every CQMod sends (bandwidth); 0: 100
+	// MTU is the path MTU to offer (-m); 0: the port's active MTU. The two
+	// sides use the smaller.
+	MTU verbs.MTU
+	// OutReads is the READs and atomics accepted outstanding (-o); 0: the
+	// device's max_qp_rd_atom for READ and atomic tests, 1 otherwise.
+	OutReads int
+	// Atomic is the atomic operation (-A): WRAtomicFetchAndAdd (default) or
+	// WRAtomicCmpAndSwp.
+	Atomic   verbs.WROpcode
+	Port     uint8 // -i; 0: 1
+	GIDIndex int   // -x
+	Gbits    bool  // --report_gbits: bandwidth in Gb/sec
+	// Verify checks the data of SEND, WRITE and READ tests (goroce against
+	// goroce only: perftest writes no pattern).
+	Verify bool
+	// Progress, when set, receives a line a second while a test runs.
+	Progress io.Writer
+}
+
+// Result is one row of the report.
+type Result struct {
+	Size  int
+	Iters uint64
+	// Bandwidth tests.
+	BWPeak, BWAvg float64 // MB/sec (2^20 bytes) or Gb/sec (Options.Gbits)
+	MsgRate       float64 // Mpps
+	Remote        bool    // the peer's report (the server of WRITE, READ, atomics)
+	// Latency tests, in microseconds.
+	// Max is perftest's t_max (the largest after the two dropped); MaxAll
+	// the largest of all.
+	Min, Max, Typical, Avg, Stdev, P50, P99, P999, MaxAll float64
+	// Duration-mode latency: transactions per second.
+	TPS float64
+	// Verified is set when the run's data was checked and found right.
+	Verified bool
+}
+
+// Outcome is what Run did.
+type Outcome struct {
+	Local, Remote []perftest.Dest // per QP
+	MTU           verbs.MTU       // the path MTU used
+	PeerVersion   string
+	Results       []Result
+}
+
+// normalize fills in the defaults and checks o.
+func (o *Options) normalize() error {
+	t := o.Test
+	if t.Verb < Send || t.Verb > Atomic {
+		return fmt.Errorf("%w: test %v", ErrUsage, t)
+	}
+	if o.Size == 0 {
+		o.Size = DefaultSizeBW
+		if t.Lat {
+			o.Size = DefaultSizeLat
+		}
+	}
+	if t.Verb == Atomic {
+		if o.Size != DefaultSizeBW && o.Size != DefaultSizeLat && o.Size != DefaultSizeAtomic {
+			return fmt.Errorf("%w: atomics are 8 bytes (-s %d)", ErrUsage, o.Size)
+		}
+		o.Size = DefaultSizeAtomic
+		if o.All {
+			return fmt.Errorf("%w: -a does not apply to atomics", ErrUsage)
+		}
+		switch o.Atomic {
+		case 0:
+			o.Atomic = verbs.WRAtomicFetchAndAdd
+		case verbs.WRAtomicFetchAndAdd, verbs.WRAtomicCmpAndSwp:
+		default:
+			return fmt.Errorf("%w: atomic operation %v", ErrUsage, o.Atomic)
+		}
+	}
+	if o.Size < 1 || o.Size > MaxSize {
+		return fmt.Errorf("%w: size %d not in 1..%d", ErrUsage, o.Size, MaxSize)
+	}
+	if o.Iters == 0 {
+		o.Iters = DefaultIters
+	}
+	if o.Iters < 5 || o.Iters > 100_000_000 {
+		return fmt.Errorf("%w: iterations %d not in 5..100000000", ErrUsage, o.Iters)
+	}
+	if o.Duration < 0 {
+		return fmt.Errorf("%w: negative duration", ErrUsage)
+	}
+	if o.Duration > 0 && (t.Verb == Send || t.Verb == Write && t.Lat) {
+		return fmt.Errorf("%w: -D is supported for write_bw, read_bw, atomic_bw, read_lat and atomic_lat (the others need both sides to stop together)", ErrUsage)
+	}
+	if o.Duration > 0 && o.All {
+		return fmt.Errorf("%w: -D and -a together", ErrUsage)
+	}
+	if o.QPs == 0 {
+		o.QPs = 1
+	}
+	if o.QPs < 1 || o.QPs > 1024 || t.Lat && o.QPs != 1 {
+		return fmt.Errorf("%w: %d QPs (latency tests use one; bandwidth tests 1..1024)", ErrUsage, o.QPs)
+	}
+	if o.TxDepth == 0 {
+		o.TxDepth = DefaultTxDepthBW
+		if t.Lat {
+			o.TxDepth = DefaultTxDepthLat
+		}
+	}
+	if o.TxDepth < 1 || o.TxDepth > 15000 {
+		return fmt.Errorf("%w: tx depth %d not in 1..15000", ErrUsage, o.TxDepth)
+	}
+	if o.RxDepth == 0 {
+		o.RxDepth = DefaultRxDepthSend
+	}
+	if o.RxDepth < 1 || o.RxDepth > 16384 {
+		return fmt.Errorf("%w: rx depth %d not in 1..16384", ErrUsage, o.RxDepth)
+	}
+	if o.CQMod == 0 {
+		o.CQMod = DefaultCQMod
+	}
+	if o.CQMod < 1 || o.CQMod > 1024 {
+		return fmt.Errorf("%w: cq moderation %d not in 1..1024", ErrUsage, o.CQMod)
+	}
+	if o.CQMod > o.TxDepth {
+		o.CQMod = o.TxDepth // perftest does the same
+	}
+	if o.MTU != 0 && o.MTU.Bytes() == 0 {
+		return fmt.Errorf("%w: MTU %d", ErrUsage, o.MTU)
+	}
+	if o.OutReads < 0 || o.OutReads > 0xFFFF {
+		return fmt.Errorf("%w: outstanding reads %d", ErrUsage, o.OutReads)
+	}
+	if o.Port == 0 {
+		o.Port = 1
+	}
+	if o.GIDIndex < 0 {
+		return fmt.Errorf("%w: GID index %d (RoCE needs a GID)", ErrUsage, o.GIDIndex)
+	}
+	if o.Verify && (o.Duration > 0 || o.All || t.Verb == Atomic) {
+		return fmt.Errorf("%w: --verify applies to SEND, WRITE and READ tests with -n", ErrUsage)
+	}
+	return nil
+}
+
+// sizes is the list of message sizes of the run.
+func (o *Options) sizes() []int {
+	if !o.All {
+		return []int{o.Size}
+	}
+	var s []int
+	for i := 1; i < 24; i++ {
+		s = append(s, 1<<i)
+	}
+	return s
+}
+
+// buffSize is perftest's BUFF_SIZE: a slot of the buffer.
+func buffSize(size, cycle int) int { return max(size, cycle) }
+
+// inc is perftest's INC: how far consecutive messages are apart.
+func inc(size, cacheLine int) int {
+	if size > cacheLine {
+		return (size + cacheLine - 1) / cacheLine * cacheLine
+	}
+	return cacheLine
+}
+
+// slotOffset is where the n-th message of a QP starts within its slot:
+// messages no larger than half the cycle buffer advance through it.
+func slotOffset(n uint64, size, cycle, cacheLine int) int {
+	if size > cycle/2 {
+		return 0
+	}
+	in := inc(size, cacheLine)
+	return int(n%uint64(cycle/in)) * in
+}
+
+// Run performs one side of the test over vctx's device, with conn to the
+// peer, and returns what it measured. ctx bounds the whole test.
+func Run(ctx context.Context, vctx verbs.Context, conn *perftest.Conn, o Options) (*Outcome, error) {
+	if err := o.normalize(); err != nil {
+		return nil, err
+	}
+	if conn.Client() != o.Client {
+		return nil, fmt.Errorf("%w: the connection's side and Options.Client differ", ErrUsage)
+	}
+	// The exchange blocks in reads and writes: end it when ctx ends.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	s := &session{o: o, vctx: vctx, conn: conn, out: &Outcome{}}
+	defer s.close()
+	err := s.run(ctx)
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("%w (%w)", err, ctx.Err())
+	}
+	return s.out, err
+}
+
+// session is one side of a test.
+type session struct {
+	o    Options
+	vctx verbs.Context
+	conn *perftest.Conn
+	out  *Outcome
+
+	cycle, cacheLine int
+	mtu              verbs.MTU
+	maxSize          int
+	buff             int // BUFF_SIZE for the largest size
+
+	ch   verbs.CompChannel
+	pd   verbs.PD
+	cq   verbs.CQ
+	mr   verbs.MR
+	buf  []byte
+	qps  []verbs.QP
+	vbuf []byte // verification receive slots (SEND with Verify)
+	vmr  verbs.MR
+	sq   int // the send queue's depth
+
+	rposted []uint64 // receives posted per QP
+	rsge    [1]verbs.SGE
+	rwr     [1]verbs.RecvWR
+
+	wc [16]verbs.WC
+}
+
+func (s *session) run(ctx context.Context) error {
+	o := &s.o
+	peer, _, err := s.conn.ExchangeVersions(perftest.Version)
+	s.out.PeerVersion = peer
+	if err != nil {
+		return err
+	}
+	if s.cycle, s.cacheLine, err = s.conn.ExchangeSysData(CycleBuffer, CacheLine); err != nil {
+		return err
+	}
+	if s.cycle > 1<<20 || s.cacheLine > s.cycle || s.cycle%s.cacheLine != 0 {
+		return fmt.Errorf("%w: the peer's cycle buffer %d and cache line %d", perftest.ErrMessage, s.cycle, s.cacheLine)
+	}
+	pa, err := s.vctx.QueryPort(o.Port)
+	if err != nil {
+		return fmt.Errorf("couldn't query port %d: %w", o.Port, err)
+	}
+	mtu := o.MTU
+	if mtu == 0 || mtu > pa.ActiveMTU && pa.ActiveMTU != 0 {
+		mtu = pa.ActiveMTU
+	}
+	if mtu.Bytes() == 0 {
+		mtu = verbs.MTU1024
+	}
+	if s.mtu, err = s.conn.ExchangeMTU(mtu); err != nil {
+		return err
+	}
+	s.out.MTU = s.mtu
+	if err := s.setup(pa); err != nil {
+		return err
+	}
+	return s.script(ctx)
+}
+
+// setup creates the resources: ctx_init and set_up_connection.
+func (s *session) setup(pa verbs.PortAttr) (err error) {
+	o := &s.o
+	da, err := s.vctx.QueryDevice()
+	if err != nil {
+		return fmt.Errorf("couldn't query the device: %w", err)
+	}
+	gid, err := s.vctx.QueryGID(o.Port, o.GIDIndex)
+	if err != nil {
+		return fmt.Errorf("couldn't read GID index %d: %w", o.GIDIndex, err)
+	}
+	s.maxSize = o.Size
+	if o.All {
+		s.maxSize = MaxSize
+	}
+	s.buff = buffSize(s.maxSize, s.cycle)
+	if s.ch, err = s.vctx.CreateCompChannel(); err != nil {
+		return fmt.Errorf("couldn't create a completion channel: %w", err)
+	}
+	if s.pd, err = s.vctx.AllocPD(); err != nil {
+		return fmt.Errorf("couldn't allocate a PD: %w", err)
+	}
+	q := o.QPs
+	s.buf = make([]byte, 2*q*s.buff)
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
+		return fmt.Errorf("couldn't register the buffer: %w", err)
+	}
+	rx := 1
+	if o.Test.Verb == Send {
+		rx = o.RxDepth
+		if o.Verify {
+			s.vbuf = make([]byte, q*rx*inc(s.maxSize, s.cacheLine))
+			if s.vmr, err = s.pd.RegMR(s.vbuf, verbs.AccessLocalWrite); err != nil {
+				return fmt.Errorf("couldn't register the receive slots: %w", err)
+			}
+		}
+	}
+	if s.cq, err = s.vctx.CreateCQ(q*(max(o.TxDepth, 16)+rx)+1, s.ch); err != nil {
+		return fmt.Errorf("couldn't create a CQ: %w", err)
+	}
+	outReads := o.OutReads
+	if outReads == 0 {
+		outReads = 1
+		if o.Test.Verb == Read || o.Test.Verb == Atomic {
+			outReads = da.MaxQPRdAtom
+		}
+	}
+	outReads = min(outReads, da.MaxQPRdAtom, 0xFFFF)
+	s.sq = o.TxDepth
+	if o.Test.Lat {
+		s.sq = max(o.TxDepth, 16)
+	}
+	for i := 0; i < q; i++ {
+		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
+			Cap: verbs.QPCap{MaxSendWR: uint32(s.sq), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			return fmt.Errorf("couldn't create QP %d: %w", i, err)
+		}
+		s.qps = append(s.qps, qp)
+		init := verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: o.Port, AccessFlags: access}
+		if err := qp.Modify(&init, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+			return fmt.Errorf("failed to modify QP %d to INIT: %w", i, err)
+		}
+		s.out.Local = append(s.out.Local, perftest.Dest{LID: pa.LID, OutReads: uint16(outReads), QPN: qp.Num(),
+			PSN: rand.Uint32() & 0xFFFFFF, RKey: s.mr.RKey(), VAddr: s.mr.Addr() + uint64((q+i)*s.buff), GID: gid})
+	}
+	s.out.Remote = make([]perftest.Dest, q)
+	return nil
+}
+
+// hand exchanges keys for QP i; record keeps what the peer sent.
+func (s *session) hand(i int) error {
+	d, err := s.conn.HandShake(s.out.Local[i])
+	if err != nil {
+		return err
+	}
+	s.out.Remote[i] = d
+	return nil
+}
+
+// connect brings every QP to RTS aimed at the peer's: ctx_connect.
+func (s *session) connect() error {
+	o := &s.o
+	da, err := s.vctx.QueryDevice()
+	if err != nil {
+		return err
+	}
+	for i, qp := range s.qps {
+		l, r := s.out.Local[i], s.out.Remote[i]
+		if l.GID.Addr().Is4() != r.GID.Addr().Is4() {
+			return fmt.Errorf("the peer's GID %v and ours %v are not of the same IP version", r.GID, l.GID)
+		}
+		var zero [8]byte
+		if [8]byte(r.GID[8:]) == zero {
+			return fmt.Errorf("the peer sent no GID (%v): RoCE needs one; give it a GID index (-x; on rdma_rxe over IPv4 the IPv4-mapped GID's index, often 1)", r.GID)
+		}
+		ah := verbs.AHAttr{DGID: r.GID, SGIDIndex: uint8(o.GIDIndex), HopLimit: 0xFF, PortNum: o.Port}
+		rtr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN,
+			MaxDestRdAtomic: uint8(min(int(l.OutReads), 255)), MinRNRTimer: 12, AHAttr: ah}
+		if err := qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+			return fmt.Errorf("failed to modify QP %d to RTR: %w", i, err)
+		}
+		rd := max(1, min(int(r.OutReads), da.MaxQPInitRdAtom, 255))
+		rts := verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: l.PSN, MaxRdAtomic: uint8(rd)}
+		if err := qp.Modify(&rts, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
+			verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic); err != nil {
+			return fmt.Errorf("failed to modify QP %d to RTS: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// script runs the program's sequence of handshakes, traffic and reports:
+// each perftest program has its own (see its main).
+func (s *session) script(ctx context.Context) error {
+	o := &s.o
+	q := o.QPs
+	each := func() error {
+		for i := 0; i < q; i++ {
+			if err := s.hand(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var seq []func() error
+	one := func() error { return s.hand(0) }
+	switch {
+	case !o.Test.Lat && o.Test.Verb != Send: // write_bw, read_bw, atomic_bw
+		seq = []func() error{each, s.connect, each, one}
+	case o.Test.Verb == Send: // send_bw, send_lat
+		seq = []func() error{each, s.connect, one, each}
+	default: // write_lat, read_lat, atomic_lat
+		seq = []func() error{one, each, s.connect, each, one}
+	}
+	for _, f := range seq {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	s.fill()
+	t := o.Test
+	switch {
+	case !t.Lat && t.Verb != Send:
+		if !o.Client {
+			// The client runs; its sync comes when it is done.
+			if err := one(); err != nil {
+				return err
+			}
+			if err := s.checkTargets(); err != nil {
+				return err
+			}
+			rep, err := s.conn.ExchangeReports(perftest.Report{})
+			if err != nil {
+				return err
+			}
+			s.out.Results = append(s.out.Results, Result{Size: int(rep.Size), Iters: rep.Iters, BWPeak: rep.BWPeak,
+				BWAvg: rep.BWAvg, MsgRate: rep.MsgRate, Remote: true, Verified: o.Verify})
+			return s.conn.Finish(s.out.Local[0], 2*time.Second)
+		}
+		var last Result
+		for _, size := range o.sizes() {
+			r, err := s.runBW(ctx, size)
+			if err != nil {
+				return err
+			}
+			s.out.Results = append(s.out.Results, r)
+			last = r
+		}
+		if err := one(); err != nil {
+			return err
+		}
+		if _, err := s.conn.ExchangeReports(perftest.Report{Size: uint64(last.Size), Iters: last.Iters,
+			BWPeak: last.BWPeak, BWAvg: last.BWAvg, MsgRate: last.MsgRate}); err != nil {
+			return err
+		}
+		return s.conn.Finish(s.out.Local[0], 2*time.Second)
+	case t.Verb == Send:
+		sizes := o.sizes()
+		for k, size := range sizes {
+			if !o.Client || t.Lat {
+				if err := s.postRecvs(size); err != nil {
+					return err
+				}
+			}
+			if err := one(); err != nil {
+				return err
+			}
+			var r Result
+			var err error
+			if t.Lat {
+				r, err = s.runSendLat(ctx, size)
+			} else if o.Client {
+				r, err = s.runBW(ctx, size)
+			} else {
+				r, err = s.runSendServer(ctx, size)
+			}
+			if err != nil {
+				return err
+			}
+			s.out.Results = append(s.out.Results, r)
+			if o.All && !t.Lat && k < len(sizes) {
+				if err := one(); err != nil {
+					return err
+				}
+			}
+		}
+		return s.conn.Finish(s.out.Local[0], 2*time.Second)
+	case t.Verb == Write: // write_lat: no exchange after the test
+		for _, size := range o.sizes() {
+			r, err := s.runWriteLat(ctx, size)
+			if err != nil {
+				return err
+			}
+			s.out.Results = append(s.out.Results, r)
+		}
+		return nil
+	default: // read_lat, atomic_lat: the server only waits
+		if !o.Client {
+			return s.conn.Finish(s.out.Local[0], 2*time.Second)
+		}
+		for _, size := range o.sizes() {
+			r, err := s.runReadAtomicLat(ctx, size)
+			if err != nil {
+				return err
+			}
+			s.out.Results = append(s.out.Results, r)
+		}
+		return s.conn.Finish(s.out.Local[0], 2*time.Second)
+	}
+}
+
+// close releases everything, the QPs first; an RC side first lets the link
+// go quiet so that the last ACKs leave before the QPs are gone.
+func (s *session) close() {
+	if len(s.qps) > 0 {
+		s.drain()
+	}
+	for _, qp := range s.qps {
+		qp.Destroy()
+	}
+	if s.cq != nil {
+		s.cq.Destroy()
+	}
+	if s.mr != nil {
+		s.mr.Dereg()
+	}
+	if s.vmr != nil {
+		s.vmr.Dereg()
+	}
+	if s.pd != nil {
+		s.pd.Dealloc()
+	}
+	if s.ch != nil {
+		s.ch.Destroy()
+	}
+}

@@ -1,0 +1,732 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/goroce/goroce/engine"
+	"github.com/goroce/goroce/verbs"
+)
+
+// pattern is the byte at offset i of every data slot a verifying test
+// fills.
+func pattern(i int) byte { return byte(i^i>>8^i>>16)*31 + 7 }
+
+// fill writes the pattern where this side provides data: the sources of
+// SEND and WRITE, the server's targets of READ.
+func (s *session) fill() {
+	q := s.o.QPs
+	switch {
+	case s.o.Test.Verb == Send || s.o.Test.Verb == Write:
+		for i := 0; i < q; i++ {
+			fillPattern(s.buf[i*s.buff : (i+1)*s.buff])
+		}
+	case !s.o.Client && s.o.Test.Verb == Read:
+		for i := q; i < 2*q; i++ {
+			fillPattern(s.buf[i*s.buff : (i+1)*s.buff])
+		}
+	}
+}
+
+func fillPattern(b []byte) {
+	for i := range b {
+		b[i] = pattern(i)
+	}
+}
+
+// written returns the ranges [off, off+size) of a slot that n messages of
+// size cover.
+func (s *session) written(n uint64, size int) [][2]int {
+	if size > s.cycle/2 {
+		return [][2]int{{0, size}}
+	}
+	in := inc(size, s.cacheLine)
+	k := min(n, uint64(s.cycle/in))
+	r := make([][2]int, 0, k)
+	for j := uint64(0); j < k; j++ {
+		r = append(r, [2]int{int(j) * in, int(j)*in + size})
+	}
+	return r
+}
+
+// checkSlots compares the covered ranges of slots first.. first+QPs-1 with
+// the pattern.
+func (s *session) checkSlots(first int, size int) error {
+	for i := 0; i < s.o.QPs; i++ {
+		slot := s.buf[(first+i)*s.buff : (first+i+1)*s.buff]
+		for _, r := range s.written(uint64(s.o.Iters), size) {
+			for off := r[0]; off < r[1]; off++ {
+				if slot[off] != pattern(off) {
+					return fmt.Errorf("%w: QP %d, byte %d of the slot is %#02x, want %#02x", ErrVerify, i, off, slot[off], pattern(off))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkTargets verifies what a WRITE test's client wrote (server side).
+func (s *session) checkTargets() error {
+	if !s.o.Verify || s.o.Test.Verb != Write {
+		return nil
+	}
+	return s.checkSlots(s.o.QPs, s.o.Size)
+}
+
+// clock is the time since a fixed start, in nanoseconds: monotonic and
+// allocation-free.
+type clock struct{ t0 time.Time }
+
+func (c clock) now() int64 { return int64(time.Since(c.t0)) }
+
+// waiter waits for completions: it polls, yielding the processor between
+// polls (the device's driver may need it), and after 50 µs without any
+// arms the CQ and sleeps on the completion channel.
+type waiter struct {
+	s         *session
+	idleSince int64
+	clk       clock
+}
+
+// idle is called after a poll found nothing; it returns an error when ctx
+// ends or the channel fails.
+func (w *waiter) idle(ctx context.Context) error {
+	now := w.clk.now()
+	if w.idleSince == 0 {
+		w.idleSince = now
+	} else if now-w.idleSince > int64(50*time.Microsecond) {
+		w.idleSince = 0
+		if err := w.s.cq.ReqNotify(false); err != nil {
+			return err
+		}
+		if _, err := w.s.ch.Wait(ctx); err != nil {
+			return err
+		}
+		return nil
+	}
+	runtime.Gosched()
+	return ctx.Err()
+}
+
+func (w *waiter) busy() { w.idleSince = 0 }
+
+// progress prints a line a second while a test runs.
+type progress struct {
+	s     *session
+	clk   clock
+	last  int64
+	start int64
+}
+
+func (p *progress) tick(done uint64, total uint64, size int) {
+	if p.s.o.Progress == nil {
+		return
+	}
+	now := p.clk.now()
+	if now-p.last < int64(time.Second) {
+		return
+	}
+	p.last = now
+	el := float64(now-p.start) / 1e9
+	o := &p.s.o
+	rate := float64(done) / el
+	if o.Duration > 0 {
+		fmt.Fprintf(p.s.o.Progress, "%s: %.0f of %.0f s, %d iterations, %.2f MB/sec, %.6f Mpps\n",
+			o.Test, el, o.Duration.Seconds(), done, rate*float64(size)/(1<<20), rate/1e6)
+		return
+	}
+	fmt.Fprintf(p.s.o.Progress, "%s: %d of %d iterations (%.0f%%), %.2f MB/sec, %.6f Mpps\n",
+		o.Test, done, total, 100*float64(done)/float64(total), rate*float64(size)/(1<<20), rate/1e6)
+}
+
+func wcError(w *verbs.WC, what string, n uint64) error {
+	return fmt.Errorf("completion with error: %s (%d), vendor error %#x, opcode %v, wr_id %#x, after %d %s",
+		w.Status, w.Status, w.VendorErr, w.Opcode, w.WRID, n, what)
+}
+
+// runBW is the client of a bandwidth test (run_iter_bw): every QP keeps up
+// to TxDepth requests outstanding, one completion every CQMod requests.
+func (s *session) runBW(ctx context.Context, size int) (Result, error) {
+	o := &s.o
+	q := len(s.qps)
+	n := uint64(o.Iters)
+	timed := o.Duration > 0
+	var tposted, tcompleted []int64
+	if !timed {
+		tposted = make([]int64, n*uint64(q))
+		tcompleted = make([]int64, n*uint64(q))
+	}
+	scnt := make([]uint64, q)
+	ccnt := make([]uint64, q)
+	lastSig := make([]uint64, q)
+	var sges [1]verbs.SGE
+	var wrs [1]verbs.SendWR
+	opcode := map[Verb]verbs.WROpcode{Send: verbs.WRSend, Write: verbs.WRRDMAWrite, Read: verbs.WRRDMARead, Atomic: o.Atomic}[o.Test.Verb]
+	wrs[0] = verbs.SendWR{Opcode: opcode, SGList: sges[:]}
+	if opcode == verbs.WRAtomicFetchAndAdd {
+		wrs[0].CompareAdd = 1 // ATOMIC_ADD_VALUE
+	}
+	base := s.mr.Addr()
+	clk := clock{time.Now()}
+	w := waiter{s: s, clk: clk}
+	pr := progress{s: s, clk: clk}
+	var deadline int64
+	if timed {
+		deadline = int64(o.Duration)
+	}
+	var posted, completed, sigOut uint64
+	var first, lastDone int64 = -1, 0
+	for {
+		stopPosting := timed && clk.now() >= deadline
+		if !timed && completed == n*uint64(q) || timed && stopPosting && sigOut == 0 {
+			break
+		}
+		progressed := false
+		for i := 0; i < q && !stopPosting; i++ {
+			for (timed || scnt[i] < n) && scnt[i]-ccnt[i] < uint64(o.TxDepth) {
+				off := slotOffset(scnt[i], size, s.cycle, s.cacheLine)
+				if o.Verify && o.Test.Verb == Send {
+					off = 0
+				}
+				sges[0] = verbs.SGE{Addr: base + uint64(i*s.buff+off), Length: uint32(size), LKey: s.mr.LKey()}
+				wr := &wrs[0]
+				r := &s.out.Remote[i]
+				wr.RemoteAddr, wr.RKey = r.VAddr+uint64(off), r.RKey
+				wr.Flags = 0
+				if (scnt[i]+1)%uint64(o.CQMod) == 0 || !timed && scnt[i]+1 == n {
+					wr.Flags = verbs.SendSignaled
+					wr.WRID = uint64(i)<<32 | (scnt[i] + 1 - lastSig[i])
+					lastSig[i] = scnt[i] + 1
+				}
+				if _, err := s.qps[i].PostSend(wrs[:]); err != nil {
+					return Result{}, fmt.Errorf("couldn't post send: QP %d, scnt=%d: %w", i, scnt[i], err)
+				}
+				t := clk.now()
+				if first < 0 {
+					first = t
+				}
+				if !timed {
+					tposted[posted] = t
+				}
+				if wr.Flags != 0 {
+					sigOut++
+				}
+				posted++
+				scnt[i]++
+				progressed = true
+			}
+		}
+		k := s.cq.Poll(s.wc[:])
+		if k > 0 {
+			t := clk.now()
+			for j := 0; j < k; j++ {
+				wc := &s.wc[j]
+				if wc.Status != verbs.WCSuccess {
+					return Result{}, wcError(wc, "completions", completed)
+				}
+				i := int(wc.WRID >> 32)
+				c := wc.WRID & 0xFFFFFFFF
+				if i >= q || ccnt[i]+c > scnt[i] {
+					return Result{}, fmt.Errorf("completion for an unknown work request %#x", wc.WRID)
+				}
+				ccnt[i] += c
+				sigOut--
+				for ; c > 0; c-- {
+					if !timed {
+						tcompleted[completed] = t
+					}
+					completed++
+				}
+				lastDone = t
+			}
+			progressed = true
+			pr.tick(completed, n*uint64(q), size)
+		}
+		if progressed {
+			w.busy()
+			continue
+		}
+		if err := w.idle(ctx); err != nil {
+			return Result{}, fmt.Errorf("waiting for completions (%d of %d done): %w", completed, posted, err)
+		}
+		pr.tick(completed, n*uint64(q), size)
+	}
+	r := Result{Size: size, Iters: completed}
+	el := float64(lastDone-first) / 1e9
+	if el <= 0 {
+		el = 1e-9
+	}
+	unit := float64(1 << 20)
+	if o.Gbits {
+		unit = 125e6
+	}
+	r.BWAvg = float64(size) * float64(completed) / el / unit
+	r.MsgRate = float64(completed) / el / 1e6
+	if !timed {
+		if best := peakDelta(tposted, tcompleted, o.CQMod); best > 0 {
+			r.BWPeak = float64(size) / (best / 1e9) / unit
+		}
+		if o.Verify && o.Test.Verb == Read {
+			if err := s.checkSlots(0, size); err != nil {
+				return r, err
+			}
+			r.Verified = true
+		}
+		// The server checks WRITE and SEND data before its last handshake
+		// and fails it on a mismatch: a client that gets past it knows.
+		r.Verified = r.Verified || o.Verify && (o.Test.Verb == Write || o.Test.Verb == Send)
+	}
+	return r, nil
+}
+
+// peakDelta is print_report_bw's search for the peak: the smallest average
+// time per message over the windows from a post i to a signaled completion
+// j, in nanoseconds. Long runs sample i so that the search stays near 2e7
+// steps.
+func peakDelta(tposted, tcompleted []int64, cqMod int) float64 {
+	n := len(tposted)
+	if n == 0 {
+		return 0
+	}
+	best := float64(tcompleted[n-1] - tposted[0])
+	stride := max(1, int(float64(n)*float64(n)/float64(cqMod)/2e7))
+	for i := 0; i < n; i += stride {
+		for j := (i+1+cqMod-1)/cqMod*cqMod - 1; j < n; j += cqMod {
+			if t := float64(tcompleted[j]-tposted[i]) / float64(j-i+1); t < best {
+				best = t
+			}
+		}
+		if n%cqMod != 0 {
+			j := n - 1
+			if t := float64(tcompleted[j]-tposted[i]) / float64(j-i+1); t < best {
+				best = t
+			}
+		}
+	}
+	return best
+}
+
+// recvSlot is the memory receive m of QP i lands in.
+func (s *session) recvSlot(i int, m uint64, size int) (uint64, uint32, []byte) {
+	if s.vbuf != nil {
+		in := inc(s.maxSize, s.cacheLine)
+		off := (i*s.o.RxDepth + int(m%uint64(s.o.RxDepth))) * in
+		return s.vmr.Addr() + uint64(off), s.vmr.LKey(), s.vbuf[off : off+in]
+	}
+	off := (s.o.QPs+i)*s.buff + slotOffset(m, size, s.cycle, s.cacheLine)
+	return s.mr.Addr() + uint64(off), s.mr.LKey(), nil
+}
+
+// rposted counts the receives posted per QP for the current size.
+func (s *session) postRecvs(size int) error {
+	n := uint64(s.o.Iters)
+	s.rposted = make([]uint64, len(s.qps))
+	for i := range s.qps {
+		for s.rposted[i] < min(n, uint64(s.o.RxDepth)) {
+			if err := s.postRecv(i, size); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *session) postRecv(i, size int) error {
+	addr, lkey, slot := s.recvSlot(i, s.rposted[i], size)
+	clear(slot)
+	s.rsge[0] = verbs.SGE{Addr: addr, Length: uint32(max(size, 1)), LKey: lkey}
+	if slot != nil {
+		s.rsge[0].Length = uint32(len(slot))
+	}
+	s.rwr[0] = verbs.RecvWR{WRID: uint64(i), SGList: s.rsge[:]}
+	if _, err := s.qps[i].PostRecv(s.rwr[:]); err != nil {
+		return fmt.Errorf("couldn't post receive %d on QP %d: %w", s.rposted[i], i, err)
+	}
+	s.rposted[i]++
+	return nil
+}
+
+// received handles a receive completion of QP i: its check with Verify,
+// and the next receive when more are due.
+func (s *session) received(wc *verbs.WC, rcnt []uint64, size int) error {
+	i := int(wc.WRID)
+	if i >= len(s.qps) || wc.QPNum != s.qps[i].Num() {
+		return fmt.Errorf("receive completion for an unknown work request %#x (QP %#x)", wc.WRID, wc.QPNum)
+	}
+	if s.vbuf != nil {
+		_, _, slot := s.recvSlot(i, rcnt[i], size)
+		if int(wc.ByteLen) != size {
+			return fmt.Errorf("%w: message %d on QP %d is %d bytes, want %d", ErrVerify, rcnt[i], i, wc.ByteLen, size)
+		}
+		for off := 0; off < size; off++ {
+			if slot[off] != pattern(off) {
+				return fmt.Errorf("%w: message %d on QP %d: byte %d is %#02x, want %#02x", ErrVerify, rcnt[i], i, off, slot[off], pattern(off))
+			}
+		}
+	}
+	rcnt[i]++
+	if s.rposted[i] < uint64(s.o.Iters) {
+		return s.postRecv(i, size)
+	}
+	return nil
+}
+
+// runSendServer is the receiving side of send_bw (run_iter_bw_server): it
+// measures from the first message received to the last.
+func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
+	o := &s.o
+	q := len(s.qps)
+	n := uint64(o.Iters)
+	total := n * uint64(q)
+	tcompleted := make([]int64, 0, total)
+	rcnt := make([]uint64, q)
+	clk := clock{time.Now()}
+	w := waiter{s: s, clk: clk}
+	pr := progress{s: s, clk: clk}
+	var got uint64
+	for got < total {
+		k := s.cq.Poll(s.wc[:])
+		if k == 0 {
+			if err := w.idle(ctx); err != nil {
+				return Result{}, fmt.Errorf("waiting for messages (%d of %d received): %w", got, total, err)
+			}
+			pr.tick(got, total, size)
+			continue
+		}
+		w.busy()
+		t := clk.now()
+		for j := 0; j < k; j++ {
+			wc := &s.wc[j]
+			if wc.Status != verbs.WCSuccess {
+				return Result{}, wcError(wc, "messages received", got)
+			}
+			if wc.Opcode != verbs.WCRecv {
+				return Result{}, fmt.Errorf("unexpected completion %v", wc.Opcode)
+			}
+			if err := s.received(wc, rcnt, size); err != nil {
+				return Result{}, err
+			}
+			tcompleted = append(tcompleted, t)
+			got++
+		}
+		pr.tick(got, total, size)
+	}
+	r := Result{Size: size, Iters: total, Verified: o.Verify}
+	unit := float64(1 << 20)
+	if o.Gbits {
+		unit = 125e6
+	}
+	if total > 1 {
+		el := float64(tcompleted[total-1]-tcompleted[0]) / 1e9
+		if el <= 0 {
+			el = 1e-9
+		}
+		// The first message marks the start: total-1 messages arrived after it.
+		r.BWAvg = float64(size) * float64(total-1) / el / unit
+		r.MsgRate = float64(total-1) / el / 1e6
+		// Peak: the best window of CQMod consecutive messages.
+		best := math.Inf(1)
+		win := min(o.CQMod, int(total-1))
+		for j := win; j < int(total); j++ {
+			if d := float64(tcompleted[j]-tcompleted[j-win]) / float64(win); d > 0 && d < best {
+				best = d
+			}
+		}
+		if !math.IsInf(best, 1) {
+			r.BWPeak = float64(size) / (best / 1e9) / unit
+		}
+	}
+	return r, nil
+}
+
+// latResult computes perftest's latency figures from the post times of a
+// ping-pong (print_report_lat): deltas between consecutive posts, divided
+// by rtt (2 for SEND and WRITE, whose round trip is two messages).
+func latResult(size int, tposted []int64, rtt float64) Result {
+	n := len(tposted)
+	r := Result{Size: size, Iters: uint64(n)}
+	delta := make([]float64, n-1)
+	for i := range delta {
+		delta[i] = float64(tposted[i+1]-tposted[i]) / 1e3 / rtt
+	}
+	slices.Sort(delta)
+	m := len(delta) - 2 // LAT_MEASURE_TAIL
+	if m < 1 {
+		m = 1
+	}
+	if (m-1)%2 != 0 {
+		r.Typical = (delta[m/2] + delta[m/2-1]) / 2
+	} else {
+		r.Typical = delta[m/2]
+	}
+	r.P50 = r.Typical
+	var sum float64
+	for _, d := range delta[:m] {
+		sum += d
+	}
+	r.Avg = sum / float64(m)
+	var v float64
+	for _, d := range delta[:m] {
+		v += (d - r.Avg) * (d - r.Avg)
+	}
+	r.Stdev = math.Sqrt(v / float64(m))
+	at := func(i int) float64 { return delta[min(i, len(delta)-1)] }
+	r.Min = delta[0]
+	r.MaxAll = delta[len(delta)-1]
+	r.Max = at(m)
+	r.P99 = at(int(math.Ceil(float64(m) * 0.99)))
+	r.P999 = at(int(math.Ceil(float64(m) * 0.999)))
+	return r
+}
+
+// runSendLat is send_lat's ping-pong (run_iter_lat_send): the client sends
+// first; each side sends once it has received.
+func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
+	o := &s.o
+	n := uint64(o.Iters)
+	tposted := make([]int64, n)
+	rcnt := make([]uint64, 1)
+	var sges [1]verbs.SGE
+	var wrs [1]verbs.SendWR
+	off := 0
+	sges[0] = verbs.SGE{Addr: s.mr.Addr() + uint64(off), Length: uint32(size), LKey: s.mr.LKey()}
+	wrs[0] = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sges[:]}
+	clk := clock{time.Now()}
+	w := waiter{s: s, clk: clk}
+	pr := progress{s: s, clk: clk}
+	var scnt, ccnt uint64
+	poll := func() error {
+		k := s.cq.Poll(s.wc[:])
+		for j := 0; j < k; j++ {
+			wc := &s.wc[j]
+			if wc.Status != verbs.WCSuccess {
+				return wcError(wc, "messages received", rcnt[0])
+			}
+			if wc.Opcode == verbs.WCRecv {
+				if err := s.received(wc, rcnt, size); err != nil {
+					return err
+				}
+			} else {
+				ccnt++
+			}
+		}
+		if k > 0 {
+			w.busy()
+			pr.tick(rcnt[0], n, size)
+			return nil
+		}
+		return w.idle(ctx)
+	}
+	for scnt < n || rcnt[0] < n || ccnt < scnt {
+		if rcnt[0] < n && !(scnt < 1 && o.Client) {
+			for rcnt[0] < scnt+boolInt(!o.Client) && rcnt[0] < n {
+				if err := poll(); err != nil {
+					return Result{}, fmt.Errorf("waiting for message %d: %w", rcnt[0]+1, err)
+				}
+			}
+		}
+		if scnt < n {
+			for scnt-ccnt >= uint64(s.sqDepth()) {
+				if err := poll(); err != nil {
+					return Result{}, fmt.Errorf("waiting for a send completion: %w", err)
+				}
+			}
+			tposted[scnt] = clk.now()
+			if _, err := s.qps[0].PostSend(wrs[:]); err != nil {
+				return Result{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			}
+			scnt++
+			continue
+		}
+		if err := poll(); err != nil {
+			return Result{}, fmt.Errorf("finishing (%d of %d received, %d of %d sends completed): %w", rcnt[0], n, ccnt, scnt, err)
+		}
+	}
+	r := latResult(size, tposted, 2)
+	r.Verified = o.Verify
+	return r, nil
+}
+
+func boolInt(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// sqDepth is how many sends a latency test keeps outstanding: its QPs are
+// created with room for a few more than -t, since the ACK of a message may
+// come after the peer's answer to it.
+func (s *session) sqDepth() int { return s.sq }
+
+// runWriteLat is write_lat's ping-pong (run_iter_lat_write): each side
+// writes size bytes whose last byte is its iteration count into the peer's
+// slot and waits for the peer's count to appear in its own; the server
+// writes first.
+func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
+	o := &s.o
+	n := uint64(o.Iters)
+	tposted := make([]int64, n)
+	postIdx := size - 1
+	pollIdx := o.QPs*s.buff + size - 1
+	var sges [1]verbs.SGE
+	var wrs [1]verbs.SendWR
+	sges[0] = verbs.SGE{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}
+	r0 := &s.out.Remote[0]
+	wrs[0] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sges[:], RemoteAddr: r0.VAddr, RKey: r0.RKey}
+	clk := clock{time.Now()}
+	pr := progress{s: s, clk: clk}
+	var scnt, rcnt, ccnt uint64
+	pollCQ := func() error {
+		k := s.cq.Poll(s.wc[:])
+		for j := 0; j < k; j++ {
+			if s.wc[j].Status != verbs.WCSuccess {
+				return wcError(&s.wc[j], "writes completed", ccnt)
+			}
+			ccnt++
+		}
+		return nil
+	}
+	for scnt < n || ccnt < n || rcnt < n {
+		if rcnt < n && !(scnt < 1 && !o.Client) {
+			rcnt++
+			for spins := 0; loadByte(s.buf, pollIdx) != byte(rcnt); spins++ {
+				if spins%64 == 63 {
+					if err := pollCQ(); err != nil {
+						return Result{}, err
+					}
+					if err := ctx.Err(); err != nil {
+						return Result{}, fmt.Errorf("waiting for write %d: %w", rcnt, err)
+					}
+				}
+				runtime.Gosched()
+			}
+		}
+		if scnt < n {
+			for scnt-ccnt >= uint64(s.sqDepth()) {
+				if err := pollCQ(); err != nil {
+					return Result{}, err
+				}
+				if err := ctx.Err(); err != nil {
+					return Result{}, fmt.Errorf("waiting for a write completion: %w", err)
+				}
+				runtime.Gosched()
+			}
+			tposted[scnt] = clk.now()
+			scnt++
+			storeByte(s.buf, postIdx, byte(scnt))
+			if _, err := s.qps[0].PostSend(wrs[:]); err != nil {
+				return Result{}, fmt.Errorf("couldn't post write: scnt=%d: %w", scnt, err)
+			}
+			pr.tick(scnt, n, size)
+		}
+		if err := pollCQ(); err != nil {
+			return Result{}, err
+		}
+		if scnt == n && rcnt == n && ccnt < n {
+			if err := ctx.Err(); err != nil {
+				return Result{}, fmt.Errorf("waiting for the last write completions: %w", err)
+			}
+			runtime.Gosched()
+		}
+	}
+	r := latResult(size, tposted, 2)
+	if o.Verify {
+		// What the peer wrote, but for its count in the last byte.
+		slot := s.buf[o.QPs*s.buff:]
+		for off := 0; off < size-1; off++ {
+			if slot[off] != pattern(off) {
+				return r, fmt.Errorf("%w: byte %d written by the peer is %#02x, want %#02x", ErrVerify, off, slot[off], pattern(off))
+			}
+		}
+		r.Verified = true
+	}
+	return r, nil
+}
+
+// runReadAtomicLat is read_lat's and atomic_lat's loop (run_iter_lat): one
+// request at a time, each waited for; the round trip is the latency.
+func (s *session) runReadAtomicLat(ctx context.Context, size int) (Result, error) {
+	o := &s.o
+	n := uint64(o.Iters)
+	timed := o.Duration > 0
+	var tposted []int64
+	if !timed {
+		tposted = make([]int64, n)
+	}
+	opcode := verbs.WRRDMARead
+	if o.Test.Verb == Atomic {
+		opcode = o.Atomic
+	}
+	var sges [1]verbs.SGE
+	var wrs [1]verbs.SendWR
+	sges[0] = verbs.SGE{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}
+	r0 := &s.out.Remote[0]
+	wrs[0] = verbs.SendWR{Opcode: opcode, Flags: verbs.SendSignaled, SGList: sges[:], RemoteAddr: r0.VAddr, RKey: r0.RKey}
+	if opcode == verbs.WRAtomicFetchAndAdd {
+		wrs[0].CompareAdd = 1
+	}
+	clk := clock{time.Now()}
+	w := waiter{s: s, clk: clk}
+	pr := progress{s: s, clk: clk}
+	var scnt uint64
+	for timed && clk.now() < int64(o.Duration) || !timed && scnt < n {
+		t := clk.now()
+		if !timed {
+			tposted[scnt] = t
+		}
+		if _, err := s.qps[0].PostSend(wrs[:]); err != nil {
+			return Result{}, fmt.Errorf("couldn't post: scnt=%d: %w", scnt, err)
+		}
+		scnt++
+		for {
+			k := s.cq.Poll(s.wc[:1])
+			if k == 1 {
+				if s.wc[0].Status != verbs.WCSuccess {
+					return Result{}, wcError(&s.wc[0], "completed", scnt-1)
+				}
+				w.busy()
+				break
+			}
+			if err := w.idle(ctx); err != nil {
+				return Result{}, fmt.Errorf("waiting for completion %d: %w", scnt, err)
+			}
+		}
+		pr.tick(scnt, n, size)
+	}
+	if timed {
+		el := float64(clk.now()) / 1e3
+		return Result{Size: size, Iters: scnt, Avg: el / float64(scnt), TPS: float64(scnt) / (el / 1e6)}, nil
+	}
+	return latResult(size, tposted, 1), nil
+}
+
+// statser is a device that counts its packets (the soft device).
+type statser interface{ Stats() engine.Stats }
+
+// drain waits until the device has been quiet for 20 ms (at most a
+// second), so that the last ACKs leave before the QPs are destroyed.
+func (s *session) drain() {
+	st, ok := s.vctx.Device().(statser)
+	if !ok {
+		time.Sleep(50 * time.Millisecond)
+		return
+	}
+	t0 := time.Now()
+	last, since := st.Stats(), t0
+	for time.Since(t0) < time.Second {
+		time.Sleep(5 * time.Millisecond)
+		cur := st.Stats()
+		if cur.TxPackets != last.TxPackets || cur.RxPackets != last.RxPackets {
+			last, since = cur, time.Now()
+			continue
+		}
+		if time.Since(since) >= 20*time.Millisecond {
+			return
+		}
+	}
+}
