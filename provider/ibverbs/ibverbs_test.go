@@ -184,6 +184,48 @@ func TestCQEx(t *testing.T) {
 		}
 		cq.Destroy()
 	}
+	// Traffic through an extended CQ: a WRITE and a SEND with immediate.
+	xcq, err := ctx.CreateCQEx(64, nil, ibverbs.CQExOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLoopCQ(t, ctx, 1, xcq)
+	if _, err := l.qb.PostRecv([]verbs.RecvWR{{WRID: 9, SGList: l.sge}}); err != nil {
+		t.Fatal(err)
+	}
+	w := l.wrs[0]
+	w.WRID = 7
+	imm := verbs.SendWR{WRID: 8, Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, SGList: l.sge, Imm: 0xc0ffee}
+	if _, err := l.qa.PostSend([]verbs.SendWR{w, imm}); err != nil {
+		t.Fatal(err)
+	}
+	var got []ibverbs.WCEx
+	for deadline := time.Now().Add(10 * time.Second); len(got) < 3 && time.Now().Before(deadline); {
+		n, err := xcq.PollEx(wc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, wc[:n]...)
+		if n == 0 {
+			runtime.Gosched()
+		}
+	}
+	if len(got) != 3 {
+		t.Fatalf("%d of 3 completions on the extended CQ: %+v", len(got), got)
+	}
+	byID := map[uint64]verbs.WC{}
+	for _, g := range got {
+		if g.Status != verbs.WCSuccess {
+			t.Fatalf("completion %+v", g.WC)
+		}
+		byID[g.WRID] = g.WC
+	}
+	if byID[7].Opcode != verbs.WCRDMAWrite || byID[7].QPNum != l.qa.Num() || byID[8].Opcode != verbs.WCSend ||
+		byID[9].Opcode != verbs.WCRecv || byID[9].ByteLen != 8 || byID[9].Imm != 0xc0ffee ||
+		byID[9].Flags&verbs.WCFlagWithImm == 0 || byID[9].QPNum != l.qb.Num() {
+		t.Errorf("extended CQ completions %+v", byID)
+	}
+
 	plain, err := ctx.CreateCQ(4, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -266,16 +308,22 @@ type loop struct {
 }
 
 func newLoop(t testing.TB, n int) *loop {
-	ctx, gidx := device(t)
+	ctx, _ := device(t)
+	cq, err := ctx.CreateCQ(1024, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newLoopCQ(t, ctx, n, cq)
+}
+
+// newLoopCQ is newLoop with both QPs' completions going to cq.
+func newLoopCQ(t testing.TB, ctx *ibverbs.Context, n int, cq verbs.CQ) *loop {
+	gidx := roceV2IPv4(t, ctx)
 	pd, err := ctx.AllocPD()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pd.Dealloc() })
-	cq, err := ctx.CreateCQ(1024, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { cq.Destroy() })
 	buf, err := ibverbs.Alloc(1 << 16)
 	if err != nil {
