@@ -84,8 +84,12 @@ func TestIbverbsRxe(t *testing.T) {
 		}
 	})
 
+	// The clients sleep on completion events (-e): Wait on the channel.
 	ibv := func(mode, server string) string {
 		c := fmt.Sprintf("%s pingpong %s -d rxe0 -g %d -n %d --timeout 100s", guestGoroce, mode, h.gidx, iters)
+		if server != "" {
+			c += " -e"
+		}
 		if server != "" {
 			c += " " + server
 		}
