@@ -338,7 +338,7 @@ func printDevinfo(w io.Writer, dev verbs.Device, port uint8, verbose bool) error
 				if [8]byte(g[8:]) == zero {
 					continue // ibv_devinfo skips null GIDs
 				}
-				fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, RoCE v2\n", i, cm.FormatGID(g))
+				fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, %s\n", i, cm.FormatGID(g), gidType(ctx, uint8(p), i))
 			}
 		}
 		b.WriteString("\n")
