@@ -16,7 +16,6 @@ import (
 
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/internal/bench"
-	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -184,14 +183,21 @@ func (c *benchConfig) context() (context.Context, context.CancelFunc) {
 func runBenchSide(c *benchConfig, stdout io.Writer) error {
 	ctx, cancel := c.context()
 	defer cancel()
-	dev, err := c.soft.open(true)
-	if err != nil {
-		return err
+	var dev verbs.Device
+	if hw, ok := openHW(c.devName); ok {
+		dev = hw // a libibverbs device (-tags ibverbs)
+	} else {
+		sdev, err := c.soft.open(true)
+		if err != nil {
+			return err
+		}
+		defer sdev.Close()
+		if c.devName != "" && c.devName != sdev.Name() {
+			return fmt.Errorf("IB device %s not found", c.devName)
+		}
+		dev = sdev
 	}
-	defer dev.Close()
-	if c.devName != "" && c.devName != dev.Name() {
-		return fmt.Errorf("IB device %s not found", c.devName)
-	}
+	var err error
 	o := c.opts
 	o.Client = c.host != ""
 	var conn *perftest.Conn
@@ -218,7 +224,7 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 }
 
 // runOne runs one side and prints its report.
-func runOne(ctx context.Context, c *benchConfig, dev *soft.Device, conn *perftest.Conn, o bench.Options, stdout io.Writer) error {
+func runOne(ctx context.Context, c *benchConfig, dev verbs.Device, conn *perftest.Conn, o bench.Options, stdout io.Writer) error {
 	vctx, err := dev.Open()
 	if err != nil {
 		return fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
