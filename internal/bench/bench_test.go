@@ -1,0 +1,379 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/packetio/udp"
+	"github.com/goroce/goroce/provider/soft"
+	"github.com/goroce/goroce/verbs"
+)
+
+// This package's loopback addresses: 127.0.6.1 and 127.0.6.2.
+var (
+	addrA = netip.MustParseAddr("127.0.6.1")
+	addrB = netip.MustParseAddr("127.0.6.2")
+)
+
+func TestParseTest(t *testing.T) {
+	for _, name := range Tests {
+		tt, err := ParseTest(name)
+		if err != nil || tt.String() != name {
+			t.Errorf("ParseTest(%q) = %v, %v", name, tt, err)
+		}
+	}
+	for _, bad := range []string{"", "write", "write_", "_bw", "rdma_bw", "write_bw_lat", "WRITE_BW"} {
+		if _, err := ParseTest(bad); !errors.Is(err, ErrUsage) {
+			t.Errorf("ParseTest(%q): %v, want ErrUsage", bad, err)
+		}
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	o := Options{Test: Test{Verb: Write}}
+	if err := o.normalize(); err != nil || o.Size != 65536 || o.Iters != 1000 || o.TxDepth != 128 || o.CQMod != 100 || o.QPs != 1 {
+		t.Errorf("write_bw defaults: %+v, %v", o, err)
+	}
+	o = Options{Test: Test{Verb: Send, Lat: true}}
+	if err := o.normalize(); err != nil || o.Size != 2 || o.TxDepth != 1 || o.CQMod != 1 {
+		t.Errorf("send_lat defaults: %+v, %v", o, err)
+	}
+	o = Options{Test: Test{Verb: Atomic}}
+	if err := o.normalize(); err != nil || o.Size != 8 || o.Atomic != verbs.WRAtomicFetchAndAdd {
+		t.Errorf("atomic_bw defaults: %+v, %v", o, err)
+	}
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{
+		{"size 0 after default", Options{Test: Test{Verb: Write}, Size: -1}},
+		{"size too large", Options{Test: Test{Verb: Write}, Size: MaxSize + 1}},
+		{"atomic size", Options{Test: Test{Verb: Atomic}, Size: 16}},
+		{"atomic -a", Options{Test: Test{Verb: Atomic}, All: true}},
+		{"atomic op", Options{Test: Test{Verb: Atomic}, Atomic: verbs.WRSend}},
+		{"few iterations", Options{Test: Test{Verb: Write}, Iters: 4}},
+		{"duration send", Options{Test: Test{Verb: Send}, Duration: time.Second}},
+		{"duration write_lat", Options{Test: Test{Verb: Write, Lat: true}, Duration: time.Second}},
+		{"duration and all", Options{Test: Test{Verb: Write}, Duration: time.Second, All: true}},
+		{"latency QPs", Options{Test: Test{Verb: Send, Lat: true}, QPs: 2}},
+		{"too many QPs", Options{Test: Test{Verb: Write}, QPs: 5000}},
+		{"tx depth", Options{Test: Test{Verb: Write}, TxDepth: 20000}},
+		{"rx depth", Options{Test: Test{Verb: Send}, RxDepth: -1}},
+		{"cq mod", Options{Test: Test{Verb: Write}, CQMod: 2000}},
+		{"mtu", Options{Test: Test{Verb: Write}, MTU: 9}},
+		{"gid", Options{Test: Test{Verb: Write}, GIDIndex: -1}},
+		{"verify atomics", Options{Test: Test{Verb: Atomic}, Verify: true}},
+		{"verify duration", Options{Test: Test{Verb: Write}, Verify: true, Duration: time.Second}},
+		{"bad verb", Options{Test: Test{Verb: 7}}},
+	} {
+		if err := c.o.normalize(); !errors.Is(err, ErrUsage) {
+			t.Errorf("%s: %v, want ErrUsage", c.name, err)
+		}
+	}
+}
+
+func TestSlotOffset(t *testing.T) {
+	// 64-byte messages in a 4096-byte cycle buffer: 64 slots, then around.
+	for _, c := range []struct {
+		n                 uint64
+		size, cycle, line int
+		want              int
+	}{
+		{0, 64, 4096, 64, 0}, {1, 64, 4096, 64, 64}, {63, 64, 4096, 64, 4032}, {64, 64, 4096, 64, 0},
+		{1, 2, 4096, 64, 64}, // small messages advance a cache line
+		{1, 100, 4096, 64, 128}, {31, 100, 4096, 64, 31 * 128}, {32, 100, 4096, 64, 0},
+		{5, 4096, 4096, 64, 0}, {5, 2048, 4096, 64, 2048}, {2, 2048, 4096, 64, 0},
+	} {
+		if got := slotOffset(c.n, c.size, c.cycle, c.line); got != c.want {
+			t.Errorf("slotOffset(%d, %d, %d, %d) = %d, want %d", c.n, c.size, c.cycle, c.line, got, c.want)
+		}
+	}
+}
+
+func TestLatResult(t *testing.T) {
+	// Posts 10, 20, ..., 1000 µs apart: the deltas are 10..990 µs (99 of
+	// them); perftest drops the two largest and divides by 2 for SEND.
+	var tp []int64
+	var at int64
+	for i := 0; i <= 99; i++ {
+		tp = append(tp, at)
+		at += int64(i+1) * 10_000
+	}
+	r := latResult(64, tp, 2)
+	m := 97.0 // measured deltas after the tail
+	wantAvg := (m + 1) / 2 * 10 / 2
+	if r.Iters != 100 || r.Min != 5 || r.MaxAll != 495 || r.Max != 490 || r.Typical != 245 || math.Abs(r.Avg-wantAvg) > 1e-9 {
+		t.Errorf("latResult = %+v; want min 5, max 490 (perftest's), max of all 495, typical 245, avg %v", r, wantAvg)
+	}
+	if r.P99 != 490 || r.P999 != 490 || r.P50 != r.Typical {
+		t.Errorf("percentiles %v %v %v", r.P50, r.P99, r.P999)
+	}
+	// READ: whole round trips.
+	if r := latResult(8, []int64{0, 4000, 8000, 12000, 16000, 20000}, 1); r.Typical != 4 || r.Stdev != 0 {
+		t.Errorf("steady READ: %+v", r)
+	}
+}
+
+func TestPeakDelta(t *testing.T) {
+	// 8 messages, a completion every 4: posts at 0..7 µs, the first 4 done
+	// at 10 µs, the next at 12 µs. Best window: posts 4..7 done at 12 µs
+	// -> (12-4)/4 = 2 µs per message; whole run 12/8 = 1.5 µs.
+	tp := []int64{0, 1000, 2000, 3000, 4000, 5000, 6000, 7000}
+	tc := []int64{10000, 10000, 10000, 10000, 12000, 12000, 12000, 12000}
+	if got := peakDelta(tp, tc, 4); got != 1500 {
+		t.Errorf("peakDelta = %v, want 1500", got)
+	}
+	tc = []int64{4000, 4000, 4000, 4000, 40000, 40000, 40000, 40000}
+	if got := peakDelta(tp, tc, 4); got != 1000 { // the first window: 4 in 4 µs
+		t.Errorf("peakDelta = %v, want 1000", got)
+	}
+}
+
+func TestCheckSlots(t *testing.T) {
+	s := &session{o: Options{QPs: 1, Iters: 10, Size: 100}, cycle: 4096, cacheLine: 64, buff: 4096}
+	s.buf = make([]byte, 2*4096)
+	if err := s.checkSlots(1, 100); !errors.Is(err, ErrVerify) {
+		t.Fatalf("an empty target passed: %v", err)
+	}
+	fillPattern(s.buf[4096:])
+	if err := s.checkSlots(1, 100); err != nil {
+		t.Fatal(err)
+	}
+	s.buf[4096+9*128+99]++ // the last byte of the 10th message
+	if err := s.checkSlots(1, 100); !errors.Is(err, ErrVerify) {
+		t.Fatalf("a changed byte passed: %v", err)
+	}
+	s.buf[4096+9*128+99]--
+	s.buf[4096+10*128]++ // past what 10 messages cover
+	if err := s.checkSlots(1, 100); err != nil {
+		t.Fatalf("a byte no message covers failed: %v", err)
+	}
+}
+
+func TestLoadStoreByte(t *testing.T) {
+	b := make([]byte, 16)
+	for i := range b {
+		storeByte(b, i, byte(i+1))
+	}
+	for i := range b {
+		if b[i] != byte(i+1) || loadByte(b, i) != byte(i+1) {
+			t.Fatalf("byte %d: %d, %d", i, b[i], loadByte(b, i))
+		}
+	}
+}
+
+// newDev opens a soft device on a UDP socket of addr (port 4791).
+func newDev(t testing.TB, addr netip.Addr) *soft.Device {
+	t.Helper()
+	conn, err := udp.Listen(addr, udp.Options{})
+	if err != nil {
+		t.Skipf("no UDP socket on %v: %v", addr, err)
+	}
+	dev, err := soft.New(soft.Options{Name: "soft0", Conn: conn})
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Close() })
+	return dev
+}
+
+// pair runs a test between two soft devices over UDP on loopback and
+// returns both outcomes.
+func pair(t testing.TB, srv, cli *soft.Device, o Options) (server, client *Outcome) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", net.JoinHostPort(addrA.String(), "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		out *Outcome
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := perftest.Accept(ctx, ln)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer c.Close()
+		vctx, err := srv.Open()
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer vctx.Close()
+		so := o
+		so.Client = false
+		out, err := Run(ctx, vctx, c, so)
+		if err != nil {
+			cancel()
+		}
+		ch <- res{out, err}
+	}()
+	c, err := perftest.Dial(ctx, addrA.String(), ln.Addr().(*net.TCPAddr).Port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	vctx, err := cli.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vctx.Close()
+	co := o
+	co.Client = true
+	cout, cerr := Run(ctx, vctx, c, co)
+	if cerr != nil {
+		c.Close()
+		cancel()
+	}
+	r := <-ch
+	if r.err != nil || cerr != nil {
+		t.Fatalf("%v: server: %v; client: %v", o.Test, r.err, cerr)
+	}
+	return r.out, cout
+}
+
+// TestRunLoopback runs every test between two soft devices over UDP on
+// loopback, with data verification where it applies, and checks the
+// figures: the right sizes and counts, positive rates and times, both
+// sides agreeing on each other's keys.
+func TestRunLoopback(t *testing.T) {
+	srv, cli := newDev(t, addrA), newDev(t, addrB)
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{
+		{"write_bw", Options{Test: Test{Verb: Write}, Size: 4096, Iters: 500, Verify: true}},
+		{"write_bw-small-2qp", Options{Test: Test{Verb: Write}, Size: 100, Iters: 300, QPs: 2, Verify: true, MTU: verbs.MTU1024}},
+		{"read_bw", Options{Test: Test{Verb: Read}, Size: 9000, Iters: 200, Verify: true, OutReads: 4}},
+		{"send_bw", Options{Test: Test{Verb: Send}, Size: 3000, Iters: 500, RxDepth: 64, Verify: true}},
+		{"atomic_bw", Options{Test: Test{Verb: Atomic}, Iters: 300}},
+		{"atomic_bw-cas", Options{Test: Test{Verb: Atomic}, Iters: 100, Atomic: verbs.WRAtomicCmpAndSwp}},
+		{"send_lat", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true}},
+		{"write_lat", Options{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, Verify: true}},
+		{"read_lat", Options{Test: Test{Verb: Read, Lat: true}, Size: 64, Iters: 200}},
+		{"atomic_lat", Options{Test: Test{Verb: Atomic, Lat: true}, Iters: 200}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			so, co := pair(t, srv, cli, c.o)
+			o := c.o
+			o.normalize()
+			n := uint64(o.Iters * o.QPs)
+			if len(so.Local) != o.QPs || len(co.Remote) != o.QPs {
+				t.Fatalf("%d local and %d remote QPs", len(so.Local), len(co.Remote))
+			}
+			for i := range so.Local {
+				if so.Local[i] != co.Remote[i] || co.Local[i] != so.Remote[i] {
+					t.Errorf("QP %d: the sides disagree: server %+v / %+v, client %+v / %+v", i, so.Local[i], so.Remote[i], co.Local[i], co.Remote[i])
+				}
+			}
+			if so.PeerVersion != perftest.Version || co.MTU != so.MTU || co.MTU == 0 {
+				t.Errorf("peer version %q, MTUs %v %v", so.PeerVersion, co.MTU, so.MTU)
+			}
+			if o.MTU != 0 && co.MTU != o.MTU {
+				t.Errorf("MTU %v, asked for %v", co.MTU, o.MTU)
+			}
+			sides := []*Outcome{co}
+			if !(o.Test.Lat && o.Test.Verb != Send && o.Test.Verb != Write) {
+				sides = append(sides, so) // read/atomic_lat servers measure nothing
+			}
+			for _, out := range sides {
+				if len(out.Results) != 1 {
+					t.Fatalf("%d results", len(out.Results))
+				}
+				r := out.Results[0]
+				if r.Size != o.Size || r.Iters != n {
+					t.Errorf("result %+v: want %d bytes, %d iterations", r, o.Size, n)
+				}
+				if o.Test.Lat {
+					if !(r.Min > 0 && r.Min <= r.Typical && r.Typical <= r.P99 && r.P99 <= r.P999 && r.P999 <= r.MaxAll && r.Avg > 0 && r.Stdev >= 0) {
+						t.Errorf("latencies out of order: %+v", r)
+					}
+				} else if !(r.BWAvg > 0 && r.BWPeak >= r.BWAvg*0.999 && math.Abs(r.MsgRate*float64(o.Size)*1e6/(1<<20)-r.BWAvg) < r.BWAvg*1e-6) {
+					t.Errorf("bandwidth figures inconsistent: %+v", r)
+				}
+				if o.Verify && !r.Verified {
+					t.Errorf("data not verified: %+v", r)
+				}
+			}
+			if !o.Test.Lat && o.Test.Verb != Send && so.Results[0] != co.Results[0] {
+				if r := so.Results[0]; !r.Remote || r.BWAvg != co.Results[0].BWAvg {
+					t.Errorf("the server's report %+v is not the client's %+v", r, co.Results[0])
+				}
+			}
+			t.Logf("client %+v", co.Results[0])
+		})
+	}
+}
+
+// TestRunAllSizes runs -a on a write test: one row per size, 2 to 2^23.
+func TestRunAllSizes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	srv, cli := newDev(t, addrA), newDev(t, addrB)
+	_, co := pair(t, srv, cli, Options{Test: Test{Verb: Write}, All: true, Iters: 5, TxDepth: 4})
+	if len(co.Results) != 23 {
+		t.Fatalf("%d rows, want 23", len(co.Results))
+	}
+	for i, r := range co.Results {
+		if r.Size != 2<<i || r.Iters != 5 || r.BWAvg <= 0 {
+			t.Errorf("row %d: %+v", i, r)
+		}
+	}
+}
+
+// TestRunDuration runs write_bw for a second.
+func TestRunDuration(t *testing.T) {
+	srv, cli := newDev(t, addrA), newDev(t, addrB)
+	t0 := time.Now()
+	so, co := pair(t, srv, cli, Options{Test: Test{Verb: Write}, Size: 1024, Duration: time.Second})
+	if el := time.Since(t0); el < time.Second {
+		t.Errorf("a 1 s run ended after %v", el)
+	}
+	r := co.Results[0]
+	if r.Iters < 100 || r.BWAvg <= 0 || so.Results[0].Iters != r.Iters {
+		t.Errorf("client %+v, server %+v", r, so.Results[0])
+	}
+}
+
+// TestBWAllocs checks that the traffic loop allocates nothing per message:
+// a run of 20 times as many messages allocates (nearly) the same.
+func TestBWAllocs(t *testing.T) {
+	srv, cli := newDev(t, addrA), newDev(t, addrB)
+	allocs := func(n int) uint64 {
+		var a, b runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&a)
+		pair(t, srv, cli, Options{Test: Test{Verb: Write}, Size: 64, Iters: n})
+		runtime.ReadMemStats(&b)
+		return b.Mallocs - a.Mallocs
+	}
+	allocs(200) // warm up
+	small, large := allocs(200), allocs(4000)
+	t.Logf("mallocs: %d for 200 messages, %d for 4000", small, large)
+	if large > small+380 { // < 0.1 per extra message, both sides and both devices together
+		t.Errorf("%d mallocs for 4000 messages against %d for 200: the message path allocates", large, small)
+	}
+}
+
+func TestRunBadOptions(t *testing.T) {
+	if _, err := Run(context.Background(), nil, perftest.NewConn(nil, true), Options{Test: Test{Verb: Write}, Iters: 1}); !errors.Is(err, ErrUsage) {
+		t.Errorf("Run with 1 iteration: %v", err)
+	}
+	if _, err := Run(context.Background(), nil, perftest.NewConn(nil, false), Options{Test: Test{Verb: Write}, Client: true}); !errors.Is(err, ErrUsage) {
+		t.Errorf("Run with a server connection as client: %v", err)
+	}
+}
