@@ -62,6 +62,7 @@ type Conn struct {
 	rxPoll      bool
 	deadline    time.Time
 	deadlineSet bool
+	loop        loopback // packets sent to the local address
 
 	// Send side: driver goroutine only. Frames are UMEM offsets of socks[0].
 	tx    []packetio.Packet
@@ -76,7 +77,7 @@ type Conn struct {
 	inUse  atomic.Int32 // driver calls under way; Close unmaps only when none
 	ctr    packetio.Counters
 	xctr   struct {
-		fillEmpty, malformed, txDropped, txKicks, rxKicks, txStuck atomic.Uint64
+		fillEmpty, malformed, txDropped, txKicks, rxKicks, txStuck, looped atomic.Uint64
 	}
 }
 
@@ -277,6 +278,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 		c.held[i] = make([]uint64, 0, o.Batch)
 	}
 	c.recvFn = c.recv
+	c.loop = loopback{slots: o.RxFrames, size: c.maxPacket}
 	txN := g.txFrames()
 	c.tx = make([]packetio.Packet, o.Batch)
 	c.free = make([]uint64, 0, txN)
@@ -365,6 +367,17 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if !deadline.IsZero() && !time.Now().Before(deadline) {
 		c.rxPoll, deadline = true, time.Time{}
 	}
+	c.loop.release()
+	if c.loop.pending() > 0 {
+		// Looped-back packets first, then whatever the rings hold, without
+		// waiting.
+		k := c.takeLoop()
+		k = c.harvest(k)
+		if c.waking.Swap(false) {
+			c.ctr.Wakes.Add(1)
+		}
+		return c.rx[:k], nil
+	}
 	for {
 		if !c.deadlineSet || !c.deadline.Equal(deadline) {
 			if err := c.f.SetReadDeadline(deadline); err != nil {
@@ -403,7 +416,7 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 // recv is the netpoller callback of Receive: true when Receive should stop
 // waiting.
 func (c *Conn) recv(uintptr) bool {
-	if c.rxN = c.harvest(); c.rxN > 0 {
+	if c.rxN = c.harvest(0); c.rxN > 0 {
 		return true
 	}
 	return c.rxPoll || c.waking.Load()
@@ -433,12 +446,27 @@ func (c *Conn) recycle() {
 	}
 }
 
+// takeLoop puts up to a batch of looped-back packets in c.rx and returns
+// how many.
+func (c *Conn) takeLoop() int {
+	k := min(c.loop.pending(), c.batch)
+	var bytes uint64
+	for i := range k {
+		b := c.loop.take()
+		c.rx[i] = packetio.Packet{Buf: b, Addr: c.local, Port: c.port, Local: c.local, TOS: c.tos}
+		bytes += uint64(len(b))
+	}
+	c.ctr.Received(k, bytes)
+	return k
+}
+
 // harvest returns the frames of the last batch (the packets the previous
-// Receive returned, or frames dropped since) to the fill rings and reads up
-// to a batch of packets from the RX rings into c.rx.
-func (c *Conn) harvest() int {
+// Receive returned, or frames dropped since) to the fill rings and reads
+// packets from the RX rings into c.rx[k0:], up to a batch in all; it
+// returns the new total.
+func (c *Conn) harvest(k0 int) int {
 	c.recycle()
-	k := 0
+	k := k0
 	var bytes uint64
 	for range len(c.socks) {
 		i := c.next
@@ -474,7 +502,7 @@ func (c *Conn) harvest() int {
 			c.ctr.RxDrops.Add(uint64(drops))
 		}
 	}
-	c.ctr.Received(k, bytes)
+	c.ctr.Received(k-k0, bytes)
 	return k
 }
 
@@ -574,7 +602,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	start, got := s.tx.Reserve(uint32(len(pkts)))
 	var fail failures
 	var bytes uint64
-	m := uint32(0)
+	m, loops := uint32(0), 0
 	for i := range pkts {
 		c.used[i] = false
 		p := &pkts[i]
@@ -586,6 +614,14 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			continue
 		case n > c.maxPacket:
 			fail.add(i, packetio.ErrTooLarge)
+			continue
+		case a == c.local:
+			if !c.loop.push(p.Buf) {
+				fail.add(i, errLoopFull)
+				continue
+			}
+			loops++
+			bytes += uint64(n)
 			continue
 		case m == got: // cannot happen: the TX ring has a slot per transmit frame
 			fail.add(i, errTxRingFull)
@@ -627,18 +663,27 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if m > 0 {
 		s.tx.Submit()
 		c.kick(s)
-		c.ctr.PacketsOut.Add(uint64(m))
+	}
+	if loops > 0 {
+		c.xctr.looped.Add(uint64(loops))
+	}
+	sent := int(m) + loops
+	if sent > 0 {
+		c.ctr.PacketsOut.Add(uint64(sent))
 		c.ctr.BytesOut.Add(bytes)
 		c.ctr.TxBatches.Add(1)
 	}
 	if fail.n > 0 {
 		c.ctr.TxErrors.Add(uint64(fail.n))
-		return int(m), &packetio.TransmitError{Index: fail.first, Addr: pkts[fail.first].Addr, Failed: fail.n, Err: fail.cause}
+		return sent, &packetio.TransmitError{Index: fail.first, Addr: pkts[fail.first].Addr, Failed: fail.n, Err: fail.cause}
 	}
-	return int(m), nil
+	return sent, nil
 }
 
-var errTxRingFull = errors.New("packetio/afxdp: TX ring full")
+var (
+	errTxRingFull = errors.New("packetio/afxdp: TX ring full")
+	errLoopFull   = errors.New("packetio/afxdp: loopback queue full (packets to the local address not received yet)")
+)
 
 // kick has the kernel process the TX ring when it asks to be woken (always
 // in copy mode, where the sending happens inside sendto, at most 32 frames
@@ -709,6 +754,7 @@ type XDPStats struct {
 	TxKicks       uint64 // sendto calls that woke the kernel's transmit
 	RxKicks       uint64 // recvfrom calls that woke a driver waiting for fill-ring frames
 	TxStuck       uint64 // Transmits that left frames on the TX ring after their kicks (sent by a later kick)
+	Looped        uint64 // packets sent to the local address and looped back (in PacketsOut and, once received, PacketsIn)
 }
 
 // XDPStats returns the counters of the AF_XDP path.
@@ -741,6 +787,7 @@ func (c *Conn) XDPStats() (XDPStats, error) {
 	st.TxKicks = c.xctr.txKicks.Load()
 	st.RxKicks = c.xctr.rxKicks.Load()
 	st.TxStuck = c.xctr.txStuck.Load()
+	st.Looped = c.xctr.looped.Load()
 	return st, nil
 }
 

@@ -302,3 +302,45 @@ func TestListenErrors(t *testing.T) {
 		t.Logf("Listen(%s): %v", c.addr, err)
 	}
 }
+
+// Packets to the Conn's own address never reach the interface (the kernel
+// would route them through lo): Transmit loops them back to Receive, in
+// order with the rest, as rdma_rxe does; when the loopback queue is full
+// they fail with an error and the others of the batch go.
+func TestNetnsLoopback(t *testing.T) {
+	p := newPair(t)
+	a := listenIn(t, p.A, p.AddrA, afxdp.Options{Frames: 64})
+	b := listenIn(t, p.B, p.AddrB, afxdp.Options{Frames: 64})
+	packetiotest.Send(t, a, a, 40, 8, 300)
+	got := packetiotest.Recv(t, a, 8, 5*time.Second)
+	packetiotest.Check(t, got, a, a, 40, 300)
+	if got[0].Port != wire.RoCEv2Port {
+		t.Errorf("looped-back packet from port %d", got[0].Port)
+	}
+	// Mixed with traffic from the peer.
+	packetiotest.Send(t, b, a, 0, 4, 64)
+	packetiotest.Send(t, a, a, 100, 4, 64)
+	if got := packetiotest.Recv(t, a, 8, 5*time.Second); len(got) != 8 {
+		t.Fatalf("got %d", len(got))
+	}
+	// 32 receive frames: the loopback queue holds 32 packets (once the
+	// ones the last Receive returned are released by a Receive).
+	if pkts, err := a.Receive(time.Now()); len(pkts) != 0 || err != nil {
+		t.Fatalf("Receive = %d, %v", len(pkts), err)
+	}
+	for i := range 4 {
+		packetiotest.Send(t, a, a, i*8, 8, 64)
+	}
+	batch := a.TxBatch(2)
+	for i := range batch {
+		batch[i].Buf = append(batch[i].Buf[:0], make([]byte, 64)...)
+	}
+	batch[0].Addr, batch[1].Addr = p.AddrA, p.AddrB
+	if n, err := a.Transmit(batch); n != 1 || err == nil {
+		t.Fatalf("Transmit with a full loopback queue = %d, %v", n, err)
+	} else {
+		t.Logf("full: %v", err)
+	}
+	packetiotest.Check(t, packetiotest.Recv(t, a, 32, 5*time.Second), a, a, 0, 64)
+	packetiotest.Recv(t, b, 1, 5*time.Second)
+}
