@@ -3,9 +3,16 @@
 package soft
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
+	"os/exec"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,40 +20,6 @@ import (
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
 )
-
-// vanishPrefix is the subnet of this file's namespace pairs (other tests
-// use 10.77.x.0/24, NewPair's default).
-var vanishPrefix = netip.MustParsePrefix("10.79.4.0/30")
-
-// nsDevices creates a namespace pair on prefix and a soft device on a UDP
-// socket (port 4791) inside each. Cleanups close the devices before the
-// namespaces go.
-func nsDevices(t *testing.T, prefix netip.Prefix) (*netns.Pair, *Device, *Device) {
-	t.Helper()
-	pair := netns.NewPair(t, netns.Options{Prefix: prefix})
-	var devs [2]*Device
-	for i, x := range []struct {
-		ns   *netns.NS
-		addr netip.Addr
-	}{{pair.A, pair.AddrA}, {pair.B, pair.AddrB}} {
-		var c *udp.Conn
-		err := x.ns.Do(func() (err error) {
-			c, err = udp.Listen(x.addr, udp.Options{})
-			return err
-		})
-		if err != nil {
-			t.Fatalf("udp.Listen(%v) in %s: %v", x.addr, x.ns.Name, err)
-		}
-		d, err := New(Options{Name: fmt.Sprintf("ns%c", 'a'+i), Conn: c})
-		if err != nil {
-			c.Close()
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		devs[i] = d
-	}
-	return pair, devs[0], devs[1]
-}
 
 // vanishRCToRTS moves an RC QP to RTS aimed at peer with the given local
 // ACK timeout (4.096 µs x 2^timeout) and retry count.
@@ -65,103 +38,173 @@ func vanishRCToRTS(t testing.TB, qp verbs.QP, peerQPN uint32, peer verbs.GID, ps
 // TestPeerVanishes: two devices in two network namespaces; the survivor A
 // posts receives and a mix of SENDs, RDMA WRITEs, RDMA READs (256 KiB each)
 // and atomics, more SENDs than B has receives for, and B vanishes right
-// after, with at least half of them outstanding: either B's device closes (its process died: its socket is
-// gone, the kernel answers port unreachable) or the veth link is deleted
-// (its host is gone: A's packets go nowhere). A's QP must reach ERROR with
-// RETRY_EXC_ERR once its local ACK timer expired retry_cnt + 1 times
-// without progress: within (retry_cnt + 1) x 4.096 µs x 2^timeout of the
-// vanishing, asserted with a generous margin for a loaded machine (it is a
-// correctness bound, not a speed measurement). Every send WR completes
-// exactly once, in post order: successes first (what B acknowledged before
-// it went), then one RETRY_EXC_ERR, then WR_FLUSH_ERR; every posted receive
-// is flushed in order.
+// after, with at least half of them outstanding. Three ways: B's device
+// closes (its socket is gone, the kernel answers port unreachable); the
+// veth link is deleted (A's packets go nowhere); B runs in a process of its
+// own, which is killed (SIGKILL). A's QP must reach ERROR with RETRY_EXC_ERR
+// once its local ACK timer expired retry_cnt + 1 times without progress:
+// within (retry_cnt + 1) x 4.096 µs x 2^timeout of the vanishing, asserted
+// with a generous margin for a loaded machine (a correctness bound, not a
+// speed measurement). Every send WR completes exactly once, in post order:
+// successes first (what B acknowledged before it went), then one
+// RETRY_EXC_ERR, then WR_FLUSH_ERR; every posted receive is flushed in
+// order.
 func TestPeerVanishes(t *testing.T) {
 	netns.Require(t)
 	for _, c := range []struct {
 		name    string
-		vanish  func(t *testing.T, pair *netns.Pair, b *Device)
+		peer    func(t *testing.T, pair *netns.Pair, aQPN uint32, timeout, retry uint8) *vanishPeer
+		prefix  string
 		timeout uint8 // 4.096 µs x 2^timeout
 		retry   uint8
 	}{
-		{"device_closed", func(t *testing.T, _ *netns.Pair, b *Device) { b.Close() }, 12, 3},
-		{"link_deleted", func(t *testing.T, pair *netns.Pair, _ *Device) {
+		{"device_closed", inProcessPeer(func(t *testing.T, _ *netns.Pair, b *Device) { b.Close() }), "10.79.4.0/30", 12, 3},
+		{"link_deleted", inProcessPeer(func(t *testing.T, pair *netns.Pair, _ *Device) {
 			if out, err := pair.B.Exec("ip", "link", "del", netns.LinkName); err != nil {
 				t.Fatalf("deleting the veth link: %v: %s", err, out)
 			}
-		}, 11, 5},
+		}), "10.79.5.0/30", 11, 5},
+		{"process_killed", processPeer, "10.79.7.0/30", 12, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			vanish(t, c.timeout, c.retry, c.vanish)
+			vanish(t, netip.MustParsePrefix(c.prefix), c.timeout, c.retry, c.peer)
 		})
 	}
 }
 
-func vanish(t *testing.T, timeout, retry uint8, gone func(*testing.T, *netns.Pair, *Device)) {
-	prefix := vanishPrefix
-	if timeout%2 == 1 { // the second case: its own subnet
-		prefix = netip.MustParsePrefix("10.79.5.0/30")
+// vanishSize is the size of the bigger WRs, vanishRecvs how many receives of
+// vanishSize/4 the peer posts after the warm-up one (of vanishSize).
+const (
+	vanishWRs   = 96
+	vanishSize  = 256 << 10
+	vanishRecvs = vanishWRs / 8
+)
+
+// vanishPeer is device B's side of TestPeerVanishes: its QP (connected to
+// A's, with a warm-up receive and vanishRecvs more posted) and its memory,
+// every right granted, at least vanishWRs*vanishSize/4 + 1 MiB.
+type vanishPeer struct {
+	qpn  uint32
+	gid  verbs.GID
+	addr uint64
+	rkey uint32
+	// gone makes B vanish and returns when it did (what took time, such as
+	// an ip command, not counted); wait, when set, waits for B's warm-up
+	// receive; stop ends what is left of B (its device, its process).
+	gone func() time.Time
+	wait func()
+	stop func()
+}
+
+// inProcessPeer returns B as a device of this process, made to vanish by
+// gone.
+func inProcessPeer(gone func(*testing.T, *netns.Pair, *Device)) func(*testing.T, *netns.Pair, uint32, uint8, uint8) *vanishPeer {
+	return func(t *testing.T, pair *netns.Pair, aQPN uint32, timeout, retry uint8) *vanishPeer {
+		db := nsDevice(t, pair.B, pair.AddrB, "nsb")
+		rb := e2eNewRes(t, db, vanishWRs*vanishSize/4+1<<20)
+		cqB := rb.cq(t, 256)
+		qb := rb.qp(t, verbs.QPTRC, cqB, cqB, nil, 128)
+		vanishRCToRTS(t, qb, aQPN, verbs.GIDFromAddr(pair.AddrA), 0x100, timeout, retry)
+		vanishPostRecvs(t, qb, rb.mr)
+		return &vanishPeer{qpn: qb.Num(), gid: db.GID(), addr: rb.mr.Addr(), rkey: rb.mr.RKey(),
+			gone: func() time.Time { gone(t, pair, db); return time.Now() },
+			stop: func() { db.Close() },
+			wait: func() { e2ePoll(t, "warm-up receive", cqB, 1) }}
 	}
-	pair, da, db := nsDevices(t, prefix)
+}
+
+// vanishPostRecvs posts B's receives: one of vanishSize for the warm-up
+// SEND, then vanishRecvs of vanishSize/4.
+func vanishPostRecvs(t testing.TB, qb verbs.QP, mr verbs.MR) {
+	t.Helper()
+	sge := func(off, n int) []verbs.SGE {
+		return []verbs.SGE{{Addr: mr.Addr() + uint64(off), Length: uint32(n), LKey: mr.LKey()}}
+	}
+	recvs := []verbs.RecvWR{{WRID: 1, SGList: sge(0, vanishSize)}}
+	for i := range vanishRecvs {
+		recvs = append(recvs, verbs.RecvWR{WRID: uint64(2 + i), SGList: sge(i*(vanishSize/4), vanishSize/4)})
+	}
+	_, err := qb.PostRecv(recvs)
+	e2eMust(t, err)
+}
+
+// nsDevice creates a soft device on a UDP socket (port 4791) made inside
+// namespace ns, closed at the end of the test.
+func nsDevice(t testing.TB, ns *netns.NS, addr netip.Addr, name string) *Device {
+	t.Helper()
+	var c *udp.Conn
+	err := ns.Do(func() (err error) {
+		c, err = udp.Listen(addr, udp.Options{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("udp.Listen(%v) in %s: %v", addr, ns.Name, err)
+	}
+	d, err := New(Options{Name: name, Conn: c})
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+func vanish(t *testing.T, prefix netip.Prefix, timeout, retry uint8, mkPeer func(*testing.T, *netns.Pair, uint32, uint8, uint8) *vanishPeer) {
+	pair := netns.NewPair(t, netns.Options{Prefix: prefix})
 	goroutines := runtime.NumGoroutine()
-	const nwr, size, nrecv = 96, 256 << 10, 8
-	ra, rb := e2eNewRes(t, da, 2*nwr*size/4+1<<20), e2eNewRes(t, db, nwr*size/4+1<<20)
+	da := nsDevice(t, pair.A, pair.AddrA, "nsa")
+	const nwr, size, nrecv = vanishWRs, vanishSize, 8
+	ra := e2eNewRes(t, da, 2*nwr*size/4+1<<20)
 	scqA, rcqA := ra.cq(t, 256), ra.cq(t, 64)
-	cqB := rb.cq(t, 256)
 	qa := ra.qp(t, verbs.QPTRC, scqA, rcqA, nil, 128)
-	qb := rb.qp(t, verbs.QPTRC, cqB, cqB, nil, 128)
-	vanishRCToRTS(t, qa, qb.Num(), db.GID(), 0x100, timeout, retry)
-	vanishRCToRTS(t, qb, qa.Num(), da.GID(), 0x100, timeout, retry)
+	peer := mkPeer(t, pair, qa.Num(), timeout, retry)
+	vanishRCToRTS(t, qa, peer.qpn, peer.gid, 0x100, timeout, retry)
 
 	// The connection works: one of each operation completes.
 	e2eFill(ra.buf, 1)
-	_, err := qb.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: rb.sge(0, size)}})
-	e2eMust(t, err)
 	warm := []verbs.SendWR{
 		{WRID: 1, Opcode: verbs.WRSend, SGList: ra.sge(0, 4096)},
-		{WRID: 2, Opcode: verbs.WRRDMAWrite, SGList: ra.sge(0, 4096), RemoteAddr: rb.mr.Addr(), RKey: rb.mr.RKey()},
-		{WRID: 3, Opcode: verbs.WRRDMARead, SGList: ra.sge(size, 4096), RemoteAddr: rb.mr.Addr(), RKey: rb.mr.RKey()},
-		{WRID: 4, Opcode: verbs.WRAtomicFetchAndAdd, SGList: ra.sge(2*size, 8), RemoteAddr: rb.mr.Addr() + 8192, RKey: rb.mr.RKey(), CompareAdd: 1},
+		{WRID: 2, Opcode: verbs.WRRDMAWrite, SGList: ra.sge(0, 4096), RemoteAddr: peer.addr, RKey: peer.rkey},
+		{WRID: 3, Opcode: verbs.WRRDMARead, SGList: ra.sge(size, 4096), RemoteAddr: peer.addr, RKey: peer.rkey},
+		{WRID: 4, Opcode: verbs.WRAtomicFetchAndAdd, SGList: ra.sge(2*size, 8), RemoteAddr: peer.addr + 8192, RKey: peer.rkey, CompareAdd: 1},
 	}
 	for i := range warm {
 		warm[i].Flags = verbs.SendSignaled
 	}
-	_, err = qa.PostSend(warm)
+	_, err := qa.PostSend(warm)
 	e2eMust(t, err)
 	for _, w := range e2ePoll(t, "warm-up", scqA, len(warm)) {
 		if w.Status != verbs.WCSuccess {
 			t.Fatalf("warm-up completion %+v", w)
 		}
 	}
-	e2ePoll(t, "warm-up receive", cqB, 1)
+	if peer.wait != nil {
+		peer.wait()
+	}
 
 	// Receives on A (B would SEND to it), then the mix, then B vanishes.
 	for i := range nrecv {
 		_, err := qa.PostRecv([]verbs.RecvWR{{WRID: 1000 + uint64(i), SGList: ra.sge(i*4096, 4096)}})
 		e2eMust(t, err)
 	}
-	// B has receives for half of the SENDs: the SEND after them meets RNR
-	// NAKs (retried forever: rnr_retry 7) until B vanishes, so at least
-	// half of the WRs are still outstanding then, however fast the rest go.
-	var recvs []verbs.RecvWR
-	for i := range nwr / 8 {
-		recvs = append(recvs, verbs.RecvWR{WRID: uint64(i), SGList: rb.sge(i*(size/4), size/4)})
-	}
-	_, err = qb.PostRecv(recvs)
-	e2eMust(t, err)
+	// B has receives for half of the SENDs (vanishRecvs): the SEND after
+	// them meets RNR NAKs (retried forever: rnr_retry 7) until B vanishes,
+	// so at least half of the WRs are still outstanding then, however fast
+	// the rest go.
 	wrs := make([]verbs.SendWR, nwr)
 	for i := range wrs {
 		w := &wrs[i]
 		w.WRID, w.Flags = uint64(100+i), verbs.SendSignaled
-		remote := rb.mr.Addr() + uint64(i%(nwr/4))*(size/4)
+		remote := peer.addr + uint64(i%(nwr/4))*(size/4)
 		switch i % 4 {
 		case 0:
 			w.Opcode, w.SGList = verbs.WRSend, ra.sge(0, size/4)
 		case 1:
-			w.Opcode, w.SGList, w.RemoteAddr, w.RKey = verbs.WRRDMAWrite, ra.sge(0, size), remote, rb.mr.RKey()
+			w.Opcode, w.SGList, w.RemoteAddr, w.RKey = verbs.WRRDMAWrite, ra.sge(0, size), remote, peer.rkey
 		case 2:
-			w.Opcode, w.SGList, w.RemoteAddr, w.RKey = verbs.WRRDMARead, ra.sge(size+(i%8)*size, size), remote, rb.mr.RKey()
+			w.Opcode, w.SGList, w.RemoteAddr, w.RKey = verbs.WRRDMARead, ra.sge(size+(i%8)*size, size), remote, peer.rkey
 		case 3:
-			w.Opcode, w.SGList, w.RemoteAddr, w.RKey = verbs.WRAtomicCmpAndSwp, ra.sge(2*size+8*(i%64), 8), rb.mr.Addr()+8192+8, rb.mr.RKey()
+			w.Opcode, w.SGList, w.RemoteAddr, w.RKey = verbs.WRAtomicCmpAndSwp, ra.sge(2*size+8*(i%64), 8), peer.addr+8192+8, peer.rkey
 			w.CompareAdd, w.Swap = 0, uint64(i)
 			if i%8 == 7 {
 				w.Opcode, w.CompareAdd = verbs.WRAtomicFetchAndAdd, 1
@@ -172,8 +215,7 @@ func vanish(t *testing.T, timeout, retry uint8, gone func(*testing.T, *netns.Pai
 	if n, err := qa.PostSend(wrs); err != nil {
 		t.Fatalf("posted %d: %v", n, err)
 	}
-	gone(t, pair, db)
-	vanished := time.Now()
+	vanished := peer.gone()
 
 	// Completions of A: successes, one RETRY_EXC_ERR, flushes; in order.
 	tNs := time.Duration(4096) << timeout
@@ -214,7 +256,7 @@ func vanish(t *testing.T, timeout, retry uint8, gone func(*testing.T, *netns.Pai
 		}
 	}
 	if succ > nwr/2 {
-		t.Errorf("%d of %d WRs succeeded, but B could take only the first %d SENDs", succ, nwr, nwr/8)
+		t.Errorf("%d of %d WRs succeeded, but B could take only the first %d SENDs", succ, nwr, vanishRecvs)
 	}
 	if excAt > bound {
 		t.Errorf("RETRY_EXC_ERR %v after the peer vanished; (retry_cnt %d + 1) x timeout %v = %v; bound %v", excAt, retry, tNs, expect, bound)
@@ -245,7 +287,7 @@ func vanish(t *testing.T, timeout, retry uint8, gone func(*testing.T, *netns.Pai
 	t.Logf("%d of %d WRs succeeded before the peer vanished; RETRY_EXC_ERR after %v ((retry_cnt %d + 1) x %v = %v; bound %v); %d timeouts, %d packets retransmitted",
 		succ, nwr, excAt.Round(time.Microsecond), retry, tNs, expect, bound, timeouts, st.Retransmits-before.Retransmits)
 	da.Close()
-	db.Close()
+	peer.stop()
 	time.Sleep(10 * time.Millisecond)
 	if g := runtime.NumGoroutine(); g > goroutines {
 		t.Errorf("%d goroutines after, %d before", g, goroutines)
@@ -265,4 +307,100 @@ func wcOpcodeOf(o verbs.WROpcode) verbs.WCOpcode {
 		return verbs.WCFetchAdd
 	}
 	return verbs.WCSend
+}
+
+// vanishPeerEnv, when set, makes the test binary TestPeerVanishes' peer
+// process (TestVanishPeerProcess): "namespace,addrB,addrA,aQPN,timeout,retry".
+const vanishPeerEnv = "GOROCE_VANISH_PEER"
+
+// processPeer runs B in a process of its own: this test binary again, with
+// only TestVanishPeerProcess, which opens B's socket inside namespace B. B
+// vanishes when the process is killed (SIGKILL, by its PID).
+func processPeer(t *testing.T, pair *netns.Pair, aQPN uint32, timeout, retry uint8) *vanishPeer {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestVanishPeerProcess$", "-test.count=1")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s,%v,%v,%d,%d,%d", vanishPeerEnv, pair.B.Name, pair.AddrB, pair.AddrA, aQPN, timeout, retry))
+	stdin, err := cmd.StdinPipe() // kept open: the peer lives until it is closed or the peer is killed
+	e2eMust(t, err)
+	stdout, err := cmd.StdoutPipe()
+	e2eMust(t, err)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	e2eMust(t, cmd.Start())
+	exited := make(chan error, 1)
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		exited <- cmd.Wait()
+	}()
+	var once sync.Once
+	var killed time.Time
+	kill := func() {
+		once.Do(func() {
+			cmd.Process.Kill() // SIGKILL, to the process this test started
+			killed = time.Now()
+			stdin.Close()
+			<-exited
+		})
+	}
+	t.Cleanup(kill)
+	p := &vanishPeer{gid: verbs.GIDFromAddr(pair.AddrB), gone: func() time.Time { kill(); return killed }, stop: kill}
+	timer := time.NewTimer(20 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("peer process ended before it was ready: %s", stderr.String())
+			}
+			if _, err := fmt.Sscanf(l, "PEER %d %d %d", &p.qpn, &p.addr, &p.rkey); err == nil {
+				t.Logf("peer process %d: QP %#x", cmd.Process.Pid, p.qpn)
+				return p
+			}
+		case <-timer.C:
+			t.Fatalf("peer process not ready after 20 s: %s", stderr.String())
+		}
+	}
+}
+
+// TestVanishPeerProcess is the peer process of TestPeerVanishes/process_killed
+// (it skips unless started as one): device B on a UDP socket in namespace B,
+// an RC QP connected to A's with its receives posted; it prints
+// "PEER qpn addr rkey" and serves until killed, its stdin closes, or a
+// minute passes.
+func TestVanishPeerProcess(t *testing.T) {
+	env := os.Getenv(vanishPeerEnv)
+	if env == "" {
+		t.Skip("the peer process of TestPeerVanishes/process_killed")
+	}
+	var nsName, addrB, addrA string
+	var aQPN uint32
+	var timeout, retry uint8
+	f := strings.Split(env, ",")
+	if len(f) != 6 {
+		t.Fatalf("%s=%q", vanishPeerEnv, env)
+	}
+	nsName, addrB, addrA = f[0], f[1], f[2]
+	if _, err := fmt.Sscanf(strings.Join(f[3:], " "), "%d %d %d", &aQPN, &timeout, &retry); err != nil {
+		t.Fatalf("%s=%q: %v", vanishPeerEnv, env, err)
+	}
+	db := nsDevice(t, &netns.NS{Name: nsName}, netip.MustParseAddr(addrB), "nsb")
+	rb := e2eNewRes(t, db, vanishWRs*vanishSize/4+1<<20)
+	cqB := rb.cq(t, 256)
+	qb := rb.qp(t, verbs.QPTRC, cqB, cqB, nil, 128)
+	vanishRCToRTS(t, qb, aQPN, verbs.GIDFromAddr(netip.MustParseAddr(addrA)), 0x100, timeout, retry)
+	vanishPostRecvs(t, qb, rb.mr)
+	fmt.Printf("PEER %d %d %d\n", qb.Num(), rb.mr.Addr(), rb.mr.RKey())
+	done := make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+	}
 }
