@@ -48,7 +48,7 @@ const (
 // fallbacks on kernels that have everything.
 type disable struct {
 	multishot bool        // use batched single-shot RECVMSG
-	mode      taskrunMode // lowest task-run mode to use when not SingleIssuer
+	mode      taskrunMode // task-run mode when not SingleIssuer
 }
 
 // Conn is a UDP socket for RoCEv2 over IPv4 driven through io_uring. It
@@ -80,6 +80,7 @@ type Conn struct {
 	ssHdrs     []unix.Msghdr // single-shot: one per slot
 	ssIovs     []unix.Iovec
 	rearm      []uint16 // single-shot: slots to arm again
+	ssArmed    int      // single-shot: RECVMSGs outstanding, at most a batch (each datagram wakes every one)
 	rx         []packetio.Packet
 	rxSlots    []uint16 // slots of the packets returned by the last Receive
 	wakeArmed  bool
@@ -155,7 +156,7 @@ func (f Features) String() string {
 // IPv4-mapped). Without a usable io_uring it returns an error matching
 // ErrUnavailable and packetio.ErrNotSupported.
 func Listen(local netip.Addr, opts Options) (*Conn, error) {
-	return listen(local, opts, disable{mode: taskrunNormal})
+	return listen(local, opts, disable{mode: taskrunCoop})
 }
 
 func listen(local netip.Addr, opts Options, dis disable) (*Conn, error) {
@@ -185,9 +186,6 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 		mode = taskrunDefer
 	}
 	sqEntries := pow2(max(o.Batch, 8) + 8)
-	if dis.multishot {
-		sqEntries = pow2(max(o.Batch, c.nSlots) + 8)
-	}
 	cqEntries := pow2(c.nSlots + sqEntries + 16)
 	r, err := newRing(uint32(sqEntries), uint32(cqEntries), mode)
 	if err != nil {
@@ -386,7 +384,7 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 		switch errno {
 		case 0, unix.ETIME, unix.EINTR, unix.EAGAIN, unix.EBUSY:
 		case unix.EEXIST:
-			return nil, c.opErr("receive", ErrWrongThread)
+			return nil, ErrWrongThread
 		default:
 			return nil, c.opErr("io_uring_enter", errno)
 		}
@@ -406,7 +404,7 @@ func (c *Conn) flush() error {
 		case unix.EINTR, unix.EAGAIN, unix.EBUSY:
 			continue
 		case unix.EEXIST:
-			return c.opErr("receive", ErrWrongThread)
+			return ErrWrongThread
 		default:
 			return c.opErr("io_uring_enter", errno)
 		}
@@ -450,7 +448,7 @@ func (c *Conn) arm() error {
 		c.inflight++
 	}
 	if c.singleshot {
-		for len(c.rearm) > 0 {
+		for len(c.rearm) > 0 && c.ssArmed < c.batch {
 			s := c.r.sq.get()
 			if s == nil {
 				if err := c.flush(); err != nil {
@@ -468,6 +466,7 @@ func (c *Conn) arm() error {
 			h.Flags = 0
 			prepRecvmsg(s, c.sock, h, userData(kindRecv, 0, uint32(slot)))
 			c.inflight++
+			c.ssArmed++
 		}
 		return nil
 	}
@@ -564,6 +563,7 @@ func (c *Conn) recvCompletion(e cqe, p *packetio.Packet) (ok, drop bool, err err
 			return false, false, nil
 		}
 		c.inflight--
+		c.ssArmed--
 	} else {
 		if e.flags&cqeFMore == 0 {
 			c.msArmed = false
@@ -795,7 +795,7 @@ func (c *Conn) send(idx []int) error {
 		switch errno {
 		case 0, unix.EINTR, unix.EAGAIN, unix.EBUSY:
 		case unix.EEXIST:
-			return c.opErr("transmit", ErrWrongThread)
+			return ErrWrongThread
 		default:
 			return c.opErr("io_uring_enter", errno)
 		}

@@ -1,0 +1,255 @@
+//go:build linux
+
+package uring_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/udp"
+	"github.com/goroce/goroce/packetio/uring"
+)
+
+// The benchmarks run each path in the same invocation, the UDP path
+// (recvmmsg/sendmmsg) first as the baseline; compare them with
+//
+//	go test ./packetio/uring -run - -bench . -count 6 | tee out.txt
+//	benchstat -col /path out.txt
+
+// benchPath opens a Conn of one path.
+type benchPath struct {
+	name   string
+	listen func(netip.Addr, int) (packetio.Conn, uint16, error) // address, port (0: any): conn and its port
+}
+
+var benchPaths = []benchPath{
+	{"udp", func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
+		if port == 0 {
+			port = udp.AnyPort
+		}
+		c, err := udp.Listen(a, udp.Options{Port: port})
+		if err != nil {
+			return nil, 0, err
+		}
+		return c, c.LocalAddrPort().Port(), nil
+	}},
+	uringPath("uring", uring.Listen),
+	uringPath("uring-singleshot", uring.ListenSingleshot),
+	uringPath("uring-nocoop", uring.ListenNoCoop),
+}
+
+func uringPath(name string, listen listenFunc) benchPath {
+	return benchPath{name, func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
+		if port == 0 {
+			port = uring.AnyPort
+		}
+		c, err := listen(a, uring.Options{Port: port})
+		if err != nil {
+			return nil, 0, err
+		}
+		return c, c.LocalAddrPort().Port(), nil
+	}}
+}
+
+var (
+	benchLo1 = netip.MustParseAddr("127.0.7.21")
+	benchLo2 = netip.MustParseAddr("127.0.7.22")
+)
+
+// benchPair opens two Conns of path p on loopback, sharing a port.
+func benchPair(b *testing.B, p benchPath) (packetio.Conn, packetio.Conn) {
+	b.Helper()
+	for try := 0; ; try++ {
+		x, port, err := p.listen(benchLo1, 0)
+		if errors.Is(err, packetio.ErrNotSupported) {
+			b.Skip(err)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		y, _, err := p.listen(benchLo2, int(port))
+		if err == nil {
+			b.Cleanup(func() { x.Close(); y.Close() })
+			return x, y
+		}
+		x.Close()
+		if !errors.Is(err, syscall.EADDRINUSE) || try == 10 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// throughput streams b.N packets of size bytes from tx to rx in batches of
+// 32, at most window packets ahead of the receiver (so that the socket
+// buffer never overflows), and reports packets per second.
+func throughput(b *testing.B, tx, rx packetio.Conn, size int) {
+	const window, batchSize = 1024, 32
+	var received atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		n := 0
+		for n < b.N {
+			pkts, err := rx.Receive(time.Now().Add(2 * time.Second))
+			if err != nil {
+				done <- err
+				return
+			}
+			if len(pkts) == 0 {
+				done <- fmt.Errorf("receiver stalled after %d of %d packets", n, b.N)
+				return
+			}
+			n += len(pkts)
+			received.Store(int64(n))
+		}
+		done <- nil
+	}()
+	to := rx.LocalAddr()
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for sent := 0; sent < b.N; {
+		for start := time.Now(); int64(sent)-received.Load() > window; runtime.Gosched() {
+			if time.Since(start) > 5*time.Second {
+				b.Fatalf("receiver %d packets behind for 5 s", int64(sent)-received.Load())
+			}
+		}
+		batch := tx.TxBatch(min(batchSize, b.N-sent))
+		for i := range batch {
+			batch[i].Buf = batch[i].Buf[:size]
+			batch[i].Addr = to
+		}
+		n, err := tx.Transmit(batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sent += n
+	}
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkts/s")
+}
+
+// pingPong measures the round trip of one size-byte packet from a to b and
+// back, b echoing from its own goroutine.
+func pingPong(b *testing.B, a, c packetio.Conn, size int) {
+	echoed := make(chan error, 1)
+	go func() {
+		for {
+			pkts, err := c.Receive(time.Time{})
+			if err != nil {
+				if errors.Is(err, packetio.ErrClosed) {
+					err = nil
+				}
+				echoed <- err
+				return
+			}
+			if len(pkts) == 0 {
+				continue
+			}
+			batch := c.TxBatch(len(pkts))
+			for i := range batch {
+				batch[i].Buf = append(batch[i].Buf[:0], pkts[i].Buf...)
+				batch[i].Addr = pkts[i].Addr
+			}
+			if _, err := c.Transmit(batch); err != nil {
+				echoed <- err
+				return
+			}
+		}
+	}()
+	to := c.LocalAddr()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		batch := a.TxBatch(1)
+		batch[0].Buf = batch[0].Buf[:size]
+		batch[0].Addr = to
+		if _, err := a.Transmit(batch); err != nil {
+			b.Fatal(err)
+		}
+		for got := 0; got == 0; {
+			pkts, err := a.Receive(time.Now().Add(2 * time.Second))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(pkts) == 0 {
+				b.Fatal("no echo within 2 s")
+			}
+			got = len(pkts)
+		}
+	}
+	b.StopTimer()
+	c.Close()
+	if err := <-echoed; err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkThroughput(b *testing.B) {
+	for _, size := range []int{64, 1024} {
+		for _, p := range benchPaths {
+			b.Run(fmt.Sprintf("size=%d/path=%s", size, p.name), func(b *testing.B) {
+				x, y := benchPair(b, p)
+				throughput(b, x, y, size)
+			})
+		}
+	}
+}
+
+func BenchmarkPingPong(b *testing.B) {
+	for _, p := range benchPaths {
+		b.Run("size=64/path="+p.name, func(b *testing.B) {
+			x, y := benchPair(b, p)
+			pingPong(b, x, y, 64)
+		})
+	}
+}
+
+// Between two namespaces over veth (root only): 1 KiB packets and the 64 B
+// round trip.
+func BenchmarkNetns(b *testing.B) {
+	pair := netns.NewPair(b, netns.Options{Prefix: netnsPrefix, MTU: 9000})
+	listen := func(b *testing.B, p benchPath) (packetio.Conn, packetio.Conn) {
+		var x, y packetio.Conn
+		for _, end := range []struct {
+			ns   *netns.NS
+			addr netip.Addr
+			c    *packetio.Conn
+		}{{pair.A, pair.AddrA, &x}, {pair.B, pair.AddrB, &y}} {
+			if err := end.ns.Do(func() (err error) {
+				*end.c, _, err = p.listen(end.addr, 4791)
+				return err
+			}); err != nil {
+				if errors.Is(err, packetio.ErrNotSupported) {
+					b.Skip(err)
+				}
+				b.Fatal(err)
+			}
+			c := *end.c
+			b.Cleanup(func() { c.Close() })
+		}
+		return x, y
+	}
+	for _, p := range benchPaths {
+		b.Run("op=throughput/size=1024/path="+p.name, func(b *testing.B) {
+			x, y := listen(b, p)
+			throughput(b, x, y, 1024)
+		})
+	}
+	for _, p := range benchPaths {
+		b.Run("op=pingpong/size=64/path="+p.name, func(b *testing.B) {
+			x, y := listen(b, p)
+			pingPong(b, x, y, 64)
+		})
+	}
+}
