@@ -155,6 +155,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if c.loopback && c.host != "" {
 		return usageErr("--loopback takes no HOST")
 	}
+	if chk := c.opts; chk.Check() != nil {
+		return usageErr("%v", chk.Check())
+	}
 	o.Progress = stderr
 	var err2 error
 	if c.loopback {
@@ -479,7 +482,7 @@ func printBenchJSON(w io.Writer, devName string, o bench.Options, out *bench.Out
 	conv := func(ds []perftest.Dest) []jsonDest {
 		r := []jsonDest{}
 		for _, d := range ds {
-			r = append(r, jsonDest{d.LID, d.OutReads, d.QPN, d.PSN, d.RKey, d.VAddr, d.GID.String()})
+			r = append(r, jsonDest{d.LID, d.OutReads, d.QPN, d.PSN, d.RKey, d.VAddr, netip.AddrFrom16(d.GID).String()})
 		}
 		return r
 	}

@@ -148,6 +148,10 @@ type Outcome struct {
 	Results       []Result
 }
 
+// Check fills in the defaults and checks o; its errors match ErrUsage. Run
+// calls it.
+func (o *Options) Check() error { return o.normalize() }
+
 // normalize fills in the defaults and checks o.
 func (o *Options) normalize() error {
 	t := o.Test
