@@ -28,10 +28,11 @@ import (
 type benchPath struct {
 	name   string
 	listen func(netip.Addr, int) (packetio.Conn, uint16, error) // address, port (0: any): conn and its port
+	locked bool                                                 // each Conn is driven from a goroutine locked to its thread
 }
 
 var benchPaths = []benchPath{
-	{"udp", func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
+	{name: "udp", listen: func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
 		if port == 0 {
 			port = udp.AnyPort
 		}
@@ -44,10 +45,24 @@ var benchPaths = []benchPath{
 	uringPath("uring", uring.Listen),
 	uringPath("uring-singleshot", uring.ListenSingleshot),
 	uringPath("uring-nocoop", uring.ListenNoCoop),
+	{name: "uring-defer", locked: true, listen: func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
+		if port == 0 {
+			port = uring.AnyPort
+		}
+		c, err := uring.Listen(a, uring.Options{Port: port, SingleIssuer: true})
+		if err != nil {
+			return nil, 0, err
+		}
+		if !c.Features().DeferTaskrun {
+			c.Close()
+			return nil, 0, fmt.Errorf("no DEFER_TASKRUN: %w", packetio.ErrNotSupported)
+		}
+		return c, c.LocalAddrPort().Port(), nil
+	}},
 }
 
 func uringPath(name string, listen listenFunc) benchPath {
-	return benchPath{name, func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
+	return benchPath{name: name, listen: func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
 		if port == 0 {
 			port = uring.AnyPort
 		}
@@ -90,11 +105,19 @@ func benchPair(b *testing.B, p benchPath) (packetio.Conn, packetio.Conn) {
 // throughput streams b.N packets of size bytes from tx to rx in batches of
 // 32, at most window packets ahead of the receiver (so that the socket
 // buffer never overflows), and reports packets per second.
-func throughput(b *testing.B, tx, rx packetio.Conn, size int) {
+func throughput(b *testing.B, tx, rx packetio.Conn, size int, locked bool) {
 	const window, batchSize = 1024, 32
 	var received atomic.Int64
 	done := make(chan error, 1)
+	if locked {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	go func() {
+		if locked {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+		}
 		n := 0
 		for n < b.N {
 			pkts, err := rx.Receive(time.Now().Add(2 * time.Second))
@@ -141,9 +164,17 @@ func throughput(b *testing.B, tx, rx packetio.Conn, size int) {
 
 // pingPong measures the round trip of one size-byte packet from a to b and
 // back, b echoing from its own goroutine.
-func pingPong(b *testing.B, a, c packetio.Conn, size int) {
+func pingPong(b *testing.B, a, c packetio.Conn, size int, locked bool) {
 	echoed := make(chan error, 1)
+	if locked {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	go func() {
+		if locked {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+		}
 		for {
 			pkts, err := c.Receive(time.Time{})
 			if err != nil {
@@ -200,7 +231,7 @@ func BenchmarkThroughput(b *testing.B) {
 		for _, p := range benchPaths {
 			b.Run(fmt.Sprintf("size=%d/path=%s", size, p.name), func(b *testing.B) {
 				x, y := benchPair(b, p)
-				throughput(b, x, y, size)
+				throughput(b, x, y, size, p.locked)
 			})
 		}
 	}
@@ -210,7 +241,7 @@ func BenchmarkPingPong(b *testing.B) {
 	for _, p := range benchPaths {
 		b.Run("size=64/path="+p.name, func(b *testing.B) {
 			x, y := benchPair(b, p)
-			pingPong(b, x, y, 64)
+			pingPong(b, x, y, 64, p.locked)
 		})
 	}
 }
@@ -243,13 +274,13 @@ func BenchmarkNetns(b *testing.B) {
 	for _, p := range benchPaths {
 		b.Run("op=throughput/size=1024/path="+p.name, func(b *testing.B) {
 			x, y := listen(b, p)
-			throughput(b, x, y, 1024)
+			throughput(b, x, y, 1024, p.locked)
 		})
 	}
 	for _, p := range benchPaths {
 		b.Run("op=pingpong/size=64/path="+p.name, func(b *testing.B) {
 			x, y := listen(b, p)
-			pingPong(b, x, y, 64)
+			pingPong(b, x, y, 64, p.locked)
 		})
 	}
 }
