@@ -344,3 +344,36 @@ func TestNetnsLoopback(t *testing.T) {
 	packetiotest.Check(t, packetiotest.Recv(t, a, 32, 5*time.Second), a, a, 0, 64)
 	packetiotest.Recv(t, b, 1, 5*time.Second)
 }
+
+// Generic (SKB) XDP works as native does; forcing zero-copy on a driver
+// without it (veth) is refused with an error matching
+// packetio.ErrNotSupported, so that callers fall back.
+func TestNetnsModes(t *testing.T) {
+	p := newPair(t)
+	var err error
+	p.A.Do(func() error {
+		var c *afxdp.Conn
+		if c, err = afxdp.Listen(p.AddrA, afxdp.Options{Copy: afxdp.ZeroCopy}); err == nil {
+			t.Logf("zero-copy accepted: %s", c.Mode())
+			c.Close()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Logf("zero-copy refused: %v", err)
+		if !errors.Is(err, packetio.ErrNotSupported) {
+			t.Errorf("zero-copy refused with an error not matching packetio.ErrNotSupported: %v", err)
+		}
+	}
+	a := listenIn(t, p.A, p.AddrA, afxdp.Options{Attach: afxdp.AttachGeneric})
+	b := listenIn(t, p.B, p.AddrB, afxdp.Options{Attach: afxdp.AttachGeneric, Copy: afxdp.Copy})
+	if a.Mode() != "generic/copy" || b.Mode() != "generic/copy" {
+		t.Errorf("modes %s, %s; want generic/copy", a.Mode(), b.Mode())
+	}
+	for i := range 4 {
+		packetiotest.Send(t, a, b, i*32, 32, 1000)
+		packetiotest.Check(t, packetiotest.Recv(t, b, 32, 5*time.Second), a, b, i*32, 1000)
+		packetiotest.Send(t, b, a, i*32, 32, 200)
+		packetiotest.Check(t, packetiotest.Recv(t, a, 32, 5*time.Second), b, a, i*32, 200)
+	}
+}
