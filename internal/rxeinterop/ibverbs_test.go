@@ -16,7 +16,8 @@ import (
 // verbs conformance suite (verbs/verbstest) and the provider's own tests,
 // its benchmarks, and goroce pingpong built with the ibverbs provider (on
 // rxe0 in the guest) against goroce pingpong with the soft provider (on this
-// machine's side of the namespace), RC and UD, each side as server.
+// machine's side of the namespace), RC and UD, each side as server, and the
+// same with goroce bench write_bw.
 //
 // The test binary and goroce are built here with -tags ibverbs (cgo against
 // this machine's libibverbs-dev; the guest's rdma-core 44 runs them) and
@@ -111,6 +112,31 @@ func TestIbverbsRxe(t *testing.T) {
 		r := h.pair(t, "ibv-ud-client", ibv("ud", hostIP), h.goroceArgs("ud", hostIP, ""), true)
 		h.check(t, r, 1024)
 	})
+	// goroce bench write_bw, perftest's exchange: the ibverbs provider on
+	// rxe0 against the soft provider, each side as server.
+	bw := func(t *testing.T, label, guestCmd string, host []string, hostServer bool) {
+		r := h.pair(t, label, guestCmd, host, hostServer)
+		t.Logf("guest (rc=%d): %s\n%s", r.guestRC, r.guestCmd, r.guestOut)
+		t.Logf("host (%v): %s\n%s", r.hostErr, r.hostCmd, r.hostOut)
+		if r.guestRC != 0 || r.hostErr != nil {
+			t.Fatalf("guest exit %d, host %v", r.guestRC, r.hostErr)
+		}
+		row := regexp.MustCompile(`(?m)^\s*4096\s+50\s+\d`)
+		if !strings.Contains(r.guestOut+r.hostOut, "Device         : rxe0") || !row.MatchString(r.guestOut) || !row.MatchString(r.hostOut) {
+			t.Errorf("no write_bw report of 50 iterations of 4096 bytes on both sides, one of them on rxe0")
+		}
+		keepCapture(t, r.pcap)
+	}
+	bwArgs := " write_bw -s 4096 -n 50 -F --verify --timeout 100s"
+	t.Run("bench/write_bw/ibverbs-server", func(t *testing.T) {
+		host := append([]string{h.bin, "bench"}, strings.Fields(bwArgs+" --addr "+hostIP+" "+guestIP)...)
+		bw(t, "ibv-bw-server", fmt.Sprintf("%s bench%s -d rxe0 -x %d", guestGoroce, bwArgs, h.gidx), host, false)
+	})
+	t.Run("bench/write_bw/soft-server", func(t *testing.T) {
+		host := append([]string{h.bin, "bench"}, strings.Fields(bwArgs+" --addr "+hostIP)...)
+		bw(t, "ibv-bw-client", fmt.Sprintf("%s bench%s -d rxe0 -x %d %s", guestGoroce, bwArgs, h.gidx, hostIP), host, true)
+	})
+
 	t.Run("devices", func(t *testing.T) {
 		h.guestJob(t, "ibv-devices", 60, guestGoroce+" devices; "+guestGoroce+" devinfo -v -d rxe0")
 		out, rc := h.waitJob(t, "ibv-devices", 90*time.Second)

@@ -298,7 +298,8 @@ func (h *harness) pair(t *testing.T, label, guestCmd string, host []string, host
 	}
 	if hostServer {
 		startHost()
-		for !strings.Contains(hostOut.String(), "local address") { // printed once it listens
+		for !strings.Contains(hostOut.String(), "local address") && // pingpong, once it listens
+			!strings.Contains(hostOut.String(), "Waiting for client to connect") { // bench
 			select {
 			case err := <-hostDone:
 				t.Fatalf("goroce server ended (%v):\n%s", err, hostOut.String())
