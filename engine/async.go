@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/goroce/goroce/verbs"
+import (
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
 
 // AsyncEvent is an asynchronous event of the engine's objects (struct
 // ibv_async_event): its type and the CQ or QP it concerns.
@@ -34,8 +37,8 @@ func (e *Engine) pushWC(cq *CQ, wc *verbs.WC, solicited bool) {
 
 // raiseOverruns reports the CQs that overran since the last call and moves
 // the QPs they serve to ERROR. The engine calls it where no QP is half-way
-// through an update: at the end of Input and Tick, and at the start of
-// Output.
+// through an update: at the end of Tick and at the start of Output
+// (NextDeadline asks for a Tick at once while an overrun is pending).
 func (e *Engine) raiseOverruns() {
 	for len(e.overran) > 0 {
 		cq := e.overran[0]
@@ -58,4 +61,20 @@ func (e *Engine) event(ev AsyncEvent) {
 	if e.cfg.OnAsyncEvent != nil {
 		e.cfg.OnAsyncEvent(ev)
 	}
+}
+
+// respErrorEvent raises the event of a responder error that took the QP to
+// ERROR (IBA responder class C and D errors; rdma_rxe raises
+// IB_EVENT_QP_ACCESS_ERR for an R_Key violation the same way): an invalid
+// request is IBV_EVENT_QP_REQ_ERR, a remote access violation
+// IBV_EVENT_QP_ACCESS_ERR, anything else IBV_EVENT_QP_FATAL.
+func (qp *QP) respErrorEvent(syn wire.Syndrome) {
+	t := verbs.EventQPFatal
+	switch syn {
+	case wire.NAKInvalidRequest:
+		t = verbs.EventQPReqErr
+	case wire.NAKRemoteAccess:
+		t = verbs.EventQPAccessErr
+	}
+	qp.e.event(AsyncEvent{Type: t, QP: qp})
 }

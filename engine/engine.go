@@ -41,8 +41,9 @@ type Config struct {
 	// and the path MTU of an RC QP until Modify sets one (default 1024).
 	PortMTU int
 	// OnAsyncEvent, when set, receives the asynchronous events (a CQ
-	// overrun, the QPs it took to ERROR), on the goroutine driving the
-	// engine, which it must not block.
+	// overrun and the QPs it took to ERROR; a responder error that took a
+	// QP to ERROR), on the goroutine driving the engine, which it must not
+	// block.
 	OnAsyncEvent func(AsyncEvent)
 }
 

@@ -99,6 +99,7 @@ func (qp *QP) queueNAK(psn wire.PSN, syn wire.Syndrome) {
 func (qp *QP) respFatal(psn wire.PSN, syn wire.Syndrome) {
 	qp.queueNAK(psn, syn)
 	qp.setError()
+	qp.respErrorEvent(syn)
 }
 
 func (qp *QP) recvQueue() *recvQueue {
@@ -341,6 +342,7 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 			n := qp.e.finish(buf, 0, qp.remote, qp.sport)
 			r.qh = r.qt // nothing more goes out
 			qp.setError()
+			qp.respErrorEvent(wire.NAKRemoteAccess)
 			qp.lastDst = qp.remote
 			return n, true
 		}

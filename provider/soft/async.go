@@ -102,7 +102,9 @@ func (q *eventQueue) get(ctx context.Context) (verbs.AsyncEvent, error) {
 // no acknowledgement is needed). The soft device raises IBV_EVENT_CQ_ERR
 // when a CQ overruns (a completion found it full: the CQ is then in error and
 // takes no more completions), and IBV_EVENT_QP_FATAL for every QP the CQ
-// serves, which the overrun moved to ERROR.
+// serves, which the overrun moved to ERROR; IBV_EVENT_QP_ACCESS_ERR or
+// IBV_EVENT_QP_REQ_ERR when a QP's responder met a remote access violation
+// or an invalid request and went to ERROR.
 func (c *Context) GetAsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	return c.events.get(ctx)
 }

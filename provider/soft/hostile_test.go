@@ -3,6 +3,7 @@
 package soft
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -255,10 +256,11 @@ func (h *hostile) postRecv(q *hostileQP, off, n int) {
 func one(conn *net.UDPConn, pkts ...[]byte) ([][]byte, *net.UDPConn) { return pkts, conn }
 
 // TestHostileInput sends device B, over a real UDP socket on loopback, the
-// bad packets a broken or malicious peer can send (and a few posts a
-// careless application makes), one case per sub-test, each against a fresh
-// QP, and checks what B does: the NAK (and its code) or the silence, the
-// counter that counts it, the QP's state, the completions. At the end, no
+// bad packets a broken or malicious peer can send, one case per sub-test,
+// each against a fresh QP, and checks what B does: the NAK (and its code) or
+// the silence, the counter that counts it, the QP's state, the completions,
+// the asynchronous event (IBV_EVENT_QP_ACCESS_ERR after a NAK remote access
+// error, IBV_EVENT_QP_REQ_ERR after a NAK invalid request). At the end, no
 // byte of B's memory outside what the valid operations wrote has changed.
 // docs/faults.md tabulates the cases.
 func TestHostileInput(t *testing.T) {
@@ -537,7 +539,32 @@ func TestHostileInput(t *testing.T) {
 			if attr.State != c.state {
 				t.Errorf("QP state %v, want %v", attr.State, c.state)
 			}
-			t.Logf("%s +1; QP %v; completions %v", c.counter, attr.State, got)
+			// The responder's errors raise their asynchronous event, and
+			// nothing else does.
+			var wantEv []verbs.EventType
+			switch c.resp {
+			case nakAccess:
+				wantEv = []verbs.EventType{verbs.EventQPAccessErr}
+			case nakInvalid:
+				wantEv = []verbs.EventType{verbs.EventQPReqErr}
+			}
+			var gotEv []verbs.EventType
+			done, cancel := context.WithCancel(context.Background())
+			cancel() // the events are queued before the NAK goes out: take those there are
+			for {
+				ev, err := h.ctx.GetAsyncEvent(done)
+				if err != nil {
+					break
+				}
+				if ev.QP != q.qp {
+					t.Errorf("event %v of another object: %+v", ev.Type, ev)
+				}
+				gotEv = append(gotEv, ev.Type)
+			}
+			if !reflect.DeepEqual(gotEv, wantEv) {
+				t.Errorf("asynchronous events %v, want %v", gotEv, wantEv)
+			}
+			t.Logf("%s +1; QP %v; completions %v; events %v", c.counter, attr.State, got, gotEv)
 		})
 	}
 	h.t = t
