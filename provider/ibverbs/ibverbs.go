@@ -365,7 +365,13 @@ func (d *Device) Name() string { return d.name }
 func (d *Device) GUID() uint64 { return d.guid }
 
 // Open opens the device (ibv_open_device).
-func (d *Device) Open() (verbs.Context, error) { return Open(d.name) }
+func (d *Device) Open() (verbs.Context, error) {
+	c, err := Open(d.name)
+	if err != nil {
+		return nil, err // not a nil *Context in a non-nil interface
+	}
+	return c, nil
+}
 
 // Open opens the device called name (ibv_open_device).
 func Open(name string) (*Context, error) {
@@ -663,7 +669,11 @@ type CQExOptions struct {
 // CreateCQ creates a completion queue of at least cqe entries
 // (ibv_create_cq), reporting events to ch when armed.
 func (c *Context) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
-	return c.createCQ(cqe, ch, nil)
+	q, err := c.createCQ(cqe, ch, nil)
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
 }
 
 // CreateCQEx creates an extended completion queue (ibv_create_cq_ex) whose

@@ -267,6 +267,10 @@ func TestErrors(t *testing.T) {
 	if n, err := qp.PostRecv([]verbs.RecvWR{{SGList: big}}); n != 0 || !errors.Is(err, verbs.ErrInvalidWR) {
 		t.Errorf("PostRecv with 1000 SGEs: %d, %v", n, err)
 	}
+	// Failures return nil interfaces, not nil pointers in them.
+	if cq, err := ctx.CreateCQ(-1, nil); cq != nil || err == nil {
+		t.Errorf("CreateCQ(-1) = %#v, %v; want nil and an error", cq, err)
+	}
 	if _, err := ibverbs.Alloc(0); err == nil {
 		t.Errorf("Alloc(0) succeeded")
 	}
