@@ -448,3 +448,29 @@ func (l *loop) recycle(n int) {
 	}
 	l.toRTR()
 }
+
+// TestProviderDevices runs everywhere: the provider lists what libibverbs
+// lists, and a machine without an RDMA subsystem (ENOSYS) has no devices
+// rather than an error, so a registry with this provider still works there.
+func TestProviderDevices(t *testing.T) {
+	ds, err := ibverbs.Provider{}.Devices()
+	if err != nil {
+		t.Fatalf("Devices: %v", err)
+	}
+	l, lerr := ibverbs.List()
+	if lerr != nil {
+		if !errors.Is(lerr, syscall.ENOSYS) || len(ds) != 0 {
+			t.Fatalf("List: %v; Devices: %d devices", lerr, len(ds))
+		}
+		t.Logf("no RDMA subsystem here (%v): no devices", lerr)
+	} else if len(l) != len(ds) {
+		t.Fatalf("List has %d devices, Devices %d", len(l), len(ds))
+	}
+	var r verbs.Registry
+	if err := r.Register(ibverbs.Provider{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Open("nosuchdev9"); !errors.Is(err, verbs.ErrNoDevice) {
+		t.Fatalf("Open(nosuchdev9) = %v, want ErrNoDevice", err)
+	}
+}
