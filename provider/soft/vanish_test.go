@@ -278,8 +278,12 @@ func vanish(t *testing.T, prefix netip.Prefix, timeout, retry uint8, mkPeer func
 	}
 	st := da.Stats()
 	timeouts := st.Timeouts - before.Timeouts
-	if timeouts < uint64(retry)+1 || timeouts > uint64(retry)+2 {
-		t.Errorf("%d local ACK timeouts, want retry_cnt + 1 = %d", timeouts, retry+1)
+	// After the last progress the timer expires retry_cnt times, each
+	// followed by a retransmission, and once more for the error. (More may
+	// have expired before, while B was still there but slow to answer:
+	// progress then resets the retry count.)
+	if timeouts < uint64(retry)+1 {
+		t.Errorf("%d local ACK timeouts, want at least retry_cnt + 1 = %d", timeouts, retry+1)
 	}
 	if st.Retransmits == before.Retransmits {
 		t.Error("no retransmission")
