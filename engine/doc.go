@@ -13,6 +13,12 @@
 // (creating and modifying QPs, registering memory) go through the Engine's
 // methods and must be serialised with the driver by the caller.
 //
+// Device limits (Config.MaxQP and the rest, as struct ibv_device_attr names
+// them) bound what the engine creates; a request beyond one fails with a
+// *LimitError, which matches verbs.ErrResourceLimit. Asynchronous events
+// (a CQ overrun, a responder error that took a QP to ERROR) go to
+// Config.OnAsyncEvent.
+//
 // Memory regions hold the []byte they cover: the slice keeps the memory alive
 // for the garbage collector, and Go never moves heap memory, so the address
 // the MR reports (the address of its first byte, as ibv_reg_mr reports) stays

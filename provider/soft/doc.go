@@ -15,6 +15,12 @@
 // doorbell, then blocks in the packet path until a packet, a timer or a
 // doorbell wakes it: an idle device uses no CPU.
 //
+// Limits (Options.Engine: max_qp, max_cq, max_qp_wr and the rest) are
+// enforced with errors matching verbs.ErrResourceLimit and reported by
+// QueryDevice; asynchronous events (IBV_EVENT_CQ_ERR on a CQ overrun,
+// IBV_EVENT_QP_FATAL, IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_QP_REQ_ERR) reach
+// the context that created the object through Context.GetAsyncEvent.
+//
 // Registered memory: an MR holds the []byte it covers; the slice keeps the
 // memory alive and Go does not move heap memory, so the MR's address (that
 // of its first byte, as ibv_reg_mr reports) stays valid for the engine until
