@@ -86,6 +86,12 @@ func (n *neighbours) resolve(dst netip.Addr) (wire.MAC, error) {
 			return mac, err
 		}
 		if state&usableNUD != 0 && len(m) == 6 {
+			if state&netlink.NUD_STALE != 0 {
+				// The kernel never sees this path's traffic, so it never
+				// confirms the entry: have it probe again (without
+				// waiting), so that a changed address is learnt.
+				n.h.NeighSet(&netlink.Neigh{LinkIndex: n.ifindex, Family: unix.AF_INET, IP: hop.AsSlice(), Flags: netlink.NTF_USE})
+			}
 			return wire.MAC(m), nil
 		}
 		if !asked || state == 0 || state&netlink.NUD_FAILED != 0 {
