@@ -35,6 +35,14 @@ type Config struct {
 	// AckEvery sets AckReq on every n-th packet of a long message as well
 	// as on its last (default 64).
 	AckEvery int
+	// AckDelay is how long (ns) the responder may hold back the ACK of a
+	// message that completed a receive (SEND, WRITE with immediate), hoping
+	// to send it in the same batch as the reply the application is likely
+	// to post: the ACK goes out with the QP's next request packet, behind
+	// any other response, or when the delay ends, whichever comes first.
+	// Other ACKs, NAKs, READ responses and ATOMIC acknowledgements are never
+	// held. Zero sends every ACK at once.
+	AckDelay int64
 	// SkipICRC turns off ICRC verification of received packets.
 	SkipICRC bool
 	// PortMTU is the port's active MTU in bytes: the largest UD message
@@ -83,6 +91,7 @@ type Engine struct {
 	inUse [numResources]int // objects counted by Reserve
 	// overran lists the CQs that overran and are not yet reported.
 	overran []*CQ
+	now     int64 // the time of the current Input, Output or Tick call
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -134,6 +143,7 @@ func (e *Engine) qp(n wire.QPN) *QP {
 // from the address and UDP port given. Malformed packets, packets failing the
 // ICRC and packets for unknown QPs are dropped and counted.
 func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
+	e.now = now
 	e.stats.RxPackets++
 	e.stats.RxBytes += uint64(len(b))
 	p := &e.pkt
@@ -199,6 +209,7 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 	if len(e.overran) > 0 {
 		e.raiseOverruns()
 	}
+	e.now = now
 	for tries := len(e.active); tries > 0; tries-- {
 		if e.rr >= len(e.active) {
 			e.rr = 0
@@ -222,7 +233,11 @@ func (e *Engine) NextDeadline() int64 {
 	}
 	var d int64
 	for _, qp := range e.active {
-		for _, t := range [2]int64{qp.req.timerAt, qp.req.rnrUntil} {
+		ackDue := qp.resp.ackDue
+		if qp.resp.queued() == 0 {
+			ackDue = 0 // flushed: nothing is held
+		}
+		for _, t := range [3]int64{qp.req.timerAt, qp.req.rnrUntil, ackDue} {
 			if t != 0 && (d == 0 || t < d) {
 				d = t
 			}
@@ -233,6 +248,7 @@ func (e *Engine) NextDeadline() int64 {
 
 // Tick runs the timers that are due.
 func (e *Engine) Tick(now int64) {
+	e.now = now
 	for _, qp := range e.active {
 		qp.tick(now)
 	}

@@ -66,6 +66,14 @@ func (qp *QP) output(now int64, buf []byte) (int, bool) {
 	return qp.reqOutput(now, buf)
 }
 
+// reqReady reports whether the requester has a request packet it may send
+// now (a cheap approximation of reqOutput's conditions).
+func (qp *QP) reqReady() bool {
+	r := &qp.req
+	return qp.state == verbs.QPSRTS && r.rnrUntil == 0 && r.next != qp.sq.tail.Load() &&
+		(uint32(r.ackPSN.Distance(r.psn)) <= uint32(qp.e.cfg.Window) || r.next < r.started)
+}
+
 // reqOutput builds the next RC request packet.
 func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	r := &qp.req

@@ -59,6 +59,7 @@ type responder struct {
 	qh, qt     int // queue head (next out) and tail, as counts
 	replay     []atomicReplay
 	replayNext int
+	ackDue     int64 // when a held ACK (the only queued item) must go out; 0: none held
 }
 
 func (r *responder) queued() int { return r.qt - r.qh }
@@ -73,7 +74,7 @@ func (r *responder) push(it respItem) bool {
 }
 
 // queueACK adds an ACK, merged into a queued ACK not yet sent.
-func (qp *QP) queueACK(psn wire.PSN) {
+func (qp *QP) queueACK(psn wire.PSN, hold bool) {
 	r := &qp.resp
 	if r.queued() > 0 {
 		if last := &r.q[(r.qt-1)%respQueueLen]; last.kind == itemACK {
@@ -82,6 +83,24 @@ func (qp *QP) queueACK(psn wire.PSN) {
 		}
 	}
 	r.push(respItem{kind: itemACK, psn: psn, syn: wire.ACKUnlimited, msn: r.msn})
+	if d := qp.e.cfg.AckDelay; hold && d > 0 && r.queued() == 1 {
+		r.ackDue = max(qp.e.now+d, 1)
+	}
+}
+
+// holdACK reports whether the responder's only queued item, a plain ACK,
+// is still held back (Config.AckDelay): its delay has not ended and the
+// requester has nothing to send that it could go out with.
+func (qp *QP) holdACK(now int64) bool {
+	r := &qp.resp
+	if r.ackDue == 0 {
+		return false
+	}
+	if now >= r.ackDue || r.queued() != 1 || r.q[r.qh%respQueueLen].kind != itemACK || qp.reqReady() {
+		r.ackDue = 0
+		return false
+	}
+	return true
 }
 
 func (qp *QP) queueNAK(psn wire.PSN, syn wire.Syndrome) {
@@ -270,7 +289,9 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	}
 	r.epsn = psn.Add(1)
 	if bth.AckReq() {
-		qp.queueACK(psn)
+		// The ACK of a message that completed a receive may wait for the
+		// reply the application is likely to post (Config.AckDelay).
+		qp.queueACK(psn, ends && (op == wire.OpSend || info.Imm))
 	}
 }
 
@@ -309,14 +330,14 @@ func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 			}
 		}
 	default:
-		qp.queueACK(r.epsn.Sub(1))
+		qp.queueACK(r.epsn.Sub(1), false)
 	}
 }
 
 // respOutput builds the responder's next packet.
 func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 	r := &qp.resp
-	if r.queued() == 0 {
+	if qp.holdACK(now) || r.queued() == 0 {
 		return 0, false
 	}
 	it := &r.q[r.qh%respQueueLen]

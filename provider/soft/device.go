@@ -30,12 +30,26 @@ type Options struct {
 	// Spin is how long the driver polls without blocking after activity
 	// (default 50µs; negative: never spin).
 	Spin time.Duration
+	// NoInline keeps every use of the packet path in the driver goroutine.
+	// By default a PostSend, and a Poll that finds its CQ empty, use the
+	// packet path themselves when the driver is not using it (sending what
+	// the post made ready, receiving what arrived), which saves a hand-off
+	// between goroutines on every message.
+	NoInline bool
 	// Batch is the packet batch size (default 32).
 	Batch int
 	// Engine settings (limits, window); Local and SourcePort are set from
-	// the device.
+	// the device. Engine.AckDelay defaults to DefaultAckDelay here;
+	// negative turns it off.
 	Engine engine.Config
 }
+
+// DefaultAckDelay is how long a soft device's responder holds back the ACK
+// of a message that completed a receive, waiting for the application's
+// reply to carry it in the same batch (engine.Config.AckDelay). It halves
+// the batches of a request-reply exchange and costs a one-way sender at
+// most this much more latency.
+const DefaultAckDelay = 5 * time.Microsecond
 
 // Device is a soft RDMA device. It implements verbs.Device.
 type Device struct {
@@ -47,7 +61,8 @@ type Device struct {
 	mtu   verbs.MTU
 	start time.Time
 
-	mu       sync.Mutex // serialises the engine between the driver and control calls
+	io       sync.Mutex // serialises the packet path (Conn calls) between the driver and inline callers
+	mu       sync.Mutex // serialises the engine between the driver and control calls; taken after io
 	doorbell atomic.Uint64
 	sleeping atomic.Bool
 	closed   atomic.Bool
@@ -74,6 +89,12 @@ func New(opts Options) (*Device, error) {
 		opts.Batch = packetio.DefaultBatch
 	}
 	cfg := opts.Engine
+	switch {
+	case cfg.AckDelay == 0:
+		cfg.AckDelay = int64(DefaultAckDelay)
+	case cfg.AckDelay < 0:
+		cfg.AckDelay = 0
+	}
 	cfg.Local = opts.Conn.LocalAddr()
 	cfg.SourcePort = opts.SourcePort
 	mtu := opts.ActiveMTU
@@ -149,13 +170,17 @@ func (d *Device) ring() {
 	}
 }
 
-// run is the driver: one goroutine per device.
+// run is the driver: one goroutine per device. It holds io while it uses
+// the packet path, including while it blocks in Receive, and lets go of it
+// between rounds, when a caller of PostSend or of Poll may drive the path
+// inline (see kick and pollInline).
 func (d *Device) run() {
 	defer close(d.done)
 	var seen uint64
 	lastBusy := time.Now()
 	for !d.closed.Load() {
 		seen = d.doorbell.Load()
+		d.io.Lock()
 		d.mu.Lock()
 		now := d.now()
 		d.eng.Tick(now)
@@ -169,7 +194,6 @@ func (d *Device) run() {
 		busy := sent > 0 || time.Since(lastBusy) < d.opts.Spin
 		if busy {
 			until = time.Now() // poll
-			runtime.Gosched()
 		} else {
 			if deadline != 0 {
 				until = d.start.Add(time.Duration(deadline))
@@ -182,6 +206,7 @@ func (d *Device) run() {
 		pkts, err := d.conn.Receive(until)
 		d.sleeping.Store(false)
 		if err != nil {
+			d.io.Unlock()
 			if !d.closed.Load() {
 				d.err = err
 			}
@@ -190,17 +215,65 @@ func (d *Device) run() {
 		if len(pkts) > 0 || sent > 0 || d.doorbell.Load() != seen {
 			lastBusy = time.Now()
 		}
-		if len(pkts) == 0 {
-			continue
+		if len(pkts) > 0 {
+			d.input(pkts)
 		}
-		d.mu.Lock()
-		now = d.now()
-		for i := range pkts {
-			p := &pkts[i]
-			d.eng.Input(now, p.Buf, p.Addr, p.Port)
+		d.io.Unlock()
+		if busy {
+			runtime.Gosched() // the application and the other drivers need the CPU too
 		}
-		d.mu.Unlock()
 	}
+}
+
+// input hands received packets to the engine and sends what they call for
+// (ACKs, READ responses) at once. Called with io held.
+func (d *Device) input(pkts []packetio.Packet) {
+	d.mu.Lock()
+	now := d.now()
+	for i := range pkts {
+		p := &pkts[i]
+		d.eng.Input(now, p.Buf, p.Addr, p.Port)
+	}
+	d.flush(now)
+	d.mu.Unlock()
+}
+
+// kick follows a post: when nobody is using the packet path, the caller's
+// goroutine sends what the engine has to send at once, saving the hand-off
+// to the driver; the doorbell rings either way (the driver then learns of
+// timers the send armed).
+func (d *Device) kick() {
+	if !d.opts.NoInline && d.io.TryLock() {
+		d.mu.Lock()
+		d.flush(d.now())
+		d.mu.Unlock()
+		d.io.Unlock()
+	}
+	d.ring()
+}
+
+// pollInline follows a Poll that found its CQ empty: when nobody is using
+// the packet path, the caller's goroutine receives what has arrived and
+// hands it to the engine, which may complete the work it polls for.
+// Otherwise it wakes a sleeping driver. It reports whether packets came in.
+func (d *Device) pollInline() bool {
+	if d.opts.NoInline || !d.io.TryLock() {
+		if d.sleeping.Load() {
+			d.conn.Wake()
+		}
+		return false
+	}
+	defer d.io.Unlock()
+	if d.closed.Load() {
+		return false
+	}
+	pkts, err := d.conn.Receive(time.Now())
+	if err != nil || len(pkts) == 0 {
+		return false
+	}
+	d.input(pkts)
+	d.doorbell.Add(1) // the driver recomputes its deadline: the input may have armed timers
+	return true
 }
 
 // flush sends everything the engine has to send now. Called with d.mu held.

@@ -311,15 +311,16 @@ func perfReportEngine(b *testing.B, before, after perfStats, ops int) {
 	b.ReportMetric(per(after.timeouts, before.timeouts), "timeouts/op")
 	b.ReportMetric(per(after.rxDrops, before.rxDrops), "rxdrops/op")
 	b.ReportMetric(per(after.tx, before.tx), "pkts/op")
+	b.ReportMetric(per(after.txBatches, before.txBatches), "sendmmsg/op")
 }
 
 // perfStats is the part of two devices' counters the benchmarks report.
-type perfStats struct{ retx, timeouts, tx, rxDrops uint64 }
+type perfStats struct{ retx, timeouts, tx, txBatches, rxDrops uint64 }
 
 func perfStatsOf(da, db *Device) perfStats {
 	a, b := da.Stats(), db.Stats()
 	return perfStats{retx: a.Retransmits + b.Retransmits, timeouts: a.Timeouts + b.Timeouts, tx: a.TxPackets + b.TxPackets,
-		rxDrops: da.conn.Stats().RxDrops + db.conn.Stats().RxDrops}
+		rxDrops: da.conn.Stats().RxDrops + db.conn.Stats().RxDrops, txBatches: da.conn.Stats().TxBatches + db.conn.Stats().TxBatches}
 }
 
 // perfRawStream sends msgs messages of datagrams of the given sizes from tx to
@@ -714,13 +715,13 @@ func BenchmarkPerfSendRTT(b *testing.B) {
 			b.ReportMetric(float64(raw.Nanoseconds())/float64(b.N)/1e3, "raw-µs/rtt")
 			b.ReportMetric(b.Elapsed().Seconds()/raw.Seconds(), "x-raw")
 		}
-		for _, spin := range []time.Duration{0, 10 * time.Millisecond} {
-			name := "path=soft"
-			if spin != 0 {
-				name = "path=soft-spin10ms"
-			}
-			b.Run(name, func(b *testing.B) {
-				da, db := env.devices(b, Options{Spin: spin})
+		for _, c := range []struct {
+			name     string
+			spin     time.Duration
+			ackDelay time.Duration
+		}{{"path=soft", 0, 0}, {"path=soft-spin10ms", 10 * time.Millisecond, 0}, {"path=soft-noackdelay", 0, -1}, {"path=soft-ackdelay20us", 0, 20 * time.Microsecond}} {
+			b.Run(c.name, func(b *testing.B) {
+				da, db := env.devices(b, Options{Spin: c.spin, Engine: engine.Config{AckDelay: int64(c.ackDelay)}})
 				x, y := perfEnd(b, da, 4096, perfDepth), perfEnd(b, db, 4096, perfDepth)
 				connectPerf(b, x, y, verbs.MTU4096, 1)
 				before := perfStatsOf(da, db)

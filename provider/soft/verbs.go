@@ -195,8 +195,8 @@ type CQ struct {
 // for a completion is about to need it.
 func (c *CQ) Poll(wc []verbs.WC) int {
 	n := c.cq.Poll(wc)
-	if n == 0 && c.d != nil && c.d.sleeping.Load() {
-		c.d.conn.Wake()
+	if n == 0 && c.d != nil && c.d.pollInline() {
+		n = c.cq.Poll(wc)
 	}
 	return n
 }
@@ -278,7 +278,7 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	n, err := q.qp.PostSend(wrs)
 	if n > 0 {
-		q.d.ring()
+		q.d.kick()
 	}
 	return n, err
 }

@@ -1,0 +1,103 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
+
+// outputAll takes every packet e has to send now and returns their opcodes.
+func outputAll(e *Engine, now int64, buf []byte, deliver *Engine) []wire.Opcode {
+	var ops []wire.Opcode
+	for {
+		n, _, ok := e.Output(now, buf)
+		if !ok {
+			return ops
+		}
+		ops = append(ops, wire.BTH(buf[:n]).Opcode())
+		if deliver != nil {
+			deliver.Input(now, buf[:n], e.Local(), wire.RoCEv2Port)
+		}
+	}
+}
+
+// TestAckDelay: with Config.AckDelay the ACK of a SEND waits for the
+// responder's own next request (and goes out just before it) or for the
+// delay to end, whichever is first; the deadline says when; ACKs of plain
+// WRITEs are never held.
+func TestAckDelay(t *testing.T) {
+	const delay = 5000
+	l := newLink(t)
+	l.b.cfg.AckDelay = delay
+	x, y := newSide(t, l.a, verbs.QPTRC, 1<<12), newSide(t, l.b, verbs.QPTRC, 1<<12)
+	connectRC(t, x, y, verbs.MTU1024)
+	recv := func(s *side) {
+		if _, err := s.qp.PostRecv([]verbs.RecvWR{{WRID: 9, SGList: s.sge(2048, 64)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(s *side, op verbs.WROpcode) {
+		wr := verbs.SendWR{WRID: 1, Opcode: op, Flags: verbs.SendSignaled, SGList: s.sge(0, 64)}
+		if op == verbs.WRRDMAWrite {
+			wr.RemoteAddr, wr.RKey = y.mr.Addr(), y.mr.RKey()
+		}
+		if _, err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A SEND: its ACK is held, and the deadline is when it must go.
+	recv(y)
+	send(x, verbs.WRSend)
+	if ops := outputAll(l.a, l.now, l.buf, l.b); len(ops) != 1 || ops[0] != wire.RCSendOnly {
+		t.Fatalf("x sent %v", ops)
+	}
+	if ops := outputAll(l.b, l.now, l.buf, nil); len(ops) != 0 {
+		t.Fatalf("y sent %v at once, want its ACK held", ops)
+	}
+	if d := l.b.NextDeadline(); d != l.now+delay {
+		t.Fatalf("y's deadline %d, want %d", d, l.now+delay)
+	}
+	// y's reply releases the ACK, ahead of the reply.
+	recv(x)
+	send(y, verbs.WRSend)
+	if ops := outputAll(l.b, l.now+1, l.buf, l.a); len(ops) != 2 || ops[0] != wire.RCAcknowledge || ops[1] != wire.RCSendOnly {
+		t.Fatalf("y sent %v, want ACK then SEND ONLY", ops)
+	}
+	var sends, recvs int
+	l.run(t, func() bool {
+		for _, w := range x.poll(x.scq) {
+			if w.Status != verbs.WCSuccess || w.Opcode != verbs.WCSend {
+				t.Fatalf("x's send completion %+v", w)
+			}
+			sends++
+		}
+		for _, w := range x.poll(x.rcq) {
+			if w.Status != verbs.WCSuccess || w.Opcode != verbs.WCRecv {
+				t.Fatalf("x's receive completion %+v", w)
+			}
+			recvs++
+		}
+		return sends == 1 && recvs == 1
+	})
+
+	// With no reply the ACK goes out when the delay ends, not before.
+	l.now += 10 * delay
+	recv(y)
+	send(x, verbs.WRSend)
+	outputAll(l.a, l.now, l.buf, l.b)
+	if ops := outputAll(l.b, l.now+delay-1, l.buf, nil); len(ops) != 0 {
+		t.Fatalf("y sent %v before the delay ended", ops)
+	}
+	if ops := outputAll(l.b, l.now+delay, l.buf, l.a); len(ops) != 1 || ops[0] != wire.RCAcknowledge {
+		t.Fatalf("y sent %v when the delay ended, want the ACK", ops)
+	}
+
+	// A plain WRITE completes no receive: its ACK is never held.
+	send(x, verbs.WRRDMAWrite)
+	outputAll(l.a, l.now, l.buf, l.b)
+	if ops := outputAll(l.b, l.now, l.buf, nil); len(ops) != 1 || ops[0] != wire.RCAcknowledge {
+		t.Fatalf("y sent %v for a WRITE, want its ACK at once", ops)
+	}
+}
