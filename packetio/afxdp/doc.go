@@ -100,7 +100,16 @@
 // EPERM, EOPNOTSUPP, an MTU that does not fit the frames), Listen's error
 // matches packetio.ErrNotSupported (and ErrPermission or ErrMTU), so that
 // a caller falls back to packetio/udp and says which path is in use. AF_XDP
-// needs CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF (or CAP_SYS_ADMIN).
+// needs CAP_NET_RAW (for the socket, in copy mode as in zero-copy mode),
+// and loading and attaching the program CAP_BPF and CAP_NET_ADMIN (or
+// CAP_SYS_ADMIN); Options.Lock needs CAP_IPC_LOCK or RLIMIT_MEMLOCK room.
+//
+// # Loopback
+//
+// A packet sent to the Conn's own address never reaches the interface (the
+// kernel routes it through lo, which AF_XDP does not see): Transmit copies
+// it to a queue of Options.RxFrames packets that the next Receive returns
+// first, as rdma_rxe loops back packets for a local queue pair.
 //
 // Only one Conn may serve an interface at a time (one XDP program); it
 // serves one IPv4 address. IPv6 and VLAN-tagged frames go to the kernel.

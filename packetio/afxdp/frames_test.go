@@ -377,3 +377,31 @@ func TestNetnsModes(t *testing.T) {
 		packetiotest.Check(t, packetiotest.Recv(t, a, 32, 5*time.Second), b, a, i*32, 200)
 	}
 }
+
+// The kernel puts received data Headroom + XDP_PACKET_HEADROOM (256) bytes
+// into a frame: with a headroom that leaves exactly 1514 bytes of a 2 KiB
+// frame, full-size frames of an MTU-1500 link still arrive whole; one byte
+// more headroom and Listen refuses the MTU.
+func TestNetnsHeadroomBoundary(t *testing.T) {
+	p := newPair(t)
+	const exact = 2048 - 256 - (1500 + 14)
+	a := listenIn(t, p.A, p.AddrA, afxdp.Options{Headroom: exact})
+	b := listenIn(t, p.B, p.AddrB, afxdp.Options{Headroom: exact})
+	packetiotest.Send(t, a, b, 0, 8, a.MaxPacket())
+	packetiotest.Check(t, packetiotest.Recv(t, b, 8, 5*time.Second), a, b, 0, a.MaxPacket())
+	if x, err := b.XDPStats(); err != nil || x.RxDropped != 0 {
+		t.Fatalf("receiver dropped %d (%v)", x.RxDropped, err)
+	}
+	a.Close()
+	var err error
+	p.A.Do(func() error {
+		var c *afxdp.Conn
+		if c, err = afxdp.Listen(p.AddrA, afxdp.Options{Headroom: exact + 1}); err == nil {
+			c.Close()
+		}
+		return nil
+	})
+	if !errors.Is(err, afxdp.ErrMTU) {
+		t.Fatalf("headroom %d: %v; want ErrMTU", exact+1, err)
+	}
+}
