@@ -69,7 +69,7 @@ func TestIbverbsRxe(t *testing.T) {
 		// Every test must have run on rxe0, none skipped.
 		for _, name := range []string{"TestSuite", "TestSuite/RC/Ops", "TestSuite/RC/Batch", "TestSuite/RC/SRQ",
 			"TestSuite/RC/RemoteAccessError", "TestSuite/UD", "TestSuite/Events", "TestSuite/QPStates",
-			"TestSuite/BadInput", "TestRegistry", "TestQuery", "TestCQEx", "TestErrors", "TestNoAllocs"} {
+			"TestSuite/BadInput", "TestSuite/AsyncEvents", "TestRegistry", "TestQuery", "TestCQEx", "TestErrors", "TestNoAllocs", "TestProviderDevices"} {
 			if !regexp.MustCompile(`(?m)^\s*--- PASS: ` + regexp.QuoteMeta(name) + ` `).MatchString(out) {
 				t.Errorf("%s did not pass in the guest", name)
 			}

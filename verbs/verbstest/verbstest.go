@@ -8,7 +8,9 @@
 // shared receive queue fed by two QPs, completion events (ReqNotify, then
 // the channel's Wait, and Wait cancelled by its context), an RDMA WRITE with
 // a wrong rkey (REM_ACCESS_ERR, then WR_FLUSH_ERR for what follows, send and
-// receive), queue pair state transitions and malformed requests.
+// receive), queue pair state transitions, asynchronous events (a CQ overrun
+// raises CQ_ERR; GetAsyncEvent is cancelled by its context) and malformed
+// requests.
 package verbstest
 
 import (
@@ -73,6 +75,7 @@ func Run(t *testing.T, env Env) {
 		{"UD", testUD},
 		{"Events", testEvents},
 		{"QPStates", testQPStates},
+		{"AsyncEvents", testAsyncEvents},
 		{"BadInput", testBadInput},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, &env) })
@@ -611,5 +614,61 @@ func testBadInput(t *testing.T, env *Env) {
 	n, err = rc.PostSend([]verbs.SendWR{{WRID: 1, Opcode: 200, SGList: a.sge(0, 8)}})
 	if n != 0 || err == nil {
 		t.Errorf("opcode 200: %d posted, %v", n, err)
+	}
+}
+
+func testAsyncEvents(t *testing.T, env *Env) {
+	// Waiting is cancelled by the context. (Events of earlier tests may
+	// still be queued: they are taken here too.)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		ev, err := env.A.GetAsyncEvent(ctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("GetAsyncEvent: %v", err)
+		}
+		t.Logf("an earlier event: %v", ev.Type)
+	}
+
+	// A CQ of one entry takes the completions of 64 WRITEs: it overruns,
+	// which libibverbs reports as IBV_EVENT_CQ_ERR on that CQ.
+	a := newSide(t, env, env.A, env.GIDIndexA, false)
+	b := newSide(t, env, env.B, env.GIDIndexB, false)
+	small, err := env.A.CreateCQ(1, nil)
+	if err != nil {
+		t.Fatalf("CreateCQ(1): %v", err)
+	}
+	t.Cleanup(func() { check(t, "Destroy CQ", small.Destroy()) })
+	qa, err := a.pd.CreateQP(&verbs.QPInitAttr{SendCQ: small, RecvCQ: a.rcq, QPType: verbs.QPTRC,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatalf("CreateQP: %v", err)
+	}
+	t.Cleanup(func() { check(t, "Destroy QP", qa.Destroy()) })
+	qb := b.createQP(t, verbs.QPTRC, nil)
+	connectRC(t, env, qa, a, b, qb.Num())
+	connectRC(t, env, qb, b, a, qa.Num())
+	wrs := make([]verbs.SendWR, 64)
+	for i := range wrs {
+		wrs[i] = verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: a.sge(i*8, 8),
+			RemoteAddr: b.mr.Addr() + uint64(i*8), RKey: b.mr.RKey()}
+	}
+	if n, err := qa.PostSend(wrs); n == 0 {
+		t.Fatalf("PostSend: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), env.Wait)
+	defer cancel()
+	for {
+		ev, err := env.A.GetAsyncEvent(ctx)
+		if err != nil {
+			t.Fatalf("no CQ_ERR event for the overrun CQ: %v", err)
+		}
+		t.Logf("event %v", ev.Type)
+		if ev.Type == verbs.EventCQErr && ev.CQ == small {
+			return
+		}
 	}
 }
