@@ -55,6 +55,9 @@
 // through the Go runtime's network poller, so Wait(ctx) parks only its
 // goroutine and returns when ctx ends. Every event Wait returns is
 // acknowledged at once (ibv_ack_cq_events), so a CQ can always be destroyed.
+// Context.GetAsyncEvent waits on the device's asynchronous event descriptor
+// the same way (ibv_get_async_event, then ibv_ack_async_event) and names the
+// CQ, QP or SRQ of the event.
 //
 // # Extended CQs
 //
