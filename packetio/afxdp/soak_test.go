@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"flag"
 	"fmt"
-	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +30,8 @@ type pumpResult struct {
 // nothing received.
 func pump(a, b packetio.Conn, n, size, window int, limit time.Duration) pumpResult {
 	var received atomic.Int64
-	var stop atomic.Bool
+	var stop, waiting atomic.Bool
+	wake := make(chan struct{}, 1)
 	sendErr := make(chan error, 1)
 	start := time.Now()
 	go func() {
@@ -40,7 +40,16 @@ func pump(a, b packetio.Conn, n, size, window int, limit time.Duration) pumpResu
 		for sent < n && !stop.Load() {
 			room := window - (sent - int(received.Load()))
 			if room < 8 {
-				runtime.Gosched()
+				// Sleep until the receiver makes room (not spin: the two
+				// sides and the kernel's work share two cores).
+				waiting.Store(true)
+				if window-(sent-int(received.Load())) < 8 && !stop.Load() {
+					select {
+					case <-wake:
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+				waiting.Store(false)
 				continue
 			}
 			batch := a.TxBatch(min(32, room, n-sent))
@@ -89,6 +98,12 @@ func pump(a, b packetio.Conn, n, size, window int, limit time.Duration) pumpResu
 			res.received++
 		}
 		received.Store(int64(res.received))
+		if waiting.Load() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
 	}
 	res.elapsed = time.Since(start)
 	stop.Store(true)
