@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/uring"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -38,7 +39,13 @@ type rcEnd struct {
 
 const mrSize = 256 << 10
 
-func openEnd(t *testing.T, conn *uring.Conn, name string) *rcEnd {
+// portConn is a Conn that tells its UDP port (udp.Conn and uring.Conn).
+type portConn interface {
+	packetio.Conn
+	LocalAddrPort() netip.AddrPort
+}
+
+func openEnd(t testing.TB, conn portConn, name string) *rcEnd {
 	t.Helper()
 	dev, err := soft.New(soft.Options{Name: name, Conn: conn, SourcePort: conn.LocalAddrPort().Port()})
 	if err != nil {
@@ -74,7 +81,7 @@ func openEnd(t *testing.T, conn *uring.Conn, name string) *rcEnd {
 }
 
 // connectRC brings both QPs to RTS aimed at each other.
-func connectRC(t *testing.T, a, b *rcEnd, mtu verbs.MTU) {
+func connectRC(t testing.TB, a, b *rcEnd, mtu verbs.MTU) {
 	t.Helper()
 	for _, p := range [][2]*rcEnd{{a, b}, {b, a}} {
 		me, peer := p[0], p[1]
