@@ -10,9 +10,10 @@ import (
 	"strings"
 
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/packetio/udp"
+	"github.com/goroce/goroce/packetio/paths"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // softName is the name of the soft device the commands open.
@@ -22,11 +23,14 @@ const softName = "soft0"
 // it is bound to (default: the machine's first non-loopback IPv4 address on
 // an interface that is up).
 type softConfig struct {
-	addr string
+	addr   string
+	path   string       // packet path: udp, uring, afxdp or auto
+	chosen paths.Chosen // the path open took
 }
 
 func (c *softConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "", "local IPv4 address of the soft device "+softName+" (default: the first non-loopback IPv4 address of an interface that is up)")
+	fs.StringVar(&c.path, "path", paths.Auto, "packet path of the soft device: udp (recvmmsg/sendmmsg), uring (io_uring), afxdp (AF_XDP) or auto (the fastest that works; devinfo shows which)")
 }
 
 // resolve returns the device address and the MTU of its interface (0 when no
@@ -100,23 +104,25 @@ func portMTU(ifMTU int) verbs.MTU {
 	return verbs.MTU256
 }
 
-// open creates the soft device. For traffic it listens on UDP port 4791 of
-// the address; for inspection only (devices, devinfo) on a port the kernel
-// chooses, so that it works beside a running goroce.
+// open creates the soft device on the packet path --path names. For
+// traffic it listens on UDP port 4791 of the address; for inspection only
+// (devices, devinfo) on a port the kernel chooses, so that it works beside a
+// running goroce (auto then never attaches AF_XDP).
 func (c *softConfig) open(traffic bool) (*soft.Device, error) {
 	addr, ifMTU, err := c.resolve()
 	if err != nil {
 		return nil, err
 	}
-	uo := udp.Options{}
-	if !traffic {
-		uo = udp.Options{Port: udp.AnyPort, RecvBuffer: -1, SendBuffer: -1, Batch: 1}
-	}
-	conn, err := udp.Listen(addr, uo)
+	conn, ch, err := paths.Open(addr, c.path, paths.Options{Inspect: !traffic})
 	if err != nil {
 		return nil, err
 	}
-	dev, err := soft.New(soft.Options{Name: softName, Conn: conn, ActiveMTU: portMTU(ifMTU)})
+	c.chosen = ch
+	mtu := portMTU(ifMTU)
+	for mtu > verbs.MTU256 && mtu.Bytes()+wire.RETHLen+wire.ImmDtLen+wire.BTHLen+wire.ICRCLen > conn.MaxPacket() {
+		mtu-- // the path carries less than the interface (AF_XDP frames)
+	}
+	dev, err := soft.New(soft.Options{Name: softName, Conn: conn, ActiveMTU: mtu, Path: ch.String()})
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -293,6 +299,9 @@ func printDevinfo(w io.Writer, dev verbs.Device, port uint8, verbose bool) error
 	fmt.Fprintf(&b, "\tvendor_part_id:\t\t\t%d\n", da.VendorPartID)
 	fmt.Fprintf(&b, "\thw_ver:\t\t\t\t0x%X\n", da.HWVer)
 	fmt.Fprintf(&b, "\tphys_port_cnt:\t\t\t%d\n", da.PhysPortCnt)
+	if sd, ok := dev.(*soft.Device); ok && sd.Path() != "" {
+		fmt.Fprintf(&b, "\tpacket_path:\t\t\t%s\n", sd.Path())
+	}
 	if verbose {
 		fmt.Fprintf(&b, "\tmax_mr_size:\t\t\t0x%x\n", da.MaxMRSize)
 		fmt.Fprintf(&b, "\tmax_qp:\t\t\t\t%d\n", da.MaxQP)

@@ -97,3 +97,23 @@ func TestDevinfo(t *testing.T) {
 		t.Errorf("-i 1 -d soft0: exit %d\n%s", code, out)
 	}
 }
+
+// TestDevinfoPath: --path picks the soft device's packet path and devinfo
+// shows it; an unknown path is refused.
+func TestDevinfoPath(t *testing.T) {
+	for _, c := range []struct{ path, want string }{
+		{"udp", "\tpacket_path:\t\t\tudp\n"},
+		{"auto", "\tpacket_path:\t\t\t"},
+	} {
+		code, out, errOut := runArgs("devinfo", "--addr", "127.0.0.1", "--path", c.path)
+		if code != 0 {
+			t.Fatalf("--path %s: exit %d: %s", c.path, code, errOut)
+		}
+		if !strings.Contains(out, c.want) {
+			t.Errorf("--path %s: no %q in:\n%s", c.path, c.want, out)
+		}
+	}
+	if code, _, e := runArgs("devinfo", "--addr", "127.0.0.1", "--path", "dpdk"); code != 1 || !strings.Contains(e, "unknown packet path") {
+		t.Errorf("--path dpdk: exit %d, %q", code, e)
+	}
+}

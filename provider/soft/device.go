@@ -30,6 +30,9 @@ type Options struct {
 	// Spin is how long the driver polls without blocking after activity
 	// (default 50µs; negative: never spin).
 	Spin time.Duration
+	// Path describes the packet path for people (goroce devinfo shows it),
+	// such as "uring (multishot-recvmsg,...)". Optional.
+	Path string
 	// NoInline keeps every use of the packet path in the driver goroutine.
 	// By default a PostSend, and a Poll that finds its CQ empty, use the
 	// packet path themselves when the driver is not using it (sending what
@@ -128,6 +131,9 @@ func (d *Device) GUID() uint64 {
 	a := d.addr.As4()
 	return 0x02_00_5e_ff_fe_00_00_00 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
 }
+
+// Path returns Options.Path: what the packet path is.
+func (d *Device) Path() string { return d.opts.Path }
 
 // Addr returns the device's IPv4 address.
 func (d *Device) Addr() netip.Addr { return d.addr }

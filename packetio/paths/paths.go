@@ -1,0 +1,137 @@
+// Package paths opens a soft device's packet path by name: "udp" (batched
+// recvmmsg/sendmmsg, package udp), "uring" (io_uring, package uring),
+// "afxdp" (AF_XDP rings over a UMEM, package afxdp), or "auto", which tries
+// them fastest first and says which one it took and why it passed over the
+// others. Every goroce command that opens a device takes --path.
+package paths
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/afxdp"
+	"github.com/goroce/goroce/packetio/udp"
+	"github.com/goroce/goroce/packetio/uring"
+)
+
+// The path names.
+const (
+	UDP   = "udp"
+	Uring = "uring"
+	AFXDP = "afxdp"
+	Auto  = "auto"
+)
+
+// Names lists the paths Open accepts, auto last.
+var Names = []string{UDP, Uring, AFXDP, Auto}
+
+// autoOrder is the order auto tries: AF_XDP moves frames through shared rings
+// with no system call per packet, io_uring submits batches through shared
+// rings, and the socket path always works.
+var autoOrder = []string{AFXDP, Uring, UDP}
+
+// ErrUnknownPath is returned for a path name Open does not know.
+var ErrUnknownPath = errors.New("paths: unknown packet path (want udp, uring, afxdp or auto)")
+
+// Options are what the three paths have in common. Zero fields take each
+// path's defaults.
+type Options struct {
+	// Inspect opens the path for looking only (goroce devices, devinfo):
+	// the socket paths bind a port the kernel chooses with small buffers,
+	// so that they work beside a running device, and auto never tries
+	// AF_XDP, which would attach a program to the interface.
+	Inspect bool
+	// Batch and MaxPacket as in udp.Options.
+	Batch, MaxPacket int
+}
+
+// Chosen says which path Open took.
+type Chosen struct {
+	// Path is the path in use: udp, uring or afxdp.
+	Path string
+	// Detail is what the path reports of itself: io_uring's features in use,
+	// AF_XDP's attach and bind mode and interface.
+	Detail string
+	// Skipped lists, for auto, each faster path that was passed over and why.
+	Skipped []string
+}
+
+// String is the path with its detail and, for auto, what was skipped.
+func (c Chosen) String() string {
+	s := c.Path
+	if c.Detail != "" {
+		s += " (" + c.Detail + ")"
+	}
+	if len(c.Skipped) > 0 {
+		s += "; not " + strings.Join(c.Skipped, "; not ")
+	}
+	return s
+}
+
+// Open opens the packet path name on the local IPv4 address.
+func Open(local netip.Addr, name string, o Options) (packetio.Conn, Chosen, error) {
+	switch name {
+	case UDP, Uring, AFXDP:
+		c, detail, err := open(local, name, o)
+		if err != nil {
+			return nil, Chosen{}, err
+		}
+		return c, Chosen{Path: name, Detail: detail}, nil
+	case Auto, "":
+		var ch Chosen
+		for _, p := range autoOrder {
+			if p == AFXDP && (o.Inspect || local.IsLoopback()) {
+				why := "inspection only"
+				if !o.Inspect {
+					why = "a loopback address has no interface to attach to"
+				}
+				ch.Skipped = append(ch.Skipped, p+": "+why)
+				continue
+			}
+			c, detail, err := open(local, p, o)
+			if err != nil {
+				ch.Skipped = append(ch.Skipped, fmt.Sprintf("%s: %v", p, err))
+				continue
+			}
+			ch.Path, ch.Detail = p, detail
+			return c, ch, nil
+		}
+		return nil, ch, fmt.Errorf("paths: no packet path works on %v: %s", local, strings.Join(ch.Skipped, "; "))
+	}
+	return nil, Chosen{}, fmt.Errorf("%w: %q", ErrUnknownPath, name)
+}
+
+func open(local netip.Addr, name string, o Options) (packetio.Conn, string, error) {
+	switch name {
+	case UDP:
+		uo := udp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket}
+		if o.Inspect {
+			uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = udp.AnyPort, -1, -1, 1
+		}
+		c, err := udp.Listen(local, uo)
+		if err != nil {
+			return nil, "", err
+		}
+		return c, "", nil
+	case Uring:
+		uo := uring.Options{Batch: o.Batch, MaxPacket: o.MaxPacket}
+		if o.Inspect {
+			uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = uring.AnyPort, -1, -1, 1
+		}
+		c, err := uring.Listen(local, uo)
+		if err != nil {
+			return nil, "", err
+		}
+		return c, c.Features().String(), nil
+	case AFXDP:
+		c, err := afxdp.Listen(local, afxdp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket})
+		if err != nil {
+			return nil, "", err
+		}
+		return c, c.Mode() + " on " + c.Interface(), nil
+	}
+	return nil, "", fmt.Errorf("%w: %q", ErrUnknownPath, name)
+}

@@ -1,0 +1,147 @@
+package paths
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/packetio"
+)
+
+// exchange sends one datagram from a to b and checks it arrives intact
+// from a's address.
+func exchange(t *testing.T, a, b packetio.Conn) {
+	t.Helper()
+	msg := []byte("goroce packet path check: 0123456789abcdef")
+	tx := a.TxBatch(1)
+	if len(tx) != 1 {
+		t.Fatalf("TxBatch lent %d packets", len(tx))
+	}
+	tx[0].Buf, tx[0].Addr = append(tx[0].Buf[:0], msg...), b.LocalAddr()
+	if n, err := a.Transmit(tx); n != 1 || err != nil {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		pkts, err := b.Receive(time.Now().Add(100 * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range pkts {
+			if !bytes.Equal(p.Buf, msg) || p.Addr != a.LocalAddr() {
+				t.Fatalf("received %q from %v, want %q from %v", p.Buf, p.Addr, msg, a.LocalAddr())
+			}
+			return
+		}
+	}
+	t.Fatal("nothing received in 5 s")
+}
+
+// TestOpenLoopback opens every socket path by name on loopback, and auto,
+// which passes over AF_XDP there and says why.
+func TestOpenLoopback(t *testing.T) {
+	a4, b4 := netip.MustParseAddr("127.0.9.1"), netip.MustParseAddr("127.0.9.2")
+	for _, name := range []string{UDP, Uring, Auto} {
+		t.Run(name, func(t *testing.T) {
+			a, ca, err := Open(a4, name, Options{})
+			if name == Uring && err != nil {
+				t.Skipf("io_uring unavailable: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, cb, err := Open(b4, name, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if ca.Path != cb.Path {
+				t.Fatalf("two opens chose %q and %q", ca.Path, cb.Path)
+			}
+			switch name {
+			case Auto:
+				if ca.Path == AFXDP || len(ca.Skipped) == 0 || !strings.HasPrefix(ca.Skipped[0], "afxdp: ") {
+					t.Fatalf("auto on loopback: %v", ca)
+				}
+			default:
+				if ca.Path != name || len(ca.Skipped) != 0 {
+					t.Fatalf("opened %v, want %s", ca, name)
+				}
+			}
+			if name == Uring && ca.Detail == "" {
+				t.Errorf("uring path reports no features")
+			}
+			t.Logf("%s: %v", name, ca)
+			exchange(t, a, b)
+			exchange(t, b, a)
+		})
+	}
+}
+
+// TestInspect: an inspection open binds a port of the kernel's choosing, so
+// that it works beside a device holding 4791 on the same address.
+func TestInspect(t *testing.T) {
+	addr := netip.MustParseAddr("127.0.9.3")
+	busy, _, err := Open(addr, UDP, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, name := range []string{UDP, Auto} {
+		c, ch, err := Open(addr, name, Options{Inspect: true})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if ch.Path == AFXDP {
+			t.Errorf("%s: inspection took AF_XDP", name)
+		}
+		c.Close()
+	}
+	if _, _, err := Open(addr, UDP, Options{}); err == nil {
+		t.Error("a second device on port 4791 of the same address opened")
+	}
+}
+
+func TestUnknownPath(t *testing.T) {
+	if _, _, err := Open(netip.MustParseAddr("127.0.9.4"), "dpdk", Options{}); !errors.Is(err, ErrUnknownPath) {
+		t.Fatalf("err %v, want ErrUnknownPath", err)
+	}
+}
+
+// TestAutoNetns: between two namespaces over veth, auto takes AF_XDP where
+// the kernel allows it (else says why not), and the chosen path carries a
+// datagram both ways to a plain UDP path.
+func TestAutoNetns(t *testing.T) {
+	netns.Require(t)
+	p := netns.NewPair(t, netns.Options{})
+	var a, b packetio.Conn
+	var ch Chosen
+	if err := p.A.Do(func() (err error) {
+		a, ch, err = Open(p.AddrA, Auto, Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := p.B.Do(func() (err error) {
+		b, _, err = Open(p.AddrB, UDP, Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	t.Logf("auto chose %v", ch)
+	if ch.Path != AFXDP {
+		if len(ch.Skipped) == 0 || !strings.HasPrefix(ch.Skipped[0], "afxdp: ") {
+			t.Fatalf("auto chose %v without saying why not AF_XDP", ch)
+		}
+		t.Logf("AF_XDP refused here: %s", ch.Skipped[0])
+	}
+	exchange(t, a, b)
+	exchange(t, b, a)
+}
