@@ -88,6 +88,23 @@
 // than Linux 5.11) Listen returns an error matching ErrUnavailable and
 // packetio.ErrNotSupported; callers then fall back to package udp.
 //
+// # Tests and benchmarks
+//
+// The tests run package packetiotest's contract suite on every receive
+// path (multishot, single-shot, without COOP_TASKRUN) over loopback
+// (127.0.7.x) and between two network namespaces over veth (10.79.7.0/24,
+// root only), the ring code on its own (full SQ, wrap-around, CQ overflow
+// backlog, buffer-ring tail), a stress run, the refusal of io_uring by a
+// seccomp filter, and RC WRITE, READ and SEND between two soft devices over
+// io_uring Conns, with the frames captured and, when GOROCE_WIRE_CHECK names
+// wire-check's check-pcap.sh, judged by it. The benchmarks measure packets
+// per second at 64 B and 1 KiB and the 64 B round trip, on loopback and
+// between namespaces, and soft-device WRITE goodput and SEND round trip,
+// each beside package udp in the same invocation:
+//
+//	go test ./packetio/uring -run - -bench . -count 6 | tee out.txt
+//	benchstat -col /path out.txt
+//
 // The io_uring path is implemented on Linux, for IPv4; Listen elsewhere, or
 // for an IPv6 address, returns an error matching packetio.ErrNotSupported.
 package uring
