@@ -30,6 +30,15 @@
 // Mode reports what is in use, such as "native/copy" (veth) or
 // "native/zerocopy" (a NIC whose driver supports it).
 //
+// In copy mode the kernel does the sending inside the sendto that kicks the
+// TX ring: it copies each frame into an skb and hands it to the driver. On
+// veth the peer's receive path (its NAPI poll, the XDP program, the copy
+// into the peer's UMEM) then runs in that same system call, and native veth
+// XDP first copies each skb into a page of its own; generic XDP skips that
+// copy and so runs faster on veth (BenchmarkNetnsPackets1K with
+// Options.Attach = AttachGeneric). Zero-copy NICs avoid all of these
+// copies.
+//
 // # Frames and rings
 //
 // Half the frames (Options.RxFrames) receive: they are all in the fill ring
