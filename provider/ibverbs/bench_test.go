@@ -4,6 +4,7 @@ package ibverbs_test
 
 import (
 	"fmt"
+	"sort"
 	"testing"
 	"time"
 
@@ -145,4 +146,80 @@ func BenchmarkWrite(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkInterleaved measures, in each of b.N rounds, 256 empty cgo calls,
+// 256 receives posted 1 and 32 per call, and 256 completions polled 1 and
+// 32 per call, one after the other, so that every figure of a round meets
+// the same load; it reports the medians over the rounds of each figure in
+// ns per call or per WR, and of its ratio to the round's empty cgo call
+// (x-noop) or to its batched counterpart (x-batch32). Run it with a round
+// count: -bench Interleaved -benchtime 20x. (Its allocations are those of
+// the QP state changes between the figures, outside the timed parts.)
+func BenchmarkInterleaved(b *testing.B) {
+	const n = 256
+	l := newLoop(b, 1)
+	rwrs := make([]verbs.RecvWR, n)
+	for i := range rwrs {
+		rwrs[i] = verbs.RecvWR{WRID: uint64(i), SGList: l.sge}
+	}
+	wc := make([]verbs.WC, 32)
+	names := []string{"noop", "post1", "post32", "poll1", "poll32"}
+	fig := make([][]float64, len(names))
+	b.ReportAllocs()
+	for b.Loop() {
+		t0 := time.Now()
+		for range n {
+			ibverbs.CgoNoop()
+		}
+		fig[0] = append(fig[0], float64(time.Since(t0).Nanoseconds())/n)
+		for k, batch := range []int{1, 32} {
+			t0 = time.Now()
+			for i := 0; i < n; i += batch {
+				if _, err := l.qb.PostRecv(rwrs[i : i+batch]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fig[1+k] = append(fig[1+k], float64(time.Since(t0).Nanoseconds())/n)
+			l.recycle(n)
+		}
+		for k, batch := range []int{1, 32} {
+			if _, err := l.qb.PostRecv(rwrs); err != nil {
+				b.Fatal(err)
+			}
+			l.toErr()
+			time.Sleep(2 * time.Millisecond) // the kernel flushes
+			deadline := time.Now().Add(10 * time.Second)
+			t0 = time.Now()
+			for got := 0; got < n; {
+				m := l.cq.Poll(wc[:batch])
+				if m == 0 && time.Now().After(deadline) {
+					b.Fatalf("%d of %d flushed completions", got, n)
+				}
+				got += m
+			}
+			fig[3+k] = append(fig[3+k], float64(time.Since(t0).Nanoseconds())/n)
+			l.toRTR()
+		}
+	}
+	med := func(xs []float64) float64 {
+		s := append([]float64(nil), xs...)
+		sort.Float64s(s)
+		return s[len(s)/2]
+	}
+	ratio := func(a, c []float64) float64 {
+		r := make([]float64, len(a))
+		for i := range a {
+			r[i] = a[i] / c[i]
+		}
+		return med(r)
+	}
+	for i, name := range names {
+		b.ReportMetric(med(fig[i]), name+"-ns")
+		if i > 0 {
+			b.ReportMetric(ratio(fig[i], fig[0]), name+"-x-noop")
+		}
+	}
+	b.ReportMetric(ratio(fig[1], fig[2]), "post1-x-batch32")
+	b.ReportMetric(ratio(fig[3], fig[4]), "poll1-x-batch32")
 }
