@@ -23,16 +23,18 @@ type AsyncEvent struct {
 // lost silently: each completion the CQ could not take is counted in
 // Stats.CQOverruns.
 
-// pushWC adds a completion to cq, or records its overrun.
-func (e *Engine) pushWC(cq *CQ, wc *verbs.WC, solicited bool) {
-	if cq.failed || !cq.push(wc, solicited) {
-		e.stats.CQOverruns++
-		if !cq.failed {
-			cq.failed = true
-			cq.overrun.Store(true)
-			e.overran = append(e.overran, cq) // rare: allocation allowed
-		}
+// pushWC adds a completion to cq, or records its overrun and reports false.
+func (e *Engine) pushWC(cq *CQ, wc *verbs.WC, solicited bool) bool {
+	if !cq.failed && cq.push(wc, solicited) {
+		return true
 	}
+	e.stats.CQOverruns++
+	if !cq.failed {
+		cq.failed = true
+		cq.overrun.Store(true)
+		e.overran = append(e.overran, cq) // rare: allocation allowed
+	}
+	return false
 }
 
 // raiseOverruns reports the CQs that overran since the last call and moves

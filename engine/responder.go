@@ -60,6 +60,12 @@ type responder struct {
 	replay     []atomicReplay
 	replayNext int
 	ackDue     int64 // when a held ACK (the only queued item) must go out; 0: none held
+
+	// cqLost: a receive completion found the receive CQ full (overrun).
+	// The message is not acknowledged and nothing more is taken; the
+	// engine moves the QP to ERROR when it reports the overrun (as
+	// rdma_rxe's responder goes to RESPST_ERR_CQ_OVERFLOW).
+	cqLost bool
 }
 
 func (r *responder) queued() int { return r.qt - r.qh }
@@ -132,6 +138,9 @@ func (qp *QP) recvQueue() *recvQueue {
 // any.
 func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	r := &qp.resp
+	if r.cqLost {
+		return
+	}
 	bth := p.BTH()
 	psn := bth.PSN()
 	if d := psn.Diff(r.epsn); d > 0 {
@@ -287,6 +296,9 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 		qp.respFatal(psn, wire.NAKInvalidRequest)
 		return
 	}
+	if r.cqLost {
+		return // the message's completion was lost: it is not acknowledged
+	}
 	r.epsn = psn.Add(1)
 	if bth.AckReq() {
 		// The ACK of a message that completed a receive may wait for the
@@ -304,7 +316,9 @@ func (qp *QP) recvDone(wc verbs.WC, solicited bool) {
 	wc.WRID, wc.QPNum, wc.SrcQP = r.recv.wrid, uint32(qp.num), uint32(qp.destQPN)
 	r.recv = nil
 	r.inMsg = wire.OpNone
-	qp.e.pushWC(qp.rcq, &wc, solicited)
+	if !qp.e.pushWC(qp.rcq, &wc, solicited) {
+		r.cqLost = true // see cqLost
+	}
 }
 
 // duplicate answers a request whose PSN is behind the expected one: SEND
