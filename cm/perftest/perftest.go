@@ -291,6 +291,9 @@ func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
 // Close closes the connection.
 func (c *Conn) Close() error { return c.c.Close() }
 
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.c.RemoteAddr() }
+
 // Exchange sends mine and reads len(theirs) bytes into theirs, in the order
 // of perftest's ctx_xchg_data: the client writes first. The two must have the
 // same length, as in every step of the exchange.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -32,6 +33,7 @@ type benchConfig struct {
 	conn     string
 	json     bool
 	loopback bool
+	baseline bool
 	timeout  time.Duration
 	soft     softConfig
 	stderr   io.Writer
@@ -101,6 +103,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.conn, "connection", "RC", "same as -c")
 	fs.BoolVar(&c.json, "json", false, "print the results as JSON instead of the table")
 	fs.BoolVar(&c.loopback, "loopback", false, "run both sides in this process on two soft devices: --addr (default 127.0.0.1) and the next address")
+	fs.BoolVar(&c.baseline, "baseline", false, "run the raw-UDP equivalent of the test instead (send/write/read_bw, send/write_lat): the same packet sizes and window as plain datagrams on the same UDP path, for comparison")
 	fs.BoolVar(&o.Verify, "verify", false, "check the data of SEND, WRITE and READ tests (goroce on both sides)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (default: never, as perftest)")
 	fs.Usage = func() {
@@ -155,6 +158,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if c.loopback && c.host != "" {
 		return usageErr("--loopback takes no HOST")
 	}
+	if c.baseline && c.loopback {
+		return usageErr("--baseline runs between two hosts (or namespaces), not with --loopback")
+	}
 	if chk := c.opts; chk.Check() != nil {
 		return usageErr("%v", chk.Check())
 	}
@@ -187,7 +193,18 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 	ctx, cancel := c.context()
 	defer cancel()
 	var dev verbs.Device
-	if hw, ok := openHW(c.devName); ok {
+	var ucon *udp.Conn
+	if c.baseline {
+		// No device: the raw-UDP baseline uses the packet path alone.
+		addr, _, err := c.soft.resolve()
+		if err != nil {
+			return err
+		}
+		if ucon, err = udp.Listen(addr, udp.Options{}); err != nil {
+			return err
+		}
+		defer ucon.Close()
+	} else if hw, ok := openHW(c.devName); ok {
 		dev = hw // a libibverbs device (-tags ibverbs)
 	} else {
 		sdev, err := c.soft.open(true)
@@ -223,7 +240,32 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 		}
 	}
 	defer conn.Close()
+	if c.baseline {
+		return runBaseline(ctx, c, ucon, conn, o, stdout)
+	}
 	return runOne(ctx, c, dev, conn, o, stdout)
+}
+
+// runBaseline runs the raw-UDP baseline of the test; the client prints the
+// result row under the test's header.
+func runBaseline(ctx context.Context, c *benchConfig, ucon *udp.Conn, conn *perftest.Conn, o bench.Options, stdout io.Writer) error {
+	peer, ok := netip.AddrFromSlice(conn.RemoteAddr().(*net.TCPAddr).IP)
+	if !ok {
+		return errors.New("no peer address")
+	}
+	r, err := bench.Baseline(ctx, ucon, peer.Unmap(), conn, o)
+	if err != nil || !o.Client {
+		return err
+	}
+	out := &bench.Outcome{MTU: 0, Results: []bench.Result{r}}
+	if c.json {
+		return printBenchJSON(stdout, "udp", o, out, nil)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, resultLine+"                    raw UDP baseline of %s (datagrams of the same sizes on the same UDP path)\n"+resultLine, o.Test)
+	io.WriteString(stdout, b.String())
+	printRows(stdout, o, out)
+	return nil
 }
 
 // runOne runs one side and prints its report.
@@ -375,8 +417,10 @@ func printBenchTable(w io.Writer, devName string, o bench.Options, out *bench.Ou
 	}
 	b.WriteString(" rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n")
 	b.WriteString(resultLine)
-	rdma := t.Verb != bench.Send
-	outs := t.Verb == bench.Read || t.Verb == bench.Atomic
+	// As ctx_print_pingpong_data: READ adds the outstanding reads, READ and
+	// WRITE the R_Key and address; SEND and atomics print neither.
+	rdma := t.Verb == bench.Write || t.Verb == bench.Read
+	outs := t.Verb == bench.Read
 	for i, d := range out.Local {
 		fmt.Fprintf(&b, " local address: %s\n", d.Format(rdma, outs))
 		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
@@ -390,6 +434,14 @@ func printBenchTable(w io.Writer, devName string, o bench.Options, out *bench.Ou
 		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
 	}
 	b.WriteString(resultLine)
+	io.WriteString(w, b.String())
+	printRows(w, o, out)
+}
+
+// printRows prints the result table and the lines that follow it.
+func printRows(w io.Writer, o bench.Options, out *bench.Outcome) {
+	var b strings.Builder
+	t := o.Test
 	timed := o.Duration > 0
 	switch {
 	case !t.Lat:

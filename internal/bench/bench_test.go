@@ -377,3 +377,77 @@ func TestRunBadOptions(t *testing.T) {
 		t.Errorf("Run with a server connection as client: %v", err)
 	}
 }
+
+// TestBaselineLoopback runs the raw-UDP baseline of each test it covers
+// between two UDP paths on loopback: every datagram arrives, the figures are
+// positive.
+func TestBaselineLoopback(t *testing.T) {
+	for _, c := range []Options{
+		{Test: Test{Verb: Write}, Size: 4096, Iters: 300},
+		{Test: Test{Verb: Read}, Size: 100, Iters: 300},
+		{Test: Test{Verb: Send}, Size: 65536, Iters: 50, TxDepth: 8},
+		{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200},
+		{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200},
+	} {
+		t.Run(c.Test.String(), func(t *testing.T) {
+			ua, err := udp.Listen(addrA, udp.Options{})
+			if err != nil {
+				t.Skipf("no UDP socket on %v: %v", addrA, err)
+			}
+			defer ua.Close()
+			ub, err := udp.Listen(addrB, udp.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ub.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ln, err := net.Listen("tcp", net.JoinHostPort(addrA.String(), "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			errc := make(chan error, 1)
+			go func() {
+				conn, err := perftest.Accept(ctx, ln)
+				if err != nil {
+					errc <- err
+					return
+				}
+				defer conn.Close()
+				so := c
+				_, err = Baseline(ctx, ua, addrB, conn, so)
+				errc <- err
+			}()
+			conn, err := perftest.Dial(ctx, addrA.String(), ln.Addr().(*net.TCPAddr).Port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			co := c
+			co.Client = true
+			r, err := Baseline(ctx, ub, addrA, conn, co)
+			if serr := <-errc; err != nil || serr != nil {
+				t.Fatalf("client: %v; server: %v", err, serr)
+			}
+			if r.Size != c.Size || r.Iters != uint64(c.Iters) {
+				t.Errorf("result %+v: want %d bytes, %d iterations", r, c.Size, c.Iters)
+			}
+			if c.Test.Lat && !(r.Min > 0 && r.Typical >= r.Min && r.MaxAll >= r.P999) || !c.Test.Lat && !(r.BWAvg > 0 && r.MsgRate > 0) {
+				t.Errorf("figures %+v", r)
+			}
+			t.Logf("%+v", r)
+		})
+	}
+	if _, err := Baseline(context.Background(), nil, addrA, nil, Options{Test: Test{Verb: Atomic}}); !errors.Is(err, ErrUsage) {
+		t.Errorf("atomic baseline: %v", err)
+	}
+}
+
+func TestBaseSizes(t *testing.T) {
+	if got := baseSizes(Test{Verb: Write}, 2500, 1024); len(got) != 3 || got[0] != 12+16+1024+4 || got[1] != 12+1024+4 || got[2] != 12+452+4 {
+		t.Errorf("write 2500/1024: %v", got)
+	}
+	if got := baseSizes(Test{Verb: Send}, 64, 1024); len(got) != 1 || got[0] != 12+64+4 {
+		t.Errorf("send 64: %v", got)
+	}
+}

@@ -1,0 +1,336 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/netip"
+	"runtime"
+	"time"
+
+	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/verbs"
+)
+
+// The raw-UDP baseline: the same traffic shape as a test, as plain datagrams
+// on the same packet path (packetio: batched sendmmsg/recvmmsg on UDP port
+// 4791), without the RoCE transport. A message of a bandwidth test is the
+// datagrams its RoCE packets would be (one per path-MTU chunk, each with the
+// BTH and ICRC, and a RETH on the first of a WRITE or READ), sent with a
+// window of TxDepth messages that the receiver opens with a small ACK
+// datagram every baseAckEvery datagrams, as RoCE's coalesced ACKs do; READ
+// runs the stream the other way. A latency test is a ping-pong of one
+// datagram each way. The TCP connection carries only the start and the
+// receiver's count and time.
+
+const (
+	baseAckEvery = 16
+	baseAckLen   = 16 // an ACK datagram: BTH, AETH (as RoCE's)
+	baseSilence  = 300 * time.Millisecond
+	baseRetry    = 100 * time.Millisecond
+)
+
+// baseSizes returns the datagram sizes of one message of size bytes.
+func baseSizes(t Test, size, mtu int) []int {
+	var s []int
+	for off := 0; off < size || off == 0; off += mtu {
+		chunk := min(mtu, size-off)
+		d := 12 + chunk + 4 // BTH, data, ICRC
+		if off == 0 && t.Verb != Send {
+			d += 16 // RETH
+		}
+		s = append(s, d)
+		if size == 0 {
+			break
+		}
+	}
+	return s
+}
+
+// Baseline runs one side of the raw-UDP equivalent of o.Test on conn, with
+// peer the other side's address, and conn2 the control connection (as
+// for Run). Only the client reports a result; for a bandwidth test it holds
+// the average (there is no peak: 0).
+func Baseline(ctx context.Context, conn packetio.Conn, peer netip.Addr, ctl *perftest.Conn, o Options) (Result, error) {
+	if err := o.normalize(); err != nil {
+		return Result{}, err
+	}
+	if o.QPs != 1 || o.All || o.Duration > 0 || o.Test.Verb == Atomic || o.Test.Verb == Read && o.Test.Lat {
+		return Result{}, fmt.Errorf("%w: the UDP baseline covers send/write/read_bw and send/write_lat with one QP and -n", ErrUsage)
+	}
+	stop := context.AfterFunc(ctx, func() { ctl.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, _, err := ctl.ExchangeVersions(perftest.Version); err != nil {
+		return Result{}, err
+	}
+	mtu := o.MTU
+	if mtu == 0 {
+		mtu = verbs.MTUFromBytes(1024)
+		for m := verbs.MTU4096; m >= verbs.MTU256; m-- {
+			if m.Bytes()+12+16+4 <= conn.MaxPacket() {
+				mtu = m
+				break
+			}
+		}
+	}
+	mtu, err := ctl.ExchangeMTU(mtu)
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := ctl.HandShake(perftest.Dest{}); err != nil { // both ready
+		return Result{}, err
+	}
+	b := &baseline{conn: conn, peer: peer, ctx: ctx, past: time.Unix(1, 0)} // past: Receive polls
+	if o.Test.Lat {
+		return b.pingPong(o, ctl)
+	}
+	sizes := baseSizes(o.Test, o.Size, mtu.Bytes())
+	sender := o.Client != (o.Test.Verb == Read)
+	total := o.Iters * len(sizes)
+	var got int
+	var el time.Duration
+	if sender {
+		if err := b.send(sizes, o.Iters, o.TxDepth*len(sizes)); err != nil {
+			return Result{}, err
+		}
+	} else {
+		got, el, err = b.receive(total)
+		if err != nil {
+			return Result{}, err
+		}
+	}
+	rep, err := ctl.ExchangeReports(perftest.Report{Iters: uint64(got), BWAvg: float64(el)})
+	if err != nil {
+		return Result{}, err
+	}
+	if sender {
+		got, el = int(rep.Iters), time.Duration(rep.BWAvg)
+	}
+	msgs := got / len(sizes)
+	r := Result{Size: o.Size, Iters: uint64(msgs)}
+	if el > 0 && got > 1 {
+		// The first datagram marks the start: got-1 arrived after it.
+		s := el.Seconds() * float64(got) / float64(got-1)
+		unit := float64(1 << 20)
+		if o.Gbits {
+			unit = 125e6
+		}
+		r.BWAvg = float64(o.Size) * float64(msgs) / s / unit
+		r.MsgRate = float64(msgs) / s / 1e6
+	}
+	if got < total {
+		return r, fmt.Errorf("raw UDP baseline: %d of %d datagrams arrived", got, total)
+	}
+	return r, nil
+}
+
+type baseline struct {
+	conn packetio.Conn
+	peer netip.Addr
+	ctx  context.Context
+	past time.Time // a deadline already passed: Receive polls (the zero time would wait forever)
+}
+
+// send sends msgs messages of the datagram sizes, at most window datagrams
+// ahead of what the receiver acknowledged.
+func (b *baseline) send(sizes []int, msgs, window int) error {
+	total := msgs * len(sizes)
+	window = max(window, baseAckEvery*2)
+	sent, acked, si := 0, 0, 0
+	lastProgress := time.Now()
+	for acked < total {
+		if k := min(32, total-sent, window-(sent-acked)); k > 0 {
+			pkts := b.conn.TxBatch(k)
+			for i := range pkts {
+				pkts[i].Buf = pkts[i].Buf[:sizes[si]]
+				binary.BigEndian.PutUint32(pkts[i].Buf, uint32(sent+i))
+				pkts[i].Addr = b.peer
+				if si++; si == len(sizes) {
+					si = 0
+				}
+			}
+			n, err := b.conn.Transmit(pkts)
+			if err != nil {
+				return fmt.Errorf("raw UDP baseline: send: %w", err)
+			}
+			sent += n
+		}
+		pk, err := b.conn.Receive(b.past)
+		if err != nil {
+			return err
+		}
+		for _, p := range pk {
+			if len(p.Buf) == baseAckLen {
+				if a := int(binary.BigEndian.Uint64(p.Buf[4:])); a > acked {
+					acked, lastProgress = a, time.Now()
+				}
+			}
+		}
+		if len(pk) == 0 {
+			if time.Since(lastProgress) > baseSilence && sent == total {
+				return nil // datagrams were lost: the receiver's count says how many
+			}
+			if err := b.ctx.Err(); err != nil {
+				return err
+			}
+			runtime.Gosched()
+		}
+	}
+	return nil
+}
+
+// receive counts datagrams until total arrived or the sender fell silent,
+// acknowledging every baseAckEvery; it returns the count and the time from
+// the first to the last.
+func (b *baseline) receive(total int) (int, time.Duration, error) {
+	got, acked := 0, 0
+	var first, last time.Time
+	ack := func() error {
+		pkts := b.conn.TxBatch(1)
+		if len(pkts) == 0 {
+			return packetio.ErrClosed
+		}
+		pkts[0].Buf = pkts[0].Buf[:baseAckLen]
+		binary.BigEndian.PutUint64(pkts[0].Buf[4:], uint64(got))
+		pkts[0].Addr = b.peer
+		_, err := b.conn.Transmit(pkts[:1])
+		acked = got
+		return err
+	}
+	idleSince := time.Now()
+	for got < total {
+		pk, err := b.conn.Receive(b.past)
+		if err != nil {
+			return got, 0, err
+		}
+		if len(pk) == 0 {
+			if got > 0 && time.Since(idleSince) > baseSilence || time.Since(idleSince) > 30*time.Second {
+				break
+			}
+			if err := b.ctx.Err(); err != nil {
+				return got, 0, err
+			}
+			runtime.Gosched()
+			continue
+		}
+		now := time.Now()
+		idleSince = now
+		for _, p := range pk {
+			if len(p.Buf) == baseAckLen {
+				continue
+			}
+			if got == 0 {
+				first = now
+			}
+			got++
+			last = now
+		}
+		if got-acked >= baseAckEvery || got == total {
+			if err := ack(); err != nil {
+				return got, 0, err
+			}
+		}
+	}
+	return got, last.Sub(first), nil
+}
+
+// pingPong is the latency baseline: the client sends a datagram and waits
+// for the server's, n times (a lost one is sent again after baseRetry).
+func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
+	size := 12 + o.Size + 4
+	if o.Test.Verb == Write {
+		size += 16
+	}
+	n := o.Iters
+	tposted := make([]int64, n)
+	clk := clock{time.Now()}
+	send := func(i int) error {
+		pkts := b.conn.TxBatch(1)
+		if len(pkts) == 0 {
+			return packetio.ErrClosed
+		}
+		pkts[0].Buf = pkts[0].Buf[:size]
+		binary.BigEndian.PutUint32(pkts[0].Buf, uint32(i))
+		pkts[0].Addr = b.peer
+		_, err := b.conn.Transmit(pkts[:1])
+		return err
+	}
+	// wait returns the sequence numbers received until one >= want.
+	wait := func(want int, retry func() error) error {
+		since := time.Now()
+		for {
+			pk, err := b.conn.Receive(b.past)
+			if err != nil {
+				return err
+			}
+			for _, p := range pk {
+				if len(p.Buf) >= 4 && int(binary.BigEndian.Uint32(p.Buf)) >= want {
+					return nil
+				}
+			}
+			if len(pk) == 0 {
+				if time.Since(since) > baseRetry && retry != nil {
+					if err := retry(); err != nil {
+						return err
+					}
+					since = time.Now()
+				}
+				if err := b.ctx.Err(); err != nil {
+					return err
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	for i := 0; i < n; i++ {
+		if o.Client {
+			tposted[i] = clk.now()
+			if err := send(i); err != nil {
+				return Result{}, err
+			}
+			if err := wait(i, func() error { return send(i) }); err != nil {
+				return Result{}, fmt.Errorf("raw UDP ping-pong %d: %w", i, err)
+			}
+		} else {
+			if err := wait(i, nil); err != nil {
+				return Result{}, fmt.Errorf("raw UDP ping-pong %d: %w", i, err)
+			}
+			tposted[i] = clk.now()
+			if err := send(i); err != nil {
+				return Result{}, err
+			}
+		}
+	}
+	if !o.Client {
+		// Answer the client's retries of the last one until it is done.
+		done := make(chan error, 1)
+		go func() { _, err := ctl.HandShake(perftest.Dest{}); done <- err }()
+		for {
+			select {
+			case err := <-done:
+				return Result{}, err
+			default:
+			}
+			pk, err := b.conn.Receive(b.past)
+			if err != nil {
+				return Result{}, err
+			}
+			for _, p := range pk {
+				if len(p.Buf) >= 4 && int(binary.BigEndian.Uint32(p.Buf)) == n-1 {
+					send(n - 1)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if _, err := ctl.HandShake(perftest.Dest{}); err != nil {
+		return Result{}, err
+	}
+	r := latResult(o.Size, tposted, 2)
+	if math.IsNaN(r.Avg) {
+		return r, fmt.Errorf("raw UDP ping-pong: no figures")
+	}
+	return r, nil
+}

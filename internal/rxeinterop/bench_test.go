@@ -1,0 +1,257 @@
+package rxeinterop
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchIters is the iteration count of each perftest run: rdma_rxe under
+// emulation moves about 10 MB/s.
+const benchIters = 20
+
+// benchCase is one perftest program and its message size.
+type benchCase struct {
+	test string // write_bw, ...
+	size int
+	args string // extra flags for both sides
+}
+
+var benchCases = []benchCase{
+	{"write_bw", 16384, ""},
+	{"read_bw", 16384, ""},
+	{"send_bw", 4096, ""},
+	{"atomic_bw", 8, ""},
+	{"send_lat", 64, ""},
+}
+
+// perftestCmd is the guest's perftest command line; a client when server is
+// set.
+func (h *harness) perftestCmd(c benchCase, server string) string {
+	cmd := fmt.Sprintf("ib_%s -d rxe0 -x %d -F -n %d", c.test, h.gidx, benchIters)
+	if c.test != "atomic_bw" {
+		cmd += fmt.Sprintf(" -s %d", c.size)
+	}
+	if server != "" {
+		cmd += " " + server
+	}
+	return cmd
+}
+
+// benchArgs is the goroce bench command line; a client when server is set.
+func (h *harness) benchArgs(c benchCase, server string) []string {
+	a := []string{h.bin, "bench", c.test, "--addr", hostIP, "-n", strconv.Itoa(benchIters), "--timeout", "100s"}
+	if c.test != "atomic_bw" {
+		a = append(a, "-s", strconv.Itoa(c.size))
+	}
+	if server != "" {
+		a = append(a, server)
+	}
+	return a
+}
+
+// TestBenchRxe runs goroce bench against perftest 4.5 (ib_write_bw,
+// ib_read_bw, ib_send_bw, ib_atomic_bw, ib_send_lat) on rdma_rxe, each
+// program as server and as client, and checks both sides' reports (the same
+// addresses seen from both ends, the right sizes and counts, sane figures,
+// and for WRITE, READ and atomics the server printing exactly the client's
+// report it received) and the capture of each run.
+//
+// One guest serves all ten runs: run-peer.sh boots it and runs the first
+// pair (ib_write_bw server, goroce client) and keeps it up; the other pairs
+// run as jobs on it.
+func TestBenchRxe(t *testing.T) {
+	h := newHarness(t)
+	first := benchCases[0]
+	h.startPeer("bench-"+first.test+"-rxe-server", h.perftestCmd(first, ""), shellJoin(h.benchArgs(first, guestIP)))
+	for _, c := range benchCases {
+		t.Run(c.test+"/rxe-server", func(t *testing.T) {
+			var r result
+			if c == first {
+				r = h.peerResult(t)
+			} else {
+				r = h.benchPair(t, "bench-"+c.test+"-rxe-server", h.perftestCmd(c, ""), h.benchArgs(c, guestIP), false)
+			}
+			h.checkBench(t, r, c, false)
+		})
+		t.Run(c.test+"/goroce-server", func(t *testing.T) {
+			r := h.benchPair(t, "bench-"+c.test+"-goroce-server", h.perftestCmd(c, hostIP), h.benchArgs(c, ""), true)
+			h.checkBench(t, r, c, true)
+		})
+	}
+}
+
+// benchPair runs one pair on the kept guest, as pair does, with goroce
+// bench: a goroce server is ready once it prints its "Waiting for client"
+// banner.
+func (h *harness) benchPair(t *testing.T, label, guestCmd string, host []string, hostServer bool) result {
+	if !h.kept {
+		t.Skip("no guest")
+	}
+	r := result{guestCmd: guestCmd, hostCmd: strings.Join(host, " "), pcap: h.build + "/captures/peer-" + label + ".pcap"}
+	stop := h.startCapture(t, r.pcap)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	hostOut := &syncBuffer{}
+	hostDone := make(chan error, 1)
+	startHost := func() {
+		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.ns}, host...)...)
+		cmd.Stdout, cmd.Stderr = hostOut, hostOut
+		if err := cmd.Start(); err != nil {
+			hostDone <- err
+			return
+		}
+		go func() { hostDone <- cmd.Wait() }()
+	}
+	if hostServer {
+		startHost()
+		for !strings.Contains(hostOut.String(), "Waiting for client to connect") {
+			select {
+			case err := <-hostDone:
+				t.Fatalf("goroce server ended (%v):\n%s", err, hostOut.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		h.guestJob(t, label, 110, guestCmd)
+	} else {
+		h.guestJob(t, label, 110, guestCmd)
+		listen := fmt.Sprintf(`while ! netstat -ltn 2>/dev/null | grep -q ":%d "; do sleep 0.2; done`, ppPort)
+		h.guestJob(t, label+"-listen", 60, listen)
+		if _, rc := h.waitJob(t, label+"-listen", 90*time.Second); rc != 0 {
+			out, _ := h.waitJob(t, label, time.Second)
+			t.Fatalf("the guest server does not listen on %d: %s", ppPort, out)
+		}
+		startHost()
+	}
+	r.guestOut, r.guestRC = h.waitJob(t, label, 140*time.Second)
+	select {
+	case r.hostErr = <-hostDone:
+	case <-ctx.Done():
+		r.hostErr = ctx.Err()
+	}
+	r.hostOut = hostOut.String()
+	stop()
+	return r
+}
+
+// perfReport is what a perftest program (or goroce bench) printed: its
+// address lines and its result rows.
+type perfReport struct {
+	local, remote string // the address lines after "local address: " / "remote address: "
+	lat           bool
+	rows          [][]string
+}
+
+var (
+	perfAddrRE  = regexp.MustCompile(`^ (local|remote) address: (LID .*)$`)
+	bwHeaderRE  = regexp.MustCompile(`^ #bytes\s+#iterations\s+BW peak\[MB/sec\]\s+BW average\[MB/sec\]\s+MsgRate\[Mpps\]`)
+	latHeaderRE = regexp.MustCompile(`^ #bytes #iterations\s+t_min\[usec\]\s+t_max\[usec\]\s+t_typical\[usec\]\s+t_avg\[usec\]\s+t_stdev\[usec\]\s+99% percentile\[usec\]\s+99.9% percentile\[usec\]`)
+)
+
+// parsePerf parses a perftest-style report.
+func parsePerf(out string) (perfReport, error) {
+	var p perfReport
+	in := false
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimRight(l, "\r")
+		switch {
+		case bwHeaderRE.MatchString(l) || latHeaderRE.MatchString(l):
+			in, p.lat = true, latHeaderRE.MatchString(l)
+		case in && strings.HasPrefix(l, "-----"):
+			in = false
+		case in:
+			if f := strings.Fields(l); len(f) > 0 {
+				p.rows = append(p.rows, f)
+			}
+		default:
+			if m := perfAddrRE.FindStringSubmatch(l); m != nil {
+				if m[1] == "local" {
+					p.local = m[2]
+				} else {
+					p.remote = m[2]
+				}
+			}
+		}
+	}
+	if len(p.rows) == 0 || p.local == "" || p.remote == "" {
+		return p, fmt.Errorf("no address lines or no result rows in:\n%s", out)
+	}
+	return p, nil
+}
+
+// checkBench judges a bench pair: exit statuses, both reports, the capture.
+func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer bool) {
+	t.Logf("guest (rc=%d): %s\n%s", r.guestRC, r.guestCmd, r.guestOut)
+	t.Logf("host (%v): %s\n%s", r.hostErr, r.hostCmd, r.hostOut)
+	if r.guestRC != 0 || r.hostErr != nil {
+		t.Errorf("guest exit %d, host %v", r.guestRC, r.hostErr)
+	}
+	g, gerr := parsePerf(r.guestOut)
+	o, oerr := parsePerf(r.hostOut)
+	if gerr != nil || oerr != nil {
+		t.Fatalf("reports: perftest: %v; goroce: %v", gerr, oerr)
+	}
+	// The same QPs seen from both ends: perftest prints its own address and
+	// the one it read, goroce the same in perftest's format.
+	if g.local != o.remote || o.local != g.remote {
+		t.Errorf("the sides disagree on the addresses:\nperftest local  %s\ngoroce remote   %s\ngoroce local    %s\nperftest remote %s", g.local, o.remote, o.local, g.remote)
+	}
+	lat := strings.HasSuffix(c.test, "_lat")
+	for _, x := range []struct {
+		name string
+		p    perfReport
+	}{{"perftest", g}, {"goroce", o}} {
+		if x.p.lat != lat || len(x.p.rows) != 1 {
+			t.Errorf("%s: %d rows (latency table %v)", x.name, len(x.p.rows), x.p.lat)
+			continue
+		}
+		row := x.p.rows[0]
+		want := 5
+		if lat {
+			want = 9
+		}
+		if len(row) != want || row[0] != strconv.Itoa(c.size) || row[1] != strconv.Itoa(benchIters) {
+			t.Errorf("%s: row %q: want %d columns, %d bytes, %d iterations", x.name, row, want, c.size, benchIters)
+			continue
+		}
+		for i, v := range row[2:] {
+			// Zero may be: a latency's standard deviation, and the peak of
+			// ib_send_bw's server, which it does not compute for short runs.
+			zeroOK := lat && i == 4 || !lat && i == 0 && x.name == "perftest" && c.test == "send_bw" && !goroceServer
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || f == 0 && !zeroOK {
+				t.Errorf("%s: column %d of %q is not a positive number", x.name, i+3, row)
+			}
+		}
+	}
+	// WRITE, READ and atomics: the server prints the report the client sent
+	// it (xchg_bw_reports), so both rows are the same.
+	if !lat && c.test != "send_bw" && len(g.rows) == 1 && len(o.rows) == 1 && strings.Join(g.rows[0], " ") != strings.Join(o.rows[0], " ") {
+		t.Errorf("the server's row %q is not the client's %q", g.rows[0], o.rows[0])
+	}
+	h.checkCapture(t, r.pcap)
+}
+
+func TestParsePerf(t *testing.T) {
+	out := ` local address: LID 0000 QPN 0x0011 PSN 0x491738 RKey 0x000275 VAddr 0x0055bc2e6ea000
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:99:00:03
+ remote address: LID 0000 QPN 0x0011 PSN 0x908e5c RKey 0x0002cb VAddr 0x0055bf0e353000
+ GID: 00:00:00:00:00:00:00:00:00:00:255:255:10:99:00:02
+---------------------------------------------------------------------------------------
+ #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 16384      20               8.76               6.17   		   0.000395
+---------------------------------------------------------------------------------------
+`
+	p, err := parsePerf(out)
+	if err != nil || p.lat || len(p.rows) != 1 || p.rows[0][3] != "6.17" || p.remote != "LID 0000 QPN 0x0011 PSN 0x908e5c RKey 0x0002cb VAddr 0x0055bf0e353000" {
+		t.Fatalf("%+v, %v", p, err)
+	}
+	if _, err := parsePerf(" Couldn't connect to 10.99.0.1:18515\n"); err == nil {
+		t.Fatal("a failed run parsed")
+	}
+}
