@@ -100,7 +100,10 @@ func (o Options) withDefaults() Options {
 		o.Frames = DefaultFrames
 	}
 	if o.RxFrames == 0 {
-		o.RxFrames = o.Frames / 2
+		// Transmit frames go back to the free list as soon as a send
+		// completes (in copy mode within the sendto), so a few batches'
+		// worth do; every other frame absorbs receive bursts.
+		o.RxFrames = o.Frames - max(o.Frames/8, min(2*o.Batch, o.Frames/2))
 	}
 	if o.FrameSize == 0 {
 		o.FrameSize = DefaultFrameSize
@@ -121,10 +124,10 @@ func (o Options) withDefaults() Options {
 
 func (o Options) check() error {
 	switch {
-	case !isPow2(o.Frames) || o.Frames < 8:
-		return fmt.Errorf("packetio/afxdp: Frames %d: want a power of two, at least 8", o.Frames)
-	case !isPow2(o.RxFrames) || o.RxFrames >= o.Frames || !isPow2(o.Frames-o.RxFrames):
-		return fmt.Errorf("packetio/afxdp: RxFrames %d of %d: want a power of two whose complement is one too", o.RxFrames, o.Frames)
+	case o.Frames < 8 || o.Frames > 1<<20:
+		return fmt.Errorf("packetio/afxdp: Frames %d: want 8 to %d", o.Frames, 1<<20)
+	case o.RxFrames <= 0 || o.RxFrames >= o.Frames:
+		return fmt.Errorf("packetio/afxdp: RxFrames %d of %d frames: want some of them, not all", o.RxFrames, o.Frames)
 	case !isPow2(o.FrameSize) || o.FrameSize < 2048 || o.FrameSize > os.Getpagesize():
 		return fmt.Errorf("packetio/afxdp: FrameSize %d: want a power of two from 2048 to the page size (%d)", o.FrameSize, os.Getpagesize())
 	case o.FrameSize-o.Headroom-unix.XDP_PACKET_HEADROOM < hdrLen+wire.BTHLen+wire.ICRCLen:

@@ -41,14 +41,18 @@
 //
 // # Frames and rings
 //
-// Half the frames (Options.RxFrames) receive: they are all in the fill ring
-// at the start, and the frames of the packets a Receive returns go back to
-// it, in one batch, at the next Receive, so the kernel always has a frame
-// for every packet it may deliver. When Receive finds that the kernel had
-// taken every frame (the fill ring was empty) it counts it
-// (XDPStats.FillEmptySeen), beside the kernel's own rx_fill_ring_empty_descs.
-// The other half transmit: TxBatch lends frames, Transmit puts them on the
-// TX ring and the completion ring gives them back.
+// Most frames (Options.RxFrames, 1792 of the default 2048) receive: they
+// are all in the fill ring at the start, and the frames of the packets a
+// Receive returns go back to it, in one batch, at the next Receive, so the
+// kernel has a frame for every packet it may deliver until more than
+// RxFrames arrive between two Receives. When Receive finds that the kernel
+// had taken every frame (the fill ring was empty) it counts it
+// (XDPStats.FillEmptySeen), beside the kernel's own count of packets that
+// found no frame (rx_fill_ring_empty_descs, RxDropped). The other frames
+// transmit: TxBatch lends them, Transmit puts them on the TX ring and the
+// completion ring gives them back (in copy mode before the sendto that
+// kicked the kernel returns). Ring sizes are the powers of two that hold
+// every frame.
 //
 // A received frame's data starts Headroom + XDP_PACKET_HEADROOM (256) bytes
 // into its frame: the kernel adds its own headroom to the UMEM's, so a 2 KiB

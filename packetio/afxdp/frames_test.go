@@ -283,15 +283,19 @@ func TestListenErrors(t *testing.T) {
 	for _, c := range []struct {
 		addr string
 		o    afxdp.Options
+		want string
 	}{
-		{"::1", afxdp.Options{}},
-		{"0.0.0.0", afxdp.Options{}},
-		{"127.0.0.1", afxdp.Options{Frames: 1000}},
-		{"127.0.0.1", afxdp.Options{FrameSize: 1024}},
-		{"127.0.0.1", afxdp.Options{Frames: 64, RxFrames: 48}},
-		{"127.0.0.1", afxdp.Options{Headroom: 1900}},
-		{"127.0.0.1", afxdp.Options{Batch: 2048}},
-		{"127.0.0.1", afxdp.Options{Attach: "bogus"}},
+		{"::1", afxdp.Options{}, "IPv4"},
+		{"0.0.0.0", afxdp.Options{}, "IPv4"},
+		{"127.0.0.1", afxdp.Options{Frames: 4}, "Frames 4"},
+		{"127.0.0.1", afxdp.Options{FrameSize: 1024}, "FrameSize 1024"},
+		{"127.0.0.1", afxdp.Options{FrameSize: 3000}, "FrameSize 3000"},
+		{"127.0.0.1", afxdp.Options{Frames: 64, RxFrames: 64}, "RxFrames 64"},
+		{"127.0.0.1", afxdp.Options{Headroom: 1900}, "Headroom 1900"},
+		{"127.0.0.1", afxdp.Options{Batch: 2048}, "Batch 2048"},
+		{"127.0.0.1", afxdp.Options{Attach: "bogus"}, "attach mode"},
+		{"127.0.0.1", afxdp.Options{Copy: "bogus"}, "copy mode"},
+		{"127.0.0.1", afxdp.Options{}, "not an Ethernet interface"},
 	} {
 		c2, err := afxdp.Listen(netip.MustParseAddr(c.addr), c.o)
 		if err == nil {
@@ -299,7 +303,9 @@ func TestListenErrors(t *testing.T) {
 			t.Errorf("Listen(%s, %+v) succeeded", c.addr, c.o)
 			continue
 		}
-		t.Logf("Listen(%s): %v", c.addr, err)
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Listen(%s, %+v): %v; want an error about %q", c.addr, c.o, err, c.want)
+		}
 	}
 }
 

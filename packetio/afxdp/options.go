@@ -61,11 +61,13 @@ type Options struct {
 	// packetio.DefaultMaxPacket, lowered to what the interface MTU and the
 	// frame size allow.
 	MaxPacket int
-	// Frames is the number of UMEM frames (a power of two, at least 8):
-	// RxFrames of them are for receiving (kept in the fill ring), the rest
-	// for transmitting. Default DefaultFrames.
+	// Frames is the number of UMEM frames (at least 8): RxFrames of them
+	// are for receiving (kept in the fill ring), the rest for
+	// transmitting. Default DefaultFrames.
 	Frames int
-	// RxFrames is how many frames receive. Default Frames/2.
+	// RxFrames is how many frames receive. Default: all but a transmit
+	// share of Frames/8, or twice Batch when that is more (up to half
+	// the frames): 1792 of the default 2048.
 	RxFrames int
 	// FrameSize is the UMEM frame (chunk) size: a power of two from 2048
 	// to the page size (aligned chunk mode). Default DefaultFrameSize.

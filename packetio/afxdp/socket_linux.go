@@ -39,6 +39,15 @@ func (g geometry) txFrames() int { return g.frames - g.rxFrames }
 
 func isPow2(n int) bool { return n > 0 && n&(n-1) == 0 }
 
+// nextPow2 returns the least power of two not below n (n > 0).
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
 // openSocket creates a socket, its UMEM and rings, and binds it to queue of
 // ifindex with bind flags (XDP_ZEROCOPY or XDP_COPY; XDP_USE_NEED_WAKEUP is
 // added). The fill ring is filled with every receive frame.
@@ -74,7 +83,9 @@ func openSocket(ifindex, queue int, g geometry, bindFlags uint16) (_ *socket, er
 	if err = setUmemReg(fd, &reg); err != nil {
 		return nil, sysErr("setsockopt XDP_UMEM_REG", err)
 	}
-	rxN, txN := g.rxFrames, g.txFrames()
+	// Each ring has room for every frame that may be in it; ring sizes are
+	// powers of two.
+	rxN, txN := nextPow2(g.rxFrames), nextPow2(g.txFrames())
 	for _, r := range []struct {
 		name string
 		opt  int
@@ -121,7 +132,7 @@ func openSocket(ifindex, queue int, g geometry, bindFlags uint16) (_ *socket, er
 
 	// Every receive frame goes to the fill ring before binding, so that
 	// the kernel has frames from the first packet on.
-	start, got := s.fill.Reserve(uint32(rxN))
+	start, got := s.fill.Reserve(uint32(g.rxFrames))
 	for i := range got {
 		s.fill.Set(start+i, uint64(int(i)*g.frameSize))
 	}
