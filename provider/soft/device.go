@@ -251,7 +251,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 func (d *Device) kick() {
 	if !d.opts.NoInline && d.io.TryLock() {
 		d.mu.Lock()
-		d.flush(d.now())
+		d.flushBatches(d.now(), 1) // bounded: a large post does not make a long PostSend
 		d.mu.Unlock()
 		d.io.Unlock()
 	}
@@ -282,10 +282,15 @@ func (d *Device) pollInline() bool {
 	return true
 }
 
-// flush sends everything the engine has to send now. Called with d.mu held.
-func (d *Device) flush(now int64) int {
+// flush sends everything the engine has to send now. Called with io and mu
+// held.
+func (d *Device) flush(now int64) int { return d.flushBatches(now, -1) }
+
+// flushBatches sends what the engine has to send now, in at most max
+// batches (no limit when batches < 0). Called with io and mu held.
+func (d *Device) flushBatches(now int64, batches int) int {
 	total := 0
-	for {
+	for ; batches != 0; batches-- {
 		batch := d.conn.TxBatch(d.opts.Batch)
 		k := 0
 		for k < len(batch) {
@@ -305,4 +310,5 @@ func (d *Device) flush(now int64) int {
 			return total
 		}
 	}
+	return total
 }

@@ -159,7 +159,9 @@ func e2eSetup(t *testing.T, pmtu verbs.MTU, vethMTU int, dir string) *e2eEnv {
 		ca.Close()
 		t.Fatal(err)
 	}
-	env.a, err = New(Options{Name: "nsa", Conn: tee.New(ca, env.capture)})
+	// A never sends inline from PostSend, so that hold runs on its driver
+	// goroutine and not on the test's, which it would block.
+	env.a, err = New(Options{Name: "nsa", Conn: tee.New(ca, env.capture), NoInline: true})
 	if err != nil {
 		ca.Close()
 		cb.Close()
