@@ -92,6 +92,8 @@ type Engine struct {
 	// overran lists the CQs that overran and are not yet reported.
 	overran []*CQ
 	now     int64 // the time of the current Input, Output or Tick call
+	txFlows flowCache
+	rxFlows flowCache
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -153,8 +155,15 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 		return
 	}
 	if !e.cfg.SkipICRC {
-		fl := wire.Flow{Src: from.Unmap(), Dst: e.cfg.Local, SrcPort: fromPort}
-		if _, _, cerr := fl.CheckDatagramICRC(b); cerr != nil {
+		var cerr error
+		from = from.Unmap()
+		if c := e.rxFlows.get(from, e.cfg.Local, fromPort); c != nil {
+			_, _, cerr = c.Check(b)
+		} else {
+			fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
+			_, _, cerr = fl.CheckDatagramICRC(b)
+		}
+		if cerr != nil {
 			if errors.Is(cerr, wire.ErrICRC) {
 				e.stats.ICRCDrops++
 			} else {
@@ -267,8 +276,7 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	if err != nil {
 		return 0
 	}
-	fl := wire.Flow{Src: e.cfg.Local, Dst: dst, SrcPort: sport}
-	if fl.SetDatagramICRC(out) != nil {
+	if c := e.txFlows.get(e.cfg.Local, dst, sport); c == nil || c.Set(out) != nil {
 		return 0
 	}
 	return len(out)

@@ -153,13 +153,19 @@ func checkUnknownID(h *[IPv4UDPLen]byte, pkt []byte) (id uint16, df bool, err er
 	if err != nil {
 		return 0, false, err
 	}
-	d := c0 ^ binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:])
+	return recoverID(c0^binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]), len(pkt))
+}
+
+// recoverID finds the Identification and DF bit that explain the difference
+// d between the ICRC computed with Identification 0 and DF set and the one
+// received on a transport packet of n bytes, or returns ErrICRC.
+func recoverID(d uint32, n int) (id uint16, df bool, err error) {
 	if d == 0 {
 		return 0, true, nil
 	}
 	// Bytes after the flags byte: the rest of the IPv4 header, UDP, and the
 	// transport packet without its ICRC.
-	k := IPv4Len - 7 + UDPLen + len(pkt) - ICRCLen
+	k := IPv4Len - 7 + UDPLen + n - ICRCLen
 	t := recoverTables()
 	if k > maxRecoverK {
 		return 0, false, ErrICRC

@@ -1,0 +1,122 @@
+package wire
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"net/netip"
+)
+
+// FlowICRC computes and checks the ICRC of datagrams of one IPv4 flow (the
+// addresses and ports of Flow), as Flow.SetDatagramICRC and
+// CheckDatagramICRC do, faster: the masked IPv4 and UDP headers are the
+// same in every datagram of the flow but for the two length fields, and a
+// CRC is affine, so the CRC register after the headers is computed once per
+// flow with both lengths zero, and each datagram's lengths are added in with
+// four table lookups (the register change each length byte makes, carried
+// through the header bytes after it). Over IPv6 it falls back to the Flow
+// methods. The zero value is not usable: build one with NewFlowICRC.
+type FlowICRC struct {
+	fl   Flow
+	v4   bool
+	base uint32 // raw CRC register after 0xFF x 8 and the masked headers, lengths 0, ID 0, DF
+}
+
+// NewFlowICRC prepares the ICRC of the flow's datagrams (sent from an
+// unconnected IP_PMTUDISC_DO socket: Identification 0, DF set).
+func NewFlowICRC(fl Flow) (FlowICRC, error) {
+	c := FlowICRC{fl: fl}
+	var h [IPv4UDPLen]byte
+	ok, err := fl.pseudoIPv4(&h, 0)
+	if err != nil {
+		return c, err
+	}
+	if !ok {
+		return c, nil
+	}
+	c.v4 = true
+	clear(h[2:4])   // IPv4 total length
+	clear(h[24:26]) // UDP length
+	le := binary.LittleEndian
+	r := ^crcAfterLRH
+	r = crc16(r, le.Uint64(h[:])|maskIPv4Word0, le.Uint64(h[8:])|maskIPv4Word1)
+	r = crc8(r, le.Uint64(h[16:]))
+	r = crc4(r, le.Uint32(h[24:])|maskUDPCsumLo)
+	c.base = r
+	return c, nil
+}
+
+// Flow returns the flow.
+func (c *FlowICRC) Flow() Flow { return c.fl }
+
+// Is reports whether the flow has these addresses and ports (DstPort 0
+// meaning RoCEv2Port, as in Flow).
+func (c *FlowICRC) Is(src, dst netip.Addr, srcPort, dstPort uint16) bool {
+	return c.fl.SrcPort == srcPort && c.fl.dstPort() == dstPort && c.fl.Src == src && c.fl.Dst == dst
+}
+
+// lenTables[i][b] is the CRC register change, after the 28 bytes of the
+// IPv4 and UDP headers, made by byte b at header offset 2, 3, 24 and 25:
+// the two bytes of the IPv4 total length and of the UDP length.
+var lenTables = func() (t [4][256]uint32) {
+	var deep [26][256]uint32
+	deep[0] = *crc32.IEEETable
+	for j := 1; j < len(deep); j++ {
+		for i := range 256 {
+			c := deep[j-1][i]
+			deep[j][i] = deep[0][c&0xFF] ^ c>>8
+		}
+	}
+	for i, off := range [4]int{2, 3, 24, 25} {
+		t[i] = deep[IPv4UDPLen-1-off]
+	}
+	return t
+}()
+
+// register returns the raw CRC register after the masked headers and the BTH
+// of pkt.
+func (c *FlowICRC) register(pkt []byte) uint32 {
+	ip, udp := IPv4UDPLen+len(pkt), UDPLen+len(pkt)
+	t := &lenTables
+	r := c.base ^ t[0][ip>>8&0xFF] ^ t[1][ip&0xFF] ^ t[2][udp>>8&0xFF] ^ t[3][udp&0xFF]
+	le := binary.LittleEndian
+	r = crc8(r, le.Uint64(pkt)|maskBTHWord1<<32)
+	return crc4(r, le.Uint32(pkt[8:]))
+}
+
+// compute returns the ICRC of pkt over IPv4.
+func (c *FlowICRC) compute(pkt []byte) (uint32, error) {
+	if len(pkt) < MinPacketLen {
+		return 0, ErrTruncatedICRC
+	}
+	if IPv4UDPLen+len(pkt) > 0xFFFF {
+		return 0, ErrBuildTooLong
+	}
+	return crc32.Update(^c.register(pkt), crc32.IEEETable, pkt[BTHLen:len(pkt)-ICRCLen]), nil
+}
+
+// Set writes the ICRC of pkt into its last four bytes, as
+// Flow.SetDatagramICRC.
+func (c *FlowICRC) Set(pkt []byte) error {
+	if !c.v4 {
+		return c.fl.SetDatagramICRC(pkt)
+	}
+	crc, err := c.compute(pkt)
+	if err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], crc)
+	return nil
+}
+
+// Check verifies the ICRC of pkt received on the flow (Src the sender), as
+// Flow.CheckDatagramICRC.
+func (c *FlowICRC) Check(pkt []byte) (id uint16, df bool, err error) {
+	if !c.v4 {
+		return c.fl.CheckDatagramICRC(pkt)
+	}
+	crc, err := c.compute(pkt)
+	if err != nil {
+		return 0, false, err
+	}
+	return recoverID(crc^binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]), len(pkt))
+}
