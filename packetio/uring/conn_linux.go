@@ -48,7 +48,7 @@ const (
 // fallbacks on kernels that have everything.
 type disable struct {
 	multishot bool        // use batched single-shot RECVMSG
-	mode      taskrunMode // task-run mode when not SingleIssuer
+	mode      taskrunMode // task-run mode unless Options say otherwise
 }
 
 // Conn is a UDP socket for RoCEv2 over IPv4 driven through io_uring. It
@@ -156,7 +156,7 @@ func (f Features) String() string {
 // IPv4-mapped). Without a usable io_uring it returns an error matching
 // ErrUnavailable and packetio.ErrNotSupported.
 func Listen(local netip.Addr, opts Options) (*Conn, error) {
-	return listen(local, opts, disable{mode: taskrunCoop})
+	return listen(local, opts, disable{})
 }
 
 func listen(local netip.Addr, opts Options, dis disable) (*Conn, error) {
@@ -182,6 +182,9 @@ func listen(local netip.Addr, opts Options, dis disable) (*Conn, error) {
 
 func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 	mode := dis.mode
+	if o.CoopTaskrun {
+		mode = taskrunCoop
+	}
 	if o.SingleIssuer {
 		mode = taskrunDefer
 	}

@@ -53,18 +53,15 @@
 // # Threads
 //
 // The kernel completes socket requests with task work run by the thread
-// that submitted them, and Go moves goroutines between threads. The ring is
-// therefore set up for any thread to submit and reap, with
-// IORING_SETUP_COOP_TASKRUN (Linux 5.19) where the kernel has it: the
-// kernel does not interrupt the arming thread for each datagram but runs
-// the work at that thread's next kernel entry, which is the io_uring_enter
-// of the next Receive or Transmit when the driver goroutine stays on its
-// thread (it does while it waits in io_uring_enter); a sleeping thread is
-// woken at once. This batches receive work and measured faster than
-// interrupting (see the benchmarks). The cost: when the driver goroutine
-// has moved to another thread and the arming thread runs other Go code
-// without entering the kernel, receives wait for its next system call,
-// interrupt or scheduler tick.
+// that submitted them, and Go moves goroutines between threads;
+// provider/soft even calls Receive and Transmit from the goroutines that
+// post and poll. The ring is therefore set up for any thread to submit and
+// reap, and the kernel interrupts the thread that armed the multishot
+// receive as soon as a datagram arrives, wherever that thread is, so that
+// the completion is posted at once. Options.CoopTaskrun
+// (IORING_SETUP_COOP_TASKRUN) drops the interruption and lets the work wait
+// for that thread's next kernel entry: it batches receive work for a driver
+// that stays on one thread, and delays receives when callers move.
 //
 // With Options.SingleIssuer the caller promises one OS thread
 // (runtime.LockOSThread) and the ring uses IORING_SETUP_SINGLE_ISSUER and
@@ -73,6 +70,18 @@
 // another thread then cannot cancel the outstanding receive; it closes the
 // ring and leaves the receive memory mapped rather than risk the kernel
 // writing into memory reused for something else.
+//
+// # Latency
+//
+// A Receive that finds nothing sleeps in io_uring_enter, and a datagram is
+// received by task work of the arming thread, so each message of a
+// request/response exchange wakes a sleeping thread. Package udp's
+// goroutines park in Go's netpoller instead, and the runtime runs the
+// woken goroutine on a thread that is already awake (on loopback, the
+// sender's), so a single-packet round trip between two waiting ends costs
+// less there. The io_uring path's strength is batches: a Receive that finds
+// completions in the ring makes no system call, and a Transmit makes one
+// per batch.
 //
 // # Registered buffers
 //
@@ -91,7 +100,7 @@
 // # Tests and benchmarks
 //
 // The tests run package packetiotest's contract suite on every receive
-// path (multishot, single-shot, without COOP_TASKRUN) over loopback
+// path (multishot, single-shot, with COOP_TASKRUN) over loopback
 // (127.0.7.x) and between two network namespaces over veth (10.79.7.0/24,
 // root only), the ring code on its own (full SQ, wrap-around, CQ overflow
 // backlog, buffer-ring tail), a stress run, the refusal of io_uring by a

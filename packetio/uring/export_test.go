@@ -7,12 +7,11 @@ import "net/netip"
 // ListenSingleshot opens a Conn that receives with batched single-shot
 // RECVMSGs even where the kernel has multishot receive (the fallback).
 func ListenSingleshot(local netip.Addr, opts Options) (*Conn, error) {
-	return listen(local, opts, disable{multishot: true, mode: taskrunCoop})
+	return listen(local, opts, disable{multishot: true})
 }
 
-// ListenNoCoop opens a Conn whose ring does not use
-// IORING_SETUP_COOP_TASKRUN: the kernel interrupts the arming thread for
-// each completion (for benchmarks against the default).
-func ListenNoCoop(local netip.Addr, opts Options) (*Conn, error) {
-	return listen(local, opts, disable{mode: taskrunNormal})
+// ListenCoop opens a Conn with Options.CoopTaskrun.
+func ListenCoop(local netip.Addr, opts Options) (*Conn, error) {
+	opts.CoopTaskrun = true
+	return Listen(local, opts)
 }

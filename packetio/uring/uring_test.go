@@ -66,7 +66,7 @@ var paths = []struct {
 }{
 	{"multishot", uring.Listen},
 	{"singleshot", uring.ListenSingleshot},
-	{"nocoop", uring.ListenNoCoop},
+	{"coop", uring.ListenCoop},
 }
 
 func TestConformance(t *testing.T) {
