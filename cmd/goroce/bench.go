@@ -196,7 +196,7 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 	var ucon *udp.Conn
 	if c.baseline {
 		// No device: the raw-UDP baseline uses the packet path alone.
-		addr, _, err := c.soft.resolve()
+		addr, ifMTU, err := c.soft.resolve()
 		if err != nil {
 			return err
 		}
@@ -204,6 +204,9 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 			return err
 		}
 		defer ucon.Close()
+		if c.opts.MTU == 0 {
+			c.opts.MTU = portMTU(ifMTU) // the path MTU a soft device there would use
+		}
 	} else if hw, ok := openHW(c.devName); ok {
 		dev = hw // a libibverbs device (-tags ibverbs)
 	} else {

@@ -19,9 +19,11 @@ import (
 // 4791), without the RoCE transport. A message of a bandwidth test is the
 // datagrams its RoCE packets would be (one per path-MTU chunk, each with the
 // BTH and ICRC, and a RETH on the first of a WRITE or READ), sent with a
-// window of TxDepth messages that the receiver opens with a small ACK
-// datagram every baseAckEvery datagrams, as RoCE's coalesced ACKs do; READ
-// runs the stream the other way. A latency test is a ping-pong of one
+// window of TxDepth messages (at most 512 datagrams, as the engine's) that
+// the receiver opens with a small ACK datagram per message (at least every
+// baseAckEvery datagrams), as RoCE's ACKs do; READ runs the stream the other
+// way. Both sides poll for 50 µs after the last datagram and then sleep in
+// Receive, as the soft device's driver does. A latency test is a ping-pong of one
 // datagram each way. The TCP connection carries only the start and the
 // receiver's count and time.
 
@@ -30,6 +32,9 @@ const (
 	baseAckLen   = 16 // an ACK datagram: BTH, AETH (as RoCE's)
 	baseSilence  = 300 * time.Millisecond
 	baseRetry    = 100 * time.Millisecond
+	baseWindow   = 512
+	baseSpin     = 50 * time.Microsecond // as soft.Options.Spin's default
+	baseBlock    = 5 * time.Millisecond
 )
 
 // baseSizes returns the datagram sizes of one message of size bytes.
@@ -50,8 +55,9 @@ func baseSizes(t Test, size, mtu int) []int {
 }
 
 // Baseline runs one side of the raw-UDP equivalent of o.Test on conn, with
-// peer the other side's address, and conn2 the control connection (as
-// for Run). Only the client reports a result; for a bandwidth test it holds
+// peer the other side's address, and ctl the control connection (as for
+// Run). The datagrams follow o.MTU (default 1024), the smaller of the two
+// sides'. Only the client reports a result; for a bandwidth test it holds
 // the average (there is no peak: 0).
 func Baseline(ctx context.Context, conn packetio.Conn, peer netip.Addr, ctl *perftest.Conn, o Options) (Result, error) {
 	if err := o.normalize(); err != nil {
@@ -67,13 +73,7 @@ func Baseline(ctx context.Context, conn packetio.Conn, peer netip.Addr, ctl *per
 	}
 	mtu := o.MTU
 	if mtu == 0 {
-		mtu = verbs.MTUFromBytes(1024)
-		for m := verbs.MTU4096; m >= verbs.MTU256; m-- {
-			if m.Bytes()+12+16+4 <= conn.MaxPacket() {
-				mtu = m
-				break
-			}
-		}
+		mtu = verbs.MTU1024 // what a 1500-byte Ethernet carries
 	}
 	mtu, err := ctl.ExchangeMTU(mtu)
 	if err != nil {
@@ -92,11 +92,15 @@ func Baseline(ctx context.Context, conn packetio.Conn, peer netip.Addr, ctl *per
 	var got int
 	var el time.Duration
 	if sender {
-		if err := b.send(sizes, o.Iters, o.TxDepth*len(sizes)); err != nil {
+		// The engine keeps at most 512 packets of a QP unacknowledged
+		// (engine.Config.Window's default): so does the baseline.
+		if err := b.send(sizes, o.Iters, min(o.TxDepth*len(sizes), baseWindow)); err != nil {
 			return Result{}, err
 		}
 	} else {
-		got, el, err = b.receive(total)
+		// An ACK per message, as RoCE asks for one on a message's last
+		// packet, but at least every baseAckEvery datagrams.
+		got, el, err = b.receive(total, max(baseAckEvery, len(sizes)))
 		if err != nil {
 			return Result{}, err
 		}
@@ -134,14 +138,16 @@ type baseline struct {
 }
 
 // send sends msgs messages of the datagram sizes, at most window datagrams
-// ahead of what the receiver acknowledged.
+// ahead of what the receiver acknowledged. It gives up (the receiver's
+// count then tells the loss) when no acknowledgement comes for baseSilence.
 func (b *baseline) send(sizes []int, msgs, window int) error {
 	total := msgs * len(sizes)
 	window = max(window, baseAckEvery*2)
 	sent, acked, si := 0, 0, 0
 	lastProgress := time.Now()
 	for acked < total {
-		if k := min(32, total-sent, window-(sent-acked)); k > 0 {
+		k := min(32, total-sent, window-(sent-acked))
+		if k > 0 {
 			pkts := b.conn.TxBatch(k)
 			for i := range pkts {
 				pkts[i].Buf = pkts[i].Buf[:sizes[si]]
@@ -157,7 +163,12 @@ func (b *baseline) send(sizes []int, msgs, window int) error {
 			}
 			sent += n
 		}
-		pk, err := b.conn.Receive(b.past)
+		// Nothing more to send: sleep in Receive until an ACK comes.
+		deadline := b.past
+		if k <= 0 {
+			deadline = time.Now().Add(baseBlock)
+		}
+		pk, err := b.conn.Receive(deadline)
 		if err != nil {
 			return err
 		}
@@ -168,23 +179,20 @@ func (b *baseline) send(sizes []int, msgs, window int) error {
 				}
 			}
 		}
-		if len(pk) == 0 {
-			if time.Since(lastProgress) > baseSilence && sent == total {
-				return nil // datagrams were lost: the receiver's count says how many
-			}
-			if err := b.ctx.Err(); err != nil {
-				return err
-			}
-			runtime.Gosched()
+		if time.Since(lastProgress) > baseSilence {
+			return nil // datagrams or ACKs were lost: the receiver's count says how many
+		}
+		if err := b.ctx.Err(); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 // receive counts datagrams until total arrived or the sender fell silent,
-// acknowledging every baseAckEvery; it returns the count and the time from
+// acknowledging every ackEvery; it returns the count and the time from
 // the first to the last.
-func (b *baseline) receive(total int) (int, time.Duration, error) {
+func (b *baseline) receive(total, ackEvery int) (int, time.Duration, error) {
 	got, acked := 0, 0
 	var first, last time.Time
 	ack := func() error {
@@ -201,7 +209,13 @@ func (b *baseline) receive(total int) (int, time.Duration, error) {
 	}
 	idleSince := time.Now()
 	for got < total {
-		pk, err := b.conn.Receive(b.past)
+		// Poll for a while after the last datagram, then sleep in Receive,
+		// as the soft device's driver does.
+		deadline := b.past
+		if time.Since(idleSince) > baseSpin {
+			deadline = time.Now().Add(baseBlock)
+		}
+		pk, err := b.conn.Receive(deadline)
 		if err != nil {
 			return got, 0, err
 		}
@@ -227,7 +241,7 @@ func (b *baseline) receive(total int) (int, time.Duration, error) {
 			got++
 			last = now
 		}
-		if got-acked >= baseAckEvery || got == total {
+		if got-acked >= ackEvery || got == total {
 			if err := ack(); err != nil {
 				return got, 0, err
 			}
@@ -261,7 +275,11 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 	wait := func(want int, retry func() error) error {
 		since := time.Now()
 		for {
-			pk, err := b.conn.Receive(b.past)
+			deadline := b.past
+			if time.Since(since) > baseSpin {
+				deadline = time.Now().Add(baseBlock)
+			}
+			pk, err := b.conn.Receive(deadline)
 			if err != nil {
 				return err
 			}
@@ -313,7 +331,7 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 				return Result{}, err
 			default:
 			}
-			pk, err := b.conn.Receive(b.past)
+			pk, err := b.conn.Receive(time.Now().Add(baseBlock))
 			if err != nil {
 				return Result{}, err
 			}
@@ -322,7 +340,6 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 					send(n - 1)
 				}
 			}
-			time.Sleep(time.Millisecond)
 		}
 	}
 	if _, err := ctl.HandShake(perftest.Dest{}); err != nil {
