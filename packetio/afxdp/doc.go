@@ -25,7 +25,9 @@
 //     (MAP_POPULATE) and locked (mlock), and its fill, completion, RX and TX
 //     rings mapped from the socket at the offsets XDP_MMAP_OFFSETS reports.
 //     It binds zero-copy first and falls back to copy mode
-//     (Options.Copy); XDP_USE_NEED_WAKEUP is always asked for.
+//     (Options.Copy); XDP_USE_NEED_WAKEUP is always asked for. Receive
+//     reads the RX rings of every queue (round robin); Transmit uses the
+//     first queue's socket.
 //
 // Mode reports what is in use, such as "native/copy" (veth) or
 // "native/zerocopy" (a NIC whose driver supports it).
