@@ -26,6 +26,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	reorder := fs.Float64("reorder", 0, "hold back this fraction of packets behind later ones")
 	corrupt := fs.Float64("corrupt", 0, "flip a bit in this fraction of packets")
 	seed := fs.Uint64("seed", 1, "seed of the fault generator")
+	path := fs.String("path", "auto", "packet path: udp, uring, afxdp or auto (the fastest that works on these addresses)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce demo [flags]\n\nTwo soft RDMA devices in this process, on two loopback addresses, perform\nSEND/RECV, RDMA WRITE, RDMA READ, compare-swap, fetch-add, WRITE WITH\nIMMEDIATE and a deliberate error; each with its packets and completions.\n\nflags:")
 		fs.PrintDefaults()
@@ -36,7 +37,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	o := demo.Options{Out: stdout, Size: *size, Port: *port, Pcap: *pcap, MTU: verbs.MTUFromBytes(*mtu),
+	o := demo.Options{Out: stdout, Size: *size, Port: *port, Pcap: *pcap, MTU: verbs.MTUFromBytes(*mtu), Path: *path,
 		Faults: fault.Options{Seed: *seed, Drop: *loss, Duplicate: *dup, Reorder: *reorder, Corrupt: *corrupt}}
 	var err error
 	if o.A, err = netip.ParseAddr(*a); err != nil {

@@ -19,8 +19,8 @@ import (
 	"github.com/goroce/goroce/capture"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/fault"
+	"github.com/goroce/goroce/packetio/paths"
 	"github.com/goroce/goroce/packetio/tee"
-	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -34,8 +34,11 @@ type Options struct {
 	Size    int        // message size (default 2500: three packets at MTU 1024)
 	Pcap    string     // if set, write every packet to this pcap file
 	Out     io.Writer
-	NewConn func(local netip.Addr) (packetio.Conn, error) // default: a UDP socket
-	Timeout time.Duration                                 // per step (default 5 s)
+	NewConn func(local netip.Addr) (packetio.Conn, error) // default: the packet path Path names
+	// Path is the packet path when NewConn is nil: udp, uring, afxdp or
+	// auto (package packetio/paths; default auto).
+	Path    string
+	Timeout time.Duration // per step (default 5 s)
 	// Faults to inject into every packet sent (both devices): see
 	// packetio/fault. Zero: none.
 	Faults fault.Options
@@ -71,6 +74,7 @@ type demo struct {
 	steps  int
 	fails  int
 	faults []*fault.Conn
+	paths  []string // the packet path of each device, when Options.Path chose it
 }
 
 // Run runs the demo and returns an error if any step did not end as it
@@ -94,12 +98,16 @@ func Run(o Options) error {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
 	}
+	d := &demo{o: o, w: o.Out, dec: capture.Decoder{PMTU: o.MTU.Bytes()}}
 	if o.NewConn == nil {
-		o.NewConn = func(local netip.Addr) (packetio.Conn, error) {
-			return udp.Listen(local, udp.Options{Port: o.Port})
+		d.o.NewConn = func(local netip.Addr) (packetio.Conn, error) {
+			c, ch, err := paths.Open(local, o.Path, paths.Options{Port: o.Port})
+			if err == nil {
+				d.paths = append(d.paths, ch.String())
+			}
+			return c, err
 		}
 	}
-	d := &demo{o: o, w: o.Out, dec: capture.Decoder{PMTU: o.MTU.Bytes()}}
 	var pw *tee.PcapWriter
 	if o.Pcap != "" {
 		f, err := os.Create(o.Pcap)
@@ -197,6 +205,12 @@ func (d *demo) newNode(name string, addr netip.Addr, f tee.Func) (*node, error) 
 // out-of-band exchange of QPN, PSN and GID would.
 func (d *demo) connect() error {
 	fmt.Fprintf(d.w, "goroce demo: two soft RoCEv2 devices in this process, talking over UDP port %d\n", wire.RoCEv2Port)
+	switch {
+	case len(d.paths) == 2 && d.paths[0] == d.paths[1]:
+		fmt.Fprintf(d.w, "  packet path: %s\n", d.paths[0])
+	case len(d.paths) == 2:
+		fmt.Fprintf(d.w, "  packet paths: %s | %s\n", d.paths[0], d.paths[1])
+	}
 	for _, n := range []*node{d.a, d.b} {
 		fmt.Fprintf(d.w, "  %s  %v  GID %v  QP %#06x  MR addr %#x len %d lkey/rkey %#x\n",
 			n.name, n.dev.Addr(), n.dev.GID(), n.qp.Num(), n.mr.Addr(), len(n.buf), n.mr.LKey())

@@ -2,14 +2,18 @@ package demo
 
 import (
 	"bytes"
+	"errors"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/afxdp"
 	"github.com/goroce/goroce/packetio/pipe"
+	"github.com/goroce/goroce/packetio/uring"
 )
 
 // TestDemoUDP runs the demo as `goroce demo` does, over UDP sockets on the
@@ -55,4 +59,65 @@ func TestDemoPipe(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
+}
+
+// TestDemoPaths runs the demo over each packet path: io_uring and auto on
+// loopback, AF_XDP between two namespaces over veth (each device's packet
+// path opened in its namespace).
+func TestDemoPaths(t *testing.T) {
+	check := func(t *testing.T, out string, err error, path string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		for _, want := range []string{"goroce demo: two soft RoCEv2 devices", "7 steps, 0 did not end as expected."} {
+			if !strings.Contains(out, want) {
+				t.Errorf("report lacks %q:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "ICRC=BAD") || strings.Contains(out, "MALFORMED") {
+			t.Errorf("a packet on the wire was bad:\n%s", out)
+		}
+	}
+	t.Run("uring", func(t *testing.T) {
+		if c, err := uring.Listen(netip.MustParseAddr("127.0.3.5"), uring.Options{Port: uring.AnyPort}); err != nil {
+			t.Skipf("io_uring unavailable: %v", err)
+		} else {
+			c.Close()
+		}
+		var out bytes.Buffer
+		err := Run(Options{A: netip.MustParseAddr("127.0.3.3"), B: netip.MustParseAddr("127.0.3.4"), Out: &out, Path: "uring"})
+		check(t, out.String(), err, "uring")
+		if !strings.Contains(out.String(), "  packet path: uring") {
+			t.Errorf("report does not name the path:\n%s", out.String())
+		}
+	})
+	t.Run("auto", func(t *testing.T) {
+		var out bytes.Buffer
+		err := Run(Options{A: netip.MustParseAddr("127.0.3.6"), B: netip.MustParseAddr("127.0.3.7"), Out: &out})
+		check(t, out.String(), err, "")
+	})
+	t.Run("afxdp", func(t *testing.T) {
+		netns.Require(t)
+		p := netns.NewPair(t, netns.Options{})
+		var out bytes.Buffer
+		err := Run(Options{A: p.AddrA, B: p.AddrB, Out: &out, NewConn: func(local netip.Addr) (c packetio.Conn, err error) {
+			ns := p.A
+			if local == p.AddrB {
+				ns = p.B
+			}
+			err = ns.Do(func() (err error) {
+				c, err = afxdp.Listen(local, afxdp.Options{})
+				return err
+			})
+			return c, err
+		}})
+		if err != nil && errors.Is(err, packetio.ErrNotSupported) {
+			t.Skipf("AF_XDP refused: %v", err)
+		}
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		check(t, out.String(), nil, "")
+	})
 }

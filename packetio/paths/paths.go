@@ -46,6 +46,8 @@ type Options struct {
 	Inspect bool
 	// Batch and MaxPacket as in udp.Options.
 	Batch, MaxPacket int
+	// Port is the local UDP port (default 4791), ignored with Inspect.
+	Port int
 }
 
 // Chosen says which path Open took.
@@ -107,7 +109,7 @@ func Open(local netip.Addr, name string, o Options) (packetio.Conn, Chosen, erro
 func open(local netip.Addr, name string, o Options) (packetio.Conn, string, error) {
 	switch name {
 	case UDP:
-		uo := udp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket}
+		uo := udp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket, Port: o.Port}
 		if o.Inspect {
 			uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = udp.AnyPort, -1, -1, 1
 		}
@@ -117,7 +119,7 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 		}
 		return c, "", nil
 	case Uring:
-		uo := uring.Options{Batch: o.Batch, MaxPacket: o.MaxPacket}
+		uo := uring.Options{Batch: o.Batch, MaxPacket: o.MaxPacket, Port: o.Port}
 		if o.Inspect {
 			uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = uring.AnyPort, -1, -1, 1
 		}
@@ -127,7 +129,10 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 		}
 		return c, c.Features().String(), nil
 	case AFXDP:
-		c, err := afxdp.Listen(local, afxdp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket})
+		if o.Port < 0 || o.Port > 0xFFFF {
+			return nil, "", fmt.Errorf("paths: AF_XDP needs a fixed UDP port, not %d", o.Port)
+		}
+		c, err := afxdp.Listen(local, afxdp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket, Port: uint16(o.Port), DstPort: uint16(o.Port)})
 		if err != nil {
 			return nil, "", err
 		}
