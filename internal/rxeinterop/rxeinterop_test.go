@@ -144,9 +144,11 @@ func newHarness(t *testing.T) *harness {
 }
 
 // goroceArgs is the goroce pingpong command line; a client when server is
-// set.
+// set. The soft device uses the UDP packet path: the capture on the bridge
+// sees only packets that pass through the kernel's stack, not AF_XDP's
+// (which --path auto may pick).
 func (h *harness) goroceArgs(mode, local, server string) []string {
-	a := []string{h.bin, "pingpong", mode, "--addr", local, "-n", strconv.Itoa(iters), "--timeout", "100s"}
+	a := []string{h.bin, "pingpong", mode, "--addr", local, "--path", "udp", "-n", strconv.Itoa(iters), "--timeout", "100s"}
 	if server != "" {
 		a = append(a, server)
 	}
