@@ -87,11 +87,7 @@ func TestIbverbsRxe(t *testing.T) {
 		}
 	})
 
-	// The soft side uses the UDP packet path: the capture on the bridge sees
-	// only packets that pass through the kernel's stack (not AF_XDP's).
-	soft := func(mode, server string) []string {
-		return append(h.goroceArgs(mode, hostIP, server), "--path", "udp")
-	}
+	soft := func(mode, server string) []string { return h.goroceArgs(mode, hostIP, server) }
 	// The clients sleep on completion events (-e): Wait on the channel.
 	ibv := func(mode, server string) string {
 		c := fmt.Sprintf("%s pingpong %s -d rxe0 -g %d -n %d --timeout 100s", guestGoroce, mode, h.gidx, iters)
@@ -134,7 +130,7 @@ func TestIbverbsRxe(t *testing.T) {
 		}
 		keepCapture(t, r.pcap)
 	}
-	bwArgs := " write_bw -s 4096 -n 50 -F --verify --timeout 100s"
+	bwArgs := " write_bw -s 4096 -n 50 -F --verify --timeout 100s" // the soft side adds --path udp, as goroceArgs
 	t.Run("bench/write_bw/ibverbs-server", func(t *testing.T) {
 		host := append([]string{h.bin, "bench"}, strings.Fields(bwArgs+" --path udp --addr "+hostIP+" "+guestIP)...)
 		bw(t, "ibv-bw-server", fmt.Sprintf("%s bench%s -d rxe0 -x %d", guestGoroce, bwArgs, h.gidx), host, false)
