@@ -97,3 +97,49 @@ func TestSingleIssuer(t *testing.T) {
 	tb.do(func() { got = packetiotest.Recv(t, b, 8, 5*time.Second) })
 	packetiotest.Check(t, got, a, b, 0, 64)
 }
+
+// One locked thread may be the single issuer of both rings of a pair; the
+// steady state of TxBatch, Transmit and Receive on single-issuer rings
+// makes no allocation either.
+func TestSingleIssuerNoAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	a, b := loopbackPair(t, uring.Listen, uring.Options{SingleIssuer: true})
+	if !a.Features().DeferTaskrun {
+		t.Skipf("kernel without IORING_SETUP_DEFER_TASKRUN; features %v", a.Features())
+	}
+	th := newThread(t)
+	var fill [128]byte
+	var fail string
+	roundTrip := func() {
+		batch := a.TxBatch(16)
+		for i := range batch {
+			batch[i].Buf = append(batch[i].Buf[:0], fill[:]...)
+			batch[i].Addr = b.LocalAddr()
+		}
+		if n, err := a.Transmit(batch); n != 16 || err != nil {
+			fail = "transmit failed"
+			return
+		}
+		for got := 0; got < 16; {
+			pkts, err := b.Receive(time.Now().Add(5 * time.Second))
+			if err != nil || len(pkts) == 0 {
+				fail = "receive failed"
+				return
+			}
+			got += len(pkts)
+		}
+	}
+	var allocs float64
+	th.do(func() {
+		roundTrip()
+		allocs = testing.AllocsPerRun(100, roundTrip)
+	})
+	if fail != "" {
+		t.Fatal(fail)
+	}
+	if allocs != 0 {
+		t.Errorf("TxBatch+Transmit+Receive of 16 packets on single-issuer rings: %v allocations, want 0", allocs)
+	}
+}

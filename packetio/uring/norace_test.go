@@ -1,0 +1,5 @@
+//go:build linux && !race
+
+package uring_test
+
+const raceEnabled = false
