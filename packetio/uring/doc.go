@@ -81,7 +81,10 @@
 // sender's), so a single-packet round trip between two waiting ends costs
 // less there. The io_uring path's strength is batches: a Receive that finds
 // completions in the ring makes no system call, and a Transmit makes one
-// per batch.
+// per batch. In a stream of datagrams both paths spend their time in the
+// kernel's per-datagram UDP work (socket buffers, routing, copies), which
+// io_uring does not change; its own submission and completion work is a few
+// percent of a profile.
 //
 // # Registered buffers
 //
