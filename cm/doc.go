@@ -21,6 +21,9 @@
 // exchange are in pingpong.go: Dest, Dest.AppendMessage, ParseMessage,
 // ClientExchange and ServerExchange, with Dial and Accept for TCP.
 //
+// perftest's exchange (ib_write_bw, ib_send_lat, ...) is package
+// cm/perftest.
+//
 // FormatGID prints a GID the way the tools print it in their "local address"
 // and "remote address" lines (glibc's inet_ntop for AF_INET6), which differs
 // from verbs.GID.String.
