@@ -325,3 +325,25 @@ func TestBenchNetns(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchProgress runs write_bw for two seconds (-D): progress lines on
+// stderr while it runs, then a row with the iterations it did.
+func TestBenchProgress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"bench", "write_bw", "--loopback", "--addr", "127.0.6.5", "-s", "1024", "-D", "2", "--timeout", "30s"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
+	}
+	if !regexp.MustCompile(`(?m)^write_bw: [12] of 2 s, \d+ iterations, [0-9.]+ MB/sec, [0-9.]+ Mpps$`).MatchString(errb.String()) {
+		t.Errorf("no progress line on stderr: %q", errb.String())
+	}
+	tb, err := parseBenchTable(out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := tb.rows[0]; len(tb.rows) != 1 || r.bytes != 1024 || r.iters < 100 || r.vals[1] <= 0 {
+		t.Errorf("rows %+v", tb.rows)
+	}
+}
