@@ -44,7 +44,7 @@ var benchPaths = []benchPath{
 	}},
 	uringPath("uring", uring.Listen),
 	uringPath("uring-singleshot", uring.ListenSingleshot),
-	uringPath("uring-coop", uring.ListenCoop),
+	uringPath("uring-nocoop", uring.ListenNoCoop),
 	{name: "uring-defer", locked: true, listen: func(a netip.Addr, port int) (packetio.Conn, uint16, error) {
 		if port == 0 {
 			port = uring.AnyPort

@@ -156,7 +156,7 @@ func (f Features) String() string {
 // IPv4-mapped). Without a usable io_uring it returns an error matching
 // ErrUnavailable and packetio.ErrNotSupported.
 func Listen(local netip.Addr, opts Options) (*Conn, error) {
-	return listen(local, opts, disable{})
+	return listen(local, opts, disable{mode: taskrunCoop})
 }
 
 func listen(local netip.Addr, opts Options, dis disable) (*Conn, error) {
@@ -182,8 +182,8 @@ func listen(local netip.Addr, opts Options, dis disable) (*Conn, error) {
 
 func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 	mode := dis.mode
-	if o.CoopTaskrun {
-		mode = taskrunCoop
+	if o.NoCoopTaskrun {
+		mode = taskrunNormal
 	}
 	if o.SingleIssuer {
 		mode = taskrunDefer

@@ -56,12 +56,15 @@
 // that submitted them, and Go moves goroutines between threads;
 // provider/soft even calls Receive and Transmit from the goroutines that
 // post and poll. The ring is therefore set up for any thread to submit and
-// reap, and the kernel interrupts the thread that armed the multishot
-// receive as soon as a datagram arrives, wherever that thread is, so that
-// the completion is posted at once. Options.CoopTaskrun
-// (IORING_SETUP_COOP_TASKRUN) drops the interruption and lets the work wait
-// for that thread's next kernel entry: it batches receive work for a driver
-// that stays on one thread, and delays receives when callers move.
+// reap, with IORING_SETUP_COOP_TASKRUN where the kernel has it (Linux
+// 5.19): when a datagram arrives the kernel does not interrupt the thread
+// that armed the multishot receive but completes the receive at that
+// thread's next kernel entry (its next system call, interrupt or scheduler
+// tick; at once if it sleeps), which batches receive work. When Receive is
+// called from another thread it waits for that. Options.NoCoopTaskrun has
+// the kernel interrupt the arming thread instead: shorter single-packet
+// round trips from moving callers, less bulk throughput (both measured by
+// BenchmarkSoftNetns).
 //
 // With Options.SingleIssuer the caller promises one OS thread
 // (runtime.LockOSThread) and the ring uses IORING_SETUP_SINGLE_ISSUER and
@@ -103,7 +106,7 @@
 // # Tests and benchmarks
 //
 // The tests run package packetiotest's contract suite on every receive
-// path (multishot, single-shot, with COOP_TASKRUN) over loopback
+// path (multishot, single-shot, without COOP_TASKRUN) over loopback
 // (127.0.7.x) and between two network namespaces over veth (10.79.7.0/24,
 // root only), the ring code on its own (full SQ, wrap-around, CQ overflow
 // backlog, buffer-ring tail), a stress run, the refusal of io_uring by a

@@ -7,11 +7,11 @@ import "net/netip"
 // ListenSingleshot opens a Conn that receives with batched single-shot
 // RECVMSGs even where the kernel has multishot receive (the fallback).
 func ListenSingleshot(local netip.Addr, opts Options) (*Conn, error) {
-	return listen(local, opts, disable{multishot: true})
+	return listen(local, opts, disable{multishot: true, mode: taskrunCoop})
 }
 
-// ListenCoop opens a Conn with Options.CoopTaskrun.
-func ListenCoop(local netip.Addr, opts Options) (*Conn, error) {
-	opts.CoopTaskrun = true
+// ListenNoCoop opens a Conn with Options.NoCoopTaskrun.
+func ListenNoCoop(local netip.Addr, opts Options) (*Conn, error) {
+	opts.NoCoopTaskrun = true
 	return Listen(local, opts)
 }

@@ -56,15 +56,16 @@ type Options struct {
 	// ErrWrongThread. Default false: Go moves goroutines between threads,
 	// so the ring is set up for any thread to submit and reap.
 	SingleIssuer bool
-	// CoopTaskrun sets the ring up with IORING_SETUP_COOP_TASKRUN (Linux
-	// 5.19): the kernel does not interrupt the thread that armed the
-	// receive when a datagram arrives, but completes it at that thread's
-	// next kernel entry. That batches receive work and suits a driver
-	// goroutine that stays on one thread; when Receive and Transmit are
-	// called from goroutines on other threads (provider/soft calls them
-	// from PostSend and Poll too), receives wait for the arming thread's
-	// next system call, interrupt or scheduler tick. Default false.
-	CoopTaskrun bool
+	// NoCoopTaskrun leaves IORING_SETUP_COOP_TASKRUN out. With it (the
+	// default, Linux 5.19) the kernel does not interrupt the thread that
+	// armed the receive when a datagram arrives but completes the receive
+	// at that thread's next kernel entry, which batches receive work;
+	// without it the kernel interrupts that thread at once, wherever it
+	// is, which shortens single-packet round trips when Receive is called
+	// from goroutines on other threads (provider/soft calls it from
+	// PostSend and Poll too) and costs bulk throughput (see the package
+	// documentation).
+	NoCoopTaskrun bool
 }
 
 func (o Options) withDefaults() Options {

@@ -31,7 +31,7 @@ func BenchmarkSoftNetns(b *testing.B) {
 	}{
 		{"udp", func(a netip.Addr) (portConn, error) { return udp.Listen(a, udp.Options{}) }},
 		{"uring", func(a netip.Addr) (portConn, error) { return uring.Listen(a, uring.Options{}) }},
-		{"uring-coop", func(a netip.Addr) (portConn, error) { return uring.ListenCoop(a, uring.Options{}) }},
+		{"uring-nocoop", func(a netip.Addr) (portConn, error) { return uring.ListenNoCoop(a, uring.Options{}) }},
 		{"uring-singleshot", func(a netip.Addr) (portConn, error) { return uring.ListenSingleshot(a, uring.Options{}) }},
 	}
 	open := func(b *testing.B, listen func(netip.Addr) (portConn, error)) (*rcEnd, *rcEnd) {

@@ -66,7 +66,7 @@ var paths = []struct {
 }{
 	{"multishot", uring.Listen},
 	{"singleshot", uring.ListenSingleshot},
-	{"coop", uring.ListenCoop},
+	{"nocoop", uring.ListenNoCoop},
 }
 
 func TestConformance(t *testing.T) {
