@@ -3,7 +3,9 @@
 # the raw-UDP baseline of the same traffic (goroce bench --baseline: the same
 # datagram sizes and window on the same UDP path, without RoCE), interleaved
 # ROUNDS times (default 3); prints a markdown table of the medians and of the
-# ratio goroce / UDP for each case.
+# ratio goroce / UDP for each case. goroce runs on the same UDP path as the
+# baseline (--path udp: recvmmsg/sendmmsg), not on the automatic choice
+# (io_uring or AF_XDP where they work).
 #
 # Needs root and iproute2. Creates the namespaces goroce-bt-<pid>-a and -b
 # joined by a veth pair (10.66.0.1/24 and 10.66.0.2/24, MTU 1500: path MTU
@@ -35,10 +37,10 @@ for n in "$A" "$B"; do ip -n "$n" link set veth0 up; ip -n "$n" link set lo up; 
 run() {
 	local out="$TMP/server.out"
 	: > "$out"
-	ip netns exec "$A" "$TMP/goroce" bench "$@" --addr 10.66.0.1 --timeout 120s > "$out" 2>&1 &
+	ip netns exec "$A" "$TMP/goroce" bench "$@" --addr 10.66.0.1 --path udp --timeout 120s > "$out" 2>&1 &
 	SPID=$!
 	for _ in $(seq 200); do grep -q "Waiting for client" "$out" && break; sleep 0.05; done
-	ip netns exec "$B" "$TMP/goroce" bench "$@" --addr 10.66.0.2 --timeout 120s 10.66.0.1 > "$TMP/client.out" 2>/dev/null ||
+	ip netns exec "$B" "$TMP/goroce" bench "$@" --addr 10.66.0.2 --path udp --timeout 120s 10.66.0.1 > "$TMP/client.out" 2>/dev/null ||
 		{ echo "client failed: $*" >&2; cat "$TMP/client.out" "$out" >&2; exit 1; }
 	wait "$SPID" || { echo "server failed: $*" >&2; cat "$out" >&2; exit 1; }
 	SPID=""
