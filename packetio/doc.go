@@ -35,14 +35,21 @@
 //
 // # Concurrency
 //
-// Receive, TxBatch and Transmit are called from one goroutine at a time (the
-// driver). Wake, Stats, LocalAddr, MaxPacket and Close may be called from any
+// Receive, TxBatch and Transmit are called from one goroutine at a time,
+// not necessarily always the same one (a soft device serialises them with a
+// lock). Wake, Stats, LocalAddr, MaxPacket and Close may be called from any
 // goroutine. Hot paths (Receive, TxBatch, Transmit, Wake) do not allocate in
 // steady state; errors may allocate.
 //
 // # Implementations
 //
 // Package pipe is an in-memory connected pair for tests; package udp is a
-// UDP socket on port 4791 with recvmmsg/sendmmsg batches. Counters helps an
-// implementation keep the numbers behind Stats.
+// UDP socket on port 4791 with recvmmsg/sendmmsg batches; package uring is the
+// same socket driven through io_uring; package afxdp moves whole Ethernet
+// frames through AF_XDP rings over a UMEM. Package paths opens one of them by
+// name. Counters helps an implementation keep the numbers behind Stats.
+//
+// A soft device calls Receive, TxBatch and Transmit from its driver goroutine
+// and, when the driver is not using the Conn, from the goroutines that post
+// and poll (one at a time, under its lock).
 package packetio
