@@ -500,12 +500,14 @@ func (s *session) script(ctx context.Context) error {
 	default: // write_lat, read_lat, atomic_lat
 		seq = []func() error{one, each, s.connect, each, one}
 	}
+	// The data goes in place before the peer can reach it: a READ may
+	// start as soon as the last handshake is through.
+	s.fill()
 	for _, f := range seq {
 		if err := f(); err != nil {
 			return err
 		}
 	}
-	s.fill()
 	t := o.Test
 	switch {
 	case !t.Lat && t.Verb != Send:

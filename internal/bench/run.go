@@ -53,9 +53,21 @@ func (s *session) written(n uint64, size int) [][2]int {
 	return r
 }
 
+// syncDevice orders what the device wrote into registered memory before
+// what this goroutine reads next: a control call takes the device's lock,
+// which its driver holds while it runs the engine (on the soft device). The
+// network already orders them (the peer learned of the write from an ACK
+// before it told us over TCP), but not in a way the race detector sees.
+func (s *session) syncDevice() {
+	if len(s.qps) > 0 {
+		s.qps[0].Query()
+	}
+}
+
 // checkSlots compares the covered ranges of slots first.. first+QPs-1 with
 // the pattern.
 func (s *session) checkSlots(first int, size int) error {
+	s.syncDevice()
 	for i := 0; i < s.o.QPs; i++ {
 		slot := s.buf[(first+i)*s.buff : (first+i+1)*s.buff]
 		for _, r := range s.written(uint64(s.o.Iters), size) {
@@ -648,6 +660,7 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 	r := latResult(size, tposted, 2)
 	if o.Verify {
 		// What the peer wrote, but for its count in the last byte.
+		s.syncDevice()
 		slot := s.buf[o.QPs*s.buff:]
 		for off := 0; off < size-1; off++ {
 			if slot[off] != pattern(off) {
