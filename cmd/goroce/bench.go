@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/packetio/udp"
+	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -262,7 +263,7 @@ func runBaseline(ctx context.Context, c *benchConfig, ucon *udp.Conn, conn *perf
 	}
 	out := &bench.Outcome{MTU: 0, Results: []bench.Result{r}}
 	if c.json {
-		return printBenchJSON(stdout, "udp", o, out, nil)
+		return printBenchJSON(stdout, "udp", "udp", o, out, nil)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, resultLine+"                    raw UDP baseline of %s (datagrams of the same sizes on the same UDP path)\n"+resultLine, o.Test)
@@ -281,11 +282,11 @@ func runOne(ctx context.Context, c *benchConfig, dev verbs.Device, conn *perftes
 	out, err := bench.Run(ctx, vctx, conn, o)
 	if out != nil && (err == nil || len(out.Results) > 0) {
 		if c.json {
-			if jerr := printBenchJSON(stdout, dev.Name(), o, out, err); jerr != nil && err == nil {
+			if jerr := printBenchJSON(stdout, dev.Name(), devPath(dev), o, out, err); jerr != nil && err == nil {
 				err = jerr
 			}
 		} else {
-			printBenchTable(stdout, dev.Name(), o, out)
+			printBenchTable(stdout, dev.Name(), devPath(dev), o, out)
 		}
 	}
 	return err
@@ -371,7 +372,7 @@ const resultLine = "------------------------------------------------------------
 
 // printBenchTable prints a side's report as perftest does: the test's
 // settings, the addresses, the result table.
-func printBenchTable(w io.Writer, devName string, o bench.Options, out *bench.Outcome) {
+func printBenchTable(w io.Writer, devName, path string, o bench.Options, out *bench.Outcome) {
 	var b strings.Builder
 	t := o.Test
 	b.WriteString(resultLine)
@@ -390,6 +391,9 @@ func printBenchTable(w io.Writer, devName string, o bench.Options, out *bench.Ou
 	}
 	qps := max(o.QPs, 1)
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
+	if path != "" {
+		fmt.Fprintf(&b, " Packet path     : %s\n", path)
+	}
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", qps)
 	fmt.Fprintf(&b, " Connection type : RC\t\tUsing SRQ      : OFF\n")
 	if o.Client {
@@ -517,6 +521,7 @@ type jsonReport struct {
 	Test        string       `json:"test"`
 	Side        string       `json:"side"`
 	Device      string       `json:"device"`
+	Path        string       `json:"packet_path,omitempty"`
 	MTU         int          `json:"mtu"`
 	QPs         int          `json:"qps"`
 	PeerVersion string       `json:"peer_version"`
@@ -526,8 +531,8 @@ type jsonReport struct {
 	Error       string       `json:"error,omitempty"`
 }
 
-func printBenchJSON(w io.Writer, devName string, o bench.Options, out *bench.Outcome, runErr error) error {
-	rep := jsonReport{Test: o.Test.String(), Side: "server", Device: devName, MTU: out.MTU.Bytes(), QPs: max(o.QPs, 1), PeerVersion: out.PeerVersion}
+func printBenchJSON(w io.Writer, devName, path string, o bench.Options, out *bench.Outcome, runErr error) error {
+	rep := jsonReport{Test: o.Test.String(), Side: "server", Device: devName, Path: path, MTU: out.MTU.Bytes(), QPs: max(o.QPs, 1), PeerVersion: out.PeerVersion}
 	if o.Client {
 		rep.Side = "client"
 	}
@@ -564,4 +569,12 @@ func printBenchJSON(w io.Writer, devName string, o bench.Options, out *bench.Out
 	e := json.NewEncoder(w)
 	e.SetIndent("", "  ")
 	return e.Encode(rep)
+}
+
+// devPath is the packet path of a soft device ("" for other devices).
+func devPath(dev verbs.Device) string {
+	if sd, ok := dev.(*soft.Device); ok {
+		return sd.Path()
+	}
+	return ""
 }

@@ -46,6 +46,7 @@ type ppConfig struct {
 	chk     bool
 	timeout time.Duration
 	soft    softConfig
+	stderr  io.Writer // where the packet path is said (stdout is rdma-core's report)
 }
 
 func runPingpong(args []string, stdout, stderr io.Writer) int {
@@ -56,7 +57,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	c := ppConfig{}
+	c := ppConfig{stderr: stderr}
 	switch args[0] {
 	case "rc":
 		c.typ, c.size = verbs.QPTRC, 4096
@@ -173,6 +174,9 @@ func runPP(c *ppConfig, out io.Writer) (err error) {
 	} else {
 		if p.sdev, err = c.soft.open(true); err != nil {
 			return err
+		}
+		if c.stderr != nil {
+			fmt.Fprintf(c.stderr, "goroce pingpong: packet path: %s\n", p.sdev.Path())
 		}
 		p.dev = p.sdev
 		if c.devName != "" && c.devName != p.dev.Name() {

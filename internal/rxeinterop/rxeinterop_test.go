@@ -71,6 +71,51 @@ func TestPingpongRxe(t *testing.T) {
 			h.goroceArgs("ud", hostIP, ""), true)
 		h.check(t, r, 1024)
 	})
+	// The same over AF_XDP on the host side (its bridge: generic XDP). The
+	// frames AF_XDP sends bypass the bridge's packet taps, so these
+	// captures are taken on the guest's tap port, which sees both ways.
+	for _, c := range []struct {
+		mode       string
+		size       int64
+		goroceServ bool
+	}{{"rc", 4096, false}, {"rc", 4096, true}, {"ud", 1024, false}, {"ud", 1024, true}} {
+		label := c.mode + "-afxdp-rxe-server"
+		gcmd := fmt.Sprintf("ibv_%s_pingpong -d rxe0 -g %d -n %d", c.mode, h.gidx, iters)
+		server := guestIP
+		if c.goroceServ {
+			label, gcmd, server = c.mode+"-afxdp-goroce-server", gcmd+" "+hostIP, ""
+		}
+		t.Run(c.mode+"/afxdp/"+strings.TrimPrefix(label, c.mode+"-afxdp-"), func(t *testing.T) {
+			args := h.goroceArgs(c.mode, hostIP, server)
+			for i, a := range args {
+				if a == "udp" && args[i-1] == "--path" {
+					args[i] = "afxdp"
+				}
+			}
+			h.captureIf = h.guestTap(t)
+			defer func() { h.captureIf = "" }()
+			r := h.pair(t, label, gcmd, args, c.goroceServ)
+			if !strings.Contains(r.hostOut, "packet path: afxdp") {
+				t.Errorf("goroce does not say it runs over AF_XDP:\n%s", r.hostOut)
+			}
+			h.check(t, r, c.size)
+		})
+	}
+}
+
+// guestTap returns the name of the guest's tap port on the harness's bridge.
+func (h *harness) guestTap(t *testing.T) string {
+	out, err := exec.Command("ip", "-n", h.ns, "-o", "link", "show", "master", "br0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip link show master br0: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			return strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":")
+		}
+	}
+	t.Fatalf("no port on br0:\n%s", out)
+	return ""
 }
 
 // harness drives one run-peer.sh guest.
@@ -89,6 +134,8 @@ type harness struct {
 	peerDone chan struct{}
 	peerErr  error
 	kept     bool
+
+	captureIf string // the interface pair captures on (default br0)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -372,7 +419,11 @@ func (h *harness) startCapture(t *testing.T, file string) func() {
 		t.Fatal(err)
 	}
 	log := &syncBuffer{}
-	cmd := exec.Command("ip", "netns", "exec", h.ns, "tcpdump", "-i", "br0", "-U", "-s", "0", "-B", "16384", "-w", file)
+	iface := "br0"
+	if h.captureIf != "" {
+		iface = h.captureIf
+	}
+	cmd := exec.Command("ip", "netns", "exec", h.ns, "tcpdump", "-i", iface, "-U", "-s", "0", "-B", "16384", "-w", file)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
