@@ -539,6 +539,19 @@ func (qp *QP) flush() {
 	}
 }
 
+// Shutdown moves every QP not in RESET to ERROR and completes all its
+// outstanding work, send and receive, with WR_FLUSH_ERR in order: what a
+// device that goes away owes the application still polling its CQs.
+func (e *Engine) Shutdown() {
+	for _, qp := range e.active {
+		if qp.state == verbs.QPSReset {
+			continue
+		}
+		qp.setError()
+		qp.flush()
+	}
+}
+
 // flushQuiet drops outstanding work without completions (to RESET).
 func (qp *QP) flushQuiet() {
 	qp.sq.head.Store(qp.sq.tail.Load())

@@ -156,15 +156,26 @@ func (d *Device) Stats() engine.Stats {
 	return d.eng.Stats()
 }
 
-// Close stops the driver and closes the packet path.
+// Close stops the driver, moves every QP to ERROR and completes its
+// outstanding work with WR_FLUSH_ERR (so that CQs still being polled drain),
+// and closes the packet path. Posts after Close fail.
 func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
 	d.conn.Wake()
 	<-d.done
-	return d.conn.Close()
+	d.io.Lock() // wait out a caller driving the packet path inline
+	d.mu.Lock()
+	d.eng.Shutdown() // outstanding WRs complete with WR_FLUSH_ERR
+	d.mu.Unlock()
+	err := d.conn.Close()
+	d.io.Unlock()
+	return err
 }
+
+// errClosed is returned by posts to a closed device.
+var errClosed = fmt.Errorf("soft: device closed: %w", verbs.ErrDestroyed)
 
 func (d *Device) now() int64 { return int64(time.Since(d.start)) }
 

@@ -3,6 +3,7 @@ package soft
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 	"time"
@@ -142,5 +143,54 @@ func TestSoftCompletionChannel(t *testing.T) {
 	defer cancel2()
 	if _, err := ch.Wait(ctx2); err == nil {
 		t.Fatal("event without an armed CQ")
+	}
+}
+
+// TestCloseFlushes: closing a device completes its outstanding work with
+// WR_FLUSH_ERR, in order (a SEND stuck in RNR retries because the peer has
+// no receive posted, a WRITE behind it, a posted receive), and refuses
+// later posts.
+func TestCloseFlushes(t *testing.T) {
+	ca, cb := pipe.New(netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.4"), pipe.Options{})
+	da, err := New(Options{Name: "closea", Conn: ca})
+	must(t, err)
+	db, err := New(Options{Name: "closeb", Conn: cb})
+	must(t, err)
+	defer db.Close()
+	a, b := newEnd(t, da, verbs.QPTRC, 4096), newEnd(t, db, verbs.QPTRC, 4096)
+	connect(t, a, b)
+	sge := []verbs.SGE{{Addr: a.mr.Addr(), Length: 64, LKey: a.mr.LKey()}}
+	if _, err := a.qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: sge}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{
+		{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sge},
+		{WRID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sge, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the SEND meets an RNR NAK and waits to retry
+	if err := da.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := wait(t, a.cq, 3)
+	want := map[uint64]verbs.WCOpcode{1: verbs.WCRecv, 2: verbs.WCSend, 3: verbs.WCRDMAWrite}
+	var sends []uint64
+	for _, w := range got {
+		if w.Status != verbs.WCWRFlushErr || w.Opcode != want[w.WRID] {
+			t.Errorf("completion %+v, want WR_FLUSH_ERR for WR %d (%v)", w, w.WRID, want[w.WRID])
+		}
+		if w.WRID != 1 {
+			sends = append(sends, w.WRID)
+		}
+	}
+	if len(sends) != 2 || sends[0] != 2 || sends[1] != 3 {
+		t.Errorf("send completions in order %v, want [2 3]", sends)
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRSend, SGList: sge}}); !errors.Is(err, verbs.ErrDestroyed) {
+		t.Errorf("post after Close: %v, want ErrDestroyed", err)
+	}
+	if _, err := a.qp.PostRecv([]verbs.RecvWR{{WRID: 5, SGList: sge}}); !errors.Is(err, verbs.ErrDestroyed) {
+		t.Errorf("receive after Close: %v, want ErrDestroyed", err)
 	}
 }

@@ -276,6 +276,9 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 
 // PostSend posts send work requests. It does not allocate.
 func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
+	if q.d.closed.Load() {
+		return 0, errClosed
+	}
 	n, err := q.qp.PostSend(wrs)
 	if n > 0 {
 		q.d.kick()
@@ -285,6 +288,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 
 // PostRecv posts receive work requests. It does not allocate.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	if q.d.closed.Load() {
+		return 0, errClosed
+	}
 	n, err := q.qp.PostRecv(wrs)
 	if n > 0 {
 		q.d.ring()
