@@ -157,8 +157,11 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 	if !e.cfg.SkipICRC {
 		var cerr error
 		from = from.Unmap()
-		if c := e.rxFlows.get(from, e.cfg.Local, fromPort); c != nil {
-			_, _, cerr = c.Check(b)
+		if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil {
+			id, df, err := s.c.Check(b)
+			if cerr = err; err == nil {
+				cerr = s.identify(id, df)
+			}
 		} else {
 			fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
 			_, _, cerr = fl.CheckDatagramICRC(b)
@@ -276,7 +279,7 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	if err != nil {
 		return 0
 	}
-	if c := e.txFlows.get(e.cfg.Local, dst, sport); c == nil || c.Set(out) != nil {
+	if s := e.txFlows.get(e.cfg.Local, dst, sport); s == nil || s.c.Set(out) != nil {
 		return 0
 	}
 	return len(out)
