@@ -46,3 +46,30 @@ func (e *TransmitError) Error() string {
 
 // Unwrap returns the cause, so that errors.Is(err, syscall.EMSGSIZE) works.
 func (e *TransmitError) Unwrap() error { return e.Err }
+
+// TxFailures collects the packets of one Transmit that were not sent, for
+// the *TransmitError an implementation returns. The zero value is empty.
+type TxFailures struct {
+	n, first int
+	cause    error
+}
+
+// Add records that packet i of the batch was not sent, and why.
+func (f *TxFailures) Add(i int, cause error) {
+	if f.n == 0 || i < f.first {
+		f.first, f.cause = i, cause
+	}
+	f.n++
+}
+
+// Len returns how many packets were not sent.
+func (f *TxFailures) Len() int { return f.n }
+
+// Err returns nil when every packet was sent, else the *TransmitError for
+// the first one of pkts (the batch given to Transmit) that was not.
+func (f *TxFailures) Err(pkts []Packet) error {
+	if f.n == 0 {
+		return nil
+	}
+	return &TransmitError{Index: f.first, Addr: pkts[f.first].Addr, Failed: f.n, Err: f.cause}
+}

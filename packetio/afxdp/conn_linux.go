@@ -570,20 +570,6 @@ func (c *Conn) reclaim(s *socket) {
 	s.comp.Release(got)
 }
 
-// failures records the packets of a Transmit that were not sent.
-type failures struct {
-	n     int
-	first int
-	cause error
-}
-
-func (f *failures) add(i int, cause error) {
-	if f.n == 0 {
-		f.first, f.cause = i, cause
-	}
-	f.n++
-}
-
 // Transmit implements packetio.Conn. For each packet it writes the
 // Ethernet header (the destination MAC from the neighbour table), the IPv4
 // header (DF set, Identification 0, TTL 64, the Conn's TOS) and the UDP
@@ -603,7 +589,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	s := c.socks[0]
 	now := time.Now().UnixNano()
 	start, got := s.tx.Reserve(uint32(len(pkts)))
-	var fail failures
+	var fail packetio.TxFailures
 	var bytes uint64
 	m, loops := uint32(0), 0
 	for i := range pkts {
@@ -613,26 +599,26 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		n := len(p.Buf)
 		switch {
 		case !a.Is4() || a.IsUnspecified():
-			fail.add(i, packetio.ErrAddress)
+			fail.Add(i, packetio.ErrAddress)
 			continue
 		case n > c.maxPacket:
-			fail.add(i, packetio.ErrTooLarge)
+			fail.Add(i, packetio.ErrTooLarge)
 			continue
 		case a == c.local:
 			if !c.loop.push(p.Buf) {
-				fail.add(i, errLoopFull)
+				fail.Add(i, errLoopFull)
 				continue
 			}
 			loops++
 			bytes += uint64(n)
 			continue
 		case m == got: // cannot happen: the TX ring has a slot per transmit frame
-			fail.add(i, errTxRingFull)
+			fail.Add(i, errTxRingFull)
 			continue
 		}
 		mac, err := c.neigh.lookup(a, now)
 		if err != nil {
-			fail.add(i, err)
+			fail.Add(i, err)
 			continue
 		}
 		f := c.lentF[i]
@@ -643,7 +629,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		wire.Ethernet(frame).Set(mac, c.srcMAC, wire.EtherTypeIPv4)
 		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: c.port, DstPort: c.dstPort, TrafficClass: c.tos}
 		if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
-			fail.add(i, err)
+			fail.Add(i, err)
 			continue
 		}
 		l := hdrLen + n
@@ -676,9 +662,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.ctr.BytesOut.Add(bytes)
 		c.ctr.TxBatches.Add(1)
 	}
-	if fail.n > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.n))
-		return sent, &packetio.TransmitError{Index: fail.first, Addr: pkts[fail.first].Addr, Failed: fail.n, Err: fail.cause}
+	if fail.Len() > 0 {
+		c.ctr.TxErrors.Add(uint64(fail.Len()))
+		return sent, fail.Err(pkts)
 	}
 	return sent, nil
 }

@@ -269,20 +269,6 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 	return tx
 }
 
-// failures records the packets of a Transmit that were not sent.
-type failures struct {
-	n     int
-	first int
-	cause error
-}
-
-func (f *failures) add(i int, cause error) {
-	if f.n == 0 || i < f.first {
-		f.first, f.cause = i, cause
-	}
-	f.n++
-}
-
 // Transmit implements packetio.Conn. It sends with sendmmsg, as few calls as
 // the kernel allows; a packet the kernel refuses (EMSGSIZE when it exceeds
 // the path MTU, ...) is skipped, counted and reported, and the rest of the
@@ -296,17 +282,17 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		return 0, packetio.ErrNotLent
 	}
 	c.lent = 0
-	var fail failures
+	var fail packetio.TxFailures
 	m := 0
 	for i := range pkts {
 		p := &pkts[i]
 		a := p.Addr.Unmap()
 		switch {
 		case !a.Is4() || a.IsUnspecified():
-			fail.add(i, packetio.ErrAddress)
+			fail.Add(i, packetio.ErrAddress)
 			continue
 		case len(p.Buf) > c.maxPacket:
-			fail.add(i, packetio.ErrTooLarge)
+			fail.Add(i, packetio.ErrTooLarge)
 			continue
 		}
 		c.txNames[m].addr = a.As4()
@@ -323,7 +309,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		if err := c.raw.Write(c.sendFn); err != nil {
 			err = c.opErr("transmit", err)
 			for j := off; j < m; j++ {
-				fail.add(c.txIdx[j], err)
+				fail.Add(c.txIdx[j], err)
 			}
 			break
 		}
@@ -333,7 +319,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 				retried = off
 				continue
 			}
-			fail.add(c.txIdx[off], c.txErrno)
+			fail.Add(c.txIdx[off], c.txErrno)
 			off++
 			continue
 		}
@@ -351,9 +337,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.ctr.PacketsOut.Add(uint64(sent))
 		c.ctr.BytesOut.Add(bytes)
 	}
-	if fail.n > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.n))
-		return sent, &packetio.TransmitError{Index: fail.first, Addr: pkts[fail.first].Addr, Failed: fail.n, Err: fail.cause}
+	if fail.Len() > 0 {
+		c.ctr.TxErrors.Add(uint64(fail.Len()))
+		return sent, fail.Err(pkts)
 	}
 	return sent, nil
 }

@@ -671,20 +671,6 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 	return tx
 }
 
-// failures records the packets of a Transmit that were not sent.
-type failures struct {
-	n     int
-	first int
-	cause error
-}
-
-func (f *failures) add(i int, cause error) {
-	if f.n == 0 || i < f.first {
-		f.first, f.cause = i, cause
-	}
-	f.n++
-}
-
 // Transmit implements packetio.Conn. It queues one SENDMSG per packet and
 // submits them with one io_uring_enter, which also waits for their
 // completions; a packet the kernel refuses (EMSGSIZE, ...) is counted and
@@ -707,17 +693,17 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if c.closed.Load() {
 		return 0, packetio.ErrClosed
 	}
-	var fail failures
+	var fail packetio.TxFailures
 	m := 0
 	for i := range pkts {
 		p := &pkts[i]
 		a := p.Addr.Unmap()
 		switch {
 		case !a.Is4() || a.IsUnspecified():
-			fail.add(i, packetio.ErrAddress)
+			fail.Add(i, packetio.ErrAddress)
 			continue
 		case len(p.Buf) > c.maxPacket:
-			fail.add(i, packetio.ErrTooLarge)
+			fail.Add(i, packetio.ErrTooLarge)
 			continue
 		}
 		c.txNames[m].Addr = a.As4()
@@ -736,7 +722,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		if err := c.send(c.retry); err != nil {
 			for _, j := range c.retry {
 				if !c.txDone[j] {
-					fail.add(c.txIdx[j], err)
+					fail.Add(c.txIdx[j], err)
 				}
 			}
 			break
@@ -753,7 +739,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 				c.ctr.AsyncErrors.Add(1)
 				again = append(again, j)
 			default:
-				fail.add(c.txIdx[j], unix.Errno(-res))
+				fail.Add(c.txIdx[j], unix.Errno(-res))
 			}
 		}
 		c.retry = again
@@ -765,9 +751,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.ctr.PacketsOut.Add(uint64(sent))
 		c.ctr.BytesOut.Add(bytes)
 	}
-	if fail.n > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.n))
-		return sent, &packetio.TransmitError{Index: fail.first, Addr: pkts[fail.first].Addr, Failed: fail.n, Err: fail.cause}
+	if fail.Len() > 0 {
+		c.ctr.TxErrors.Add(uint64(fail.Len()))
+		return sent, fail.Err(pkts)
 	}
 	return sent, nil
 }
