@@ -1,14 +1,11 @@
 package rxeinterop
 
 import (
-	"context"
 	"fmt"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 )
 
 // benchIters is the iteration count of each perftest run: rdma_rxe under
@@ -77,68 +74,15 @@ func TestBenchRxe(t *testing.T) {
 			if c == first {
 				r = h.peerResult(t)
 			} else {
-				r = h.benchPair(t, "bench-"+c.test+"-rxe-server", h.perftestCmd(c, ""), h.benchArgs(c, guestIP), false)
+				r = h.pair(t, "bench-"+c.test+"-rxe-server", h.perftestCmd(c, ""), h.benchArgs(c, guestIP), false)
 			}
 			h.checkBench(t, r, c, false)
 		})
 		t.Run(c.test+"/goroce-server", func(t *testing.T) {
-			r := h.benchPair(t, "bench-"+c.test+"-goroce-server", h.perftestCmd(c, hostIP), h.benchArgs(c, ""), true)
+			r := h.pair(t, "bench-"+c.test+"-goroce-server", h.perftestCmd(c, hostIP), h.benchArgs(c, ""), true)
 			h.checkBench(t, r, c, true)
 		})
 	}
-}
-
-// benchPair runs one pair on the kept guest, as pair does, with goroce
-// bench: a goroce server is ready once it prints its "Waiting for client"
-// banner.
-func (h *harness) benchPair(t *testing.T, label, guestCmd string, host []string, hostServer bool) result {
-	if !h.kept {
-		t.Skip("no guest")
-	}
-	r := result{guestCmd: guestCmd, hostCmd: strings.Join(host, " "), pcap: h.build + "/captures/peer-" + label + ".pcap"}
-	stop := h.startCapture(t, r.pcap)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
-	defer cancel()
-	hostOut := &syncBuffer{}
-	hostDone := make(chan error, 1)
-	startHost := func() {
-		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.ns}, host...)...)
-		cmd.Stdout, cmd.Stderr = hostOut, hostOut
-		if err := cmd.Start(); err != nil {
-			hostDone <- err
-			return
-		}
-		go func() { hostDone <- cmd.Wait() }()
-	}
-	if hostServer {
-		startHost()
-		for !strings.Contains(hostOut.String(), "Waiting for client to connect") {
-			select {
-			case err := <-hostDone:
-				t.Fatalf("goroce server ended (%v):\n%s", err, hostOut.String())
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-		h.guestJob(t, label, 110, guestCmd)
-	} else {
-		h.guestJob(t, label, 110, guestCmd)
-		listen := fmt.Sprintf(`while ! netstat -ltn 2>/dev/null | grep -q ":%d "; do sleep 0.2; done`, ppPort)
-		h.guestJob(t, label+"-listen", 60, listen)
-		if _, rc := h.waitJob(t, label+"-listen", 90*time.Second); rc != 0 {
-			out, _ := h.waitJob(t, label, time.Second)
-			t.Fatalf("the guest server does not listen on %d: %s", ppPort, out)
-		}
-		startHost()
-	}
-	r.guestOut, r.guestRC = h.waitJob(t, label, 140*time.Second)
-	select {
-	case r.hostErr = <-hostDone:
-	case <-ctx.Done():
-		r.hostErr = ctx.Err()
-	}
-	r.hostOut = hostOut.String()
-	stop()
-	return r
 }
 
 // perfReport is what a perftest program (or goroce bench) printed: its
