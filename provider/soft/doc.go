@@ -7,13 +7,22 @@
 // the engine answer and send, and runs its timers. The application reaches the
 // engine through lock-free rings: PostSend and PostRecv copy work requests
 // into a QP's rings and ring a doorbell; Poll takes completions out of a CQ's
-// ring. Neither takes a lock the driver holds. Control operations (creating
+// ring. Neither waits for a lock the driver holds. Control operations (creating
 // and modifying objects) take the device's mutex, which the driver holds
 // while it runs the engine.
 //
 // The driver spins for a short while (Options.Spin) after the last packet or
 // doorbell, then blocks in the packet path until a packet, a timer or a
 // doorbell wakes it: an idle device uses no CPU.
+//
+// The application's goroutines help: when the driver is not using the packet
+// path, a PostSend sends what it made ready (one batch at most) and a Poll
+// that finds its CQ empty receives what has arrived, each from the caller's
+// goroutine, which saves two hand-offs between goroutines per message
+// (Options.NoInline turns this off). The responder holds the ACK of a message
+// that completed a receive for up to DefaultAckDelay, so that the reply the
+// application is likely to post carries it in the same batch. Close
+// completes every outstanding work request with WR_FLUSH_ERR.
 //
 // Limits (Options.Engine: max_qp, max_cq, max_qp_wr and the rest) are
 // enforced with errors matching verbs.ErrResourceLimit and reported by
