@@ -47,6 +47,29 @@ type DeviceAttr struct {
 	MaxAH           int
 	AtomicCap       int // 0 none, 1 HCA (atomic within the device), 2 global
 	PhysPortCnt     int
+	// CompletionTimestamps says whether and how the device stamps its
+	// work completions (WC.Timestamp).
+	CompletionTimestamps TimestampKind
+}
+
+// TimestampKind says where a device's completion timestamps come from.
+type TimestampKind uint8
+
+// Completion timestamp kinds.
+const (
+	// TimestampNone: completions carry no timestamp (WC.Timestamp is 0).
+	TimestampNone TimestampKind = iota
+	// TimestampSoftware: the provider reads the host clock (Now) when it
+	// produces the completion, not when the application polls it.
+	TimestampSoftware
+	// TimestampHardware: the device stamps completions with its own
+	// clock (libibverbs' completion timestamps), converted to Now's.
+	TimestampHardware
+)
+
+// String returns "none", "software" or "hardware".
+func (k TimestampKind) String() string {
+	return name([]string{"none", "software", "hardware"}, int(k), "TimestampKind")
 }
 
 // PortState is a port's logical state (enum ibv_port_state).

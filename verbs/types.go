@@ -85,6 +85,11 @@ type WC struct {
 	SLID            uint16
 	SL              uint8
 	DLIDPathBits    uint8
+	// Timestamp is when the provider produced the completion, in
+	// nanoseconds on the clock of Now, or 0 when the provider does not
+	// stamp completions (DeviceAttr.CompletionTimestamps says which kind
+	// a device gives).
+	Timestamp int64
 }
 
 // AHAttr describes a destination (struct ibv_ah_attr with its GRH, as RoCE
