@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/goroce/goroce/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,10 +50,10 @@ func writeFrames(t *testing.T, path string, pkts []captured) {
 func TestEngineWireCheck(t *testing.T) {
 	checker := os.Getenv("GOROCE_WIRE_CHECK")
 	if checker == "" {
-		t.Skip("GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) not set")
+		testenv.Skip(t, testenv.WireCheck, "GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) not set")
 	}
 	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not installed")
+		testenv.Skip(t, testenv.WireCheck, "tshark not installed")
 	}
 	for _, mtu := range []verbs.MTU{verbs.MTU1024, verbs.MTU4096} {
 		l := newLink(t)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"github.com/goroce/goroce/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,10 +116,10 @@ func TestSampleFramesParse(t *testing.T) {
 func TestWireCheck(t *testing.T) {
 	checker := os.Getenv("GOROCE_WIRE_CHECK")
 	if checker == "" {
-		t.Skip("GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) not set")
+		testenv.Skip(t, testenv.WireCheck, "GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) not set")
 	}
 	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark not installed")
+		testenv.Skip(t, testenv.WireCheck, "tshark not installed")
 	}
 	frames := sampleFrames(t)
 	path := filepath.Join(t.TempDir(), "goroce-built.pcap")

@@ -3,6 +3,7 @@ package demo
 import (
 	"bytes"
 	"errors"
+	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -81,7 +82,7 @@ func TestDemoPaths(t *testing.T) {
 	}
 	t.Run("uring", func(t *testing.T) {
 		if c, err := uring.Listen(netip.MustParseAddr("127.0.3.5"), uring.Options{Port: uring.AnyPort}); err != nil {
-			t.Skipf("io_uring unavailable: %v", err)
+			testenv.Skipf(t, testenv.Uring, "io_uring unavailable: %v", err)
 		} else {
 			c.Close()
 		}
@@ -113,7 +114,7 @@ func TestDemoPaths(t *testing.T) {
 			return c, err
 		}})
 		if err != nil && errors.Is(err, packetio.ErrNotSupported) {
-			t.Skipf("AF_XDP refused: %v", err)
+			testenv.Skipf(t, testenv.AFXDP, "AF_XDP refused: %v", err)
 		}
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out.String())

@@ -2,6 +2,7 @@ package netns
 
 import (
 	"errors"
+	"github.com/goroce/goroce/internal/testenv"
 	"net"
 	"net/netip"
 	"os"
@@ -48,15 +49,21 @@ type Pair struct {
 func Require(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("netns: creating network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)")
+		testenv.Skip(t, testenv.Netns, "netns: creating network namespaces needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN)")
 	}
 	RequireTool(t, "ip")
 }
 
-// RequireTool skips the test unless the named command is installed.
+// RequireTool skips the test unless the named command is installed (see
+// package testenv: nft belongs to the nftables suite, other tools to the
+// namespace suite).
 func RequireTool(t testing.TB, name string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("netns: the %s command is not installed", name)
+		suite := testenv.Netns
+		if name == "nft" {
+			suite = testenv.Nftables
+		}
+		testenv.Skipf(t, suite, "netns: the %s command is not installed", name)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"net"
 	"net/netip"
 	"os"
@@ -142,7 +143,7 @@ func NewPair(t testing.TB, opts Options) *Pair {
 func skipOrFatal(t testing.TB, err error) {
 	t.Helper()
 	if errors.Is(err, ErrNotSupported) {
-		t.Skip(err)
+		testenv.Skip(t, testenv.Netns, err)
 	}
 	t.Fatal(err)
 }

@@ -7,14 +7,14 @@ import "testing"
 // New skips the test: network namespaces are Linux only.
 func New(t testing.TB) *NS {
 	t.Helper()
-	t.Skip("netns: network namespaces are Linux only")
+	testenv.Skip(t, testenv.Netns, "netns: network namespaces are Linux only")
 	return nil
 }
 
 // NewPair skips the test: network namespaces are Linux only.
 func NewPair(t testing.TB, opts Options) *Pair {
 	t.Helper()
-	t.Skip("netns: network namespaces are Linux only")
+	testenv.Skip(t, testenv.Netns, "netns: network namespaces are Linux only")
 	return nil
 }
 

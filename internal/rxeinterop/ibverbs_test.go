@@ -2,6 +2,7 @@ package rxeinterop
 
 import (
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,14 +25,14 @@ import (
 // copied into the kept guest's share directory.
 func TestIbverbsRxe(t *testing.T) {
 	if os.Getenv("GOROCE_RXE_VM") == "" {
-		t.Skip("set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run provider/ibverbs on Linux rdma_rxe in a qemu guest")
+		testenv.Skip(t, testenv.Ibverbs, "set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run provider/ibverbs on Linux rdma_rxe in a qemu guest")
 	}
 	const header = "/usr/include/infiniband/verbs.h"
 	if _, err := os.Stat(header); err != nil {
-		t.Skipf("provider/ibverbs needs libibverbs-dev (%s: %v)", header, err)
+		testenv.Skipf(t, testenv.Ibverbs, "provider/ibverbs needs libibverbs-dev (%s: %v)", header, err)
 	}
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("provider/ibverbs needs cgo and a C compiler (gcc)")
+		testenv.Skip(t, testenv.Ibverbs, "provider/ibverbs needs cgo and a C compiler (gcc)")
 	}
 	h := newHarness(t)
 	tmp := t.TempDir()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"io"
 	"net/netip"
 	"os"
@@ -141,14 +142,14 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	dir := os.Getenv("GOROCE_RXE_VM")
 	if dir == "" {
-		t.Skip("set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run goroce against Linux rdma_rxe in a qemu guest")
+		testenv.Skip(t, testenv.RxeVM, "set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run goroce against Linux rdma_rxe in a qemu guest")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("the rxe-vm harness needs root (network namespaces, tap devices)")
+		testenv.Skip(t, testenv.RxeVM, "the rxe-vm harness needs root (network namespaces, tap devices)")
 	}
 	for _, tool := range []string{"qemu-system-x86_64", "tcpdump", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("the rxe-vm harness needs %s (run its build.sh)", tool)
+			testenv.Skipf(t, testenv.RxeVM, "the rxe-vm harness needs %s (run its build.sh)", tool)
 		}
 	}
 	dir, err := filepath.Abs(dir)
@@ -176,7 +177,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	for _, f := range []string{"vmlinuz", "initrd.cpio"} {
 		if _, err := os.Stat(filepath.Join(src, f)); err != nil {
-			t.Skipf("the rxe-vm harness is not built in %s (run build.sh, or set RXE_VM_BUILD): %v", src, err)
+			testenv.Skipf(t, testenv.RxeVM, "the rxe-vm harness is not built in %s (run build.sh, or set RXE_VM_BUILD): %v", src, err)
 		}
 		if err := os.Symlink(filepath.Join(src, f), filepath.Join(h.build, f)); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ package afxdp_test
 
 import (
 	"errors"
+	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"testing"
 
@@ -32,7 +33,7 @@ func listenIn(t testing.TB, ns *netns.NS, addr netip.Addr, opts afxdp.Options) *
 		return err
 	})
 	if errors.Is(err, packetio.ErrNotSupported) {
-		t.Skipf("AF_XDP refused: %v", err)
+		testenv.Skipf(t, testenv.AFXDP, "AF_XDP refused: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

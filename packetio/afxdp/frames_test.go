@@ -5,6 +5,7 @@ package afxdp_test
 import (
 	"bytes"
 	"errors"
+	"github.com/goroce/goroce/internal/testenv"
 	"net"
 	"net/netip"
 	"os"
@@ -110,10 +111,10 @@ func wireCheck(t *testing.T, pcap string, pmtu int) {
 	t.Helper()
 	checker := os.Getenv("GOROCE_WIRE_CHECK")
 	if checker == "" {
-		t.Skip("GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) is not set")
+		testenv.Skip(t, testenv.WireCheck, "GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) is not set")
 	}
 	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Skip("tshark is not installed; the wire checker needs it")
+		testenv.Skip(t, testenv.WireCheck, "tshark is not installed; the wire checker needs it")
 	}
 	out, err := exec.Command(checker, "--pmtu", strconv.Itoa(pmtu), pcap).CombinedOutput()
 	text := strings.TrimSpace(string(out))

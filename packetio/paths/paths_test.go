@@ -3,6 +3,7 @@ package paths
 import (
 	"bytes"
 	"errors"
+	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"strings"
 	"testing"
@@ -49,7 +50,7 @@ func TestOpenLoopback(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			a, ca, err := Open(a4, name, Options{})
 			if name == Uring && err != nil {
-				t.Skipf("io_uring unavailable: %v", err)
+				testenv.Skipf(t, testenv.Uring, "io_uring unavailable: %v", err)
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -5,6 +5,7 @@ package uring
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/goroce/goroce/internal/testenv"
 	"testing"
 	"unsafe"
 
@@ -15,7 +16,7 @@ func newTestRing(t *testing.T, sqEntries, cqEntries uint32, mode taskrunMode) *r
 	t.Helper()
 	r, err := newRing(sqEntries, cqEntries, mode)
 	if errors.Is(err, ErrUnavailable) {
-		t.Skip(err)
+		testenv.Skip(t, testenv.Uring, err)
 	}
 	if err != nil {
 		t.Fatal(err)

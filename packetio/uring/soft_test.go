@@ -4,6 +4,7 @@ package uring_test
 
 import (
 	"bytes"
+	"github.com/goroce/goroce/internal/testenv"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -212,7 +213,7 @@ func listenIn(t testing.TB, ns *netns.NS, addr netip.Addr, opts uring.Options) *
 		return err
 	}); err != nil {
 		if strings.Contains(err.Error(), "io_uring unavailable") {
-			t.Skip(err)
+			testenv.Skip(t, testenv.Uring, err)
 		}
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package uring_test
 import (
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"syscall"
 	"testing"
@@ -30,7 +31,7 @@ func listenOrSkip(t testing.TB, listen listenFunc, addr netip.Addr, opts uring.O
 	t.Helper()
 	c, err := listen(addr, opts)
 	if errors.Is(err, uring.ErrUnavailable) {
-		t.Skip(err)
+		testenv.Skip(t, testenv.Uring, err)
 	}
 	return c, err
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"math"
 	"net/netip"
 	"path/filepath"
@@ -57,7 +58,7 @@ func afxdpE2E(top, t *testing.T, prefix string, noInline, full bool) {
 			return err
 		})
 		if errors.Is(err, packetio.ErrNotSupported) {
-			t.Skipf("AF_XDP refused: %v", err)
+			testenv.Skipf(t, testenv.AFXDP, "AF_XDP refused: %v", err)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +163,7 @@ func BenchmarkNetnsAFXDPWrite(b *testing.B) {
 			return err
 		})
 		if errors.Is(err, packetio.ErrNotSupported) {
-			b.Skipf("%s refused: %v", path, err)
+			testenv.Skipf(b, testenv.AFXDP, "%s refused: %v", path, err)
 		}
 		if err != nil {
 			b.Fatal(err)

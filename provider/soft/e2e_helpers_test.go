@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -588,7 +589,7 @@ func (c *e2eCheck) wait(t *testing.T) {
 		t.Fatal(c.fail)
 	}
 	if c.cmd == nil {
-		t.Skip(c.skip)
+		testenv.Skip(t, testenv.WireCheck, c.skip)
 	}
 	var err error
 	select {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -40,7 +41,7 @@ func TestNetnsUring(t *testing.T) {
 			return err
 		})
 		if errors.Is(err, packetio.ErrNotSupported) {
-			t.Skipf("io_uring refused: %v", err)
+			testenv.Skipf(t, testenv.Uring, "io_uring refused: %v", err)
 		}
 		if err != nil {
 			t.Fatal(err)
