@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -729,28 +728,19 @@ func (s *session) runReadAtomicLat(ctx context.Context, size int) (Result, error
 	return latResult(size, tposted, 1), nil
 }
 
-// statser is a device that counts its packets (the soft device).
-type statser interface{ Stats() engine.Stats }
+// quieter is a device that can wait until its link is quiet (the soft
+// device).
+type quieter interface {
+	WaitQuiet(quiet, limit time.Duration) bool
+}
 
 // drain waits until the device has been quiet for 20 ms (at most a
 // second), so that the last ACKs leave before the QPs are destroyed.
 func (s *session) drain() {
-	st, ok := s.vctx.Device().(statser)
+	q, ok := s.vctx.Device().(quieter)
 	if !ok {
 		time.Sleep(50 * time.Millisecond)
 		return
 	}
-	t0 := time.Now()
-	last, since := st.Stats(), t0
-	for time.Since(t0) < time.Second {
-		time.Sleep(5 * time.Millisecond)
-		cur := st.Stats()
-		if cur.TxPackets != last.TxPackets || cur.RxPackets != last.RxPackets {
-			last, since = cur, time.Now()
-			continue
-		}
-		if time.Since(since) >= 20*time.Millisecond {
-			return
-		}
-	}
+	q.WaitQuiet(20*time.Millisecond, time.Second)
 }

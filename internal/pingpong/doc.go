@@ -1,0 +1,5 @@
+// Package pingpong is rdma-core's ibv_rc_pingpong and ibv_ud_pingpong as a
+// program over the verbs API: the same objects, exchange (cm's pingpong
+// exchange on TCP 18515), loop and report, so that either side may be
+// rdma-core's program. `goroce pingpong` parses the flags and calls Run.
+package pingpong
