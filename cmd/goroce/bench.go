@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -263,12 +262,12 @@ func runBaseline(ctx context.Context, c *benchConfig, ucon *udp.Conn, conn *perf
 	}
 	out := &bench.Outcome{MTU: 0, Results: []bench.Result{r}}
 	if c.json {
-		return printBenchJSON(stdout, "udp", "udp", o, out, nil)
+		return bench.WriteJSON(stdout, "udp", "udp", o, out, nil)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, resultLine+"                    raw UDP baseline of %s (datagrams of the same sizes on the same UDP path)\n"+resultLine, o.Test)
+	fmt.Fprintf(&b, bench.ResultLine+"                    raw UDP baseline of %s (datagrams of the same sizes on the same UDP path)\n"+bench.ResultLine, o.Test)
 	io.WriteString(stdout, b.String())
-	printRows(stdout, o, out)
+	bench.WriteRows(stdout, o, out)
 	return nil
 }
 
@@ -282,11 +281,11 @@ func runOne(ctx context.Context, c *benchConfig, dev verbs.Device, conn *perftes
 	out, err := bench.Run(ctx, vctx, conn, o)
 	if out != nil && (err == nil || len(out.Results) > 0) {
 		if c.json {
-			if jerr := printBenchJSON(stdout, dev.Name(), devPath(dev), o, out, err); jerr != nil && err == nil {
+			if jerr := bench.WriteJSON(stdout, dev.Name(), devPath(dev), o, out, err); jerr != nil && err == nil {
 				err = jerr
 			}
 		} else {
-			printBenchTable(stdout, dev.Name(), devPath(dev), o, out)
+			bench.WriteReport(stdout, dev.Name(), devPath(dev), o, out)
 		}
 	}
 	return err
@@ -364,211 +363,6 @@ func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 		return fmt.Errorf("server: %w", srvErr)
 	}
 	return cliErr
-}
-
-var testVerbNames = map[bench.Verb]string{bench.Send: "Send", bench.Write: "RDMA_Write", bench.Read: "RDMA_Read", bench.Atomic: "Atomic"}
-
-const resultLine = "---------------------------------------------------------------------------------------\n"
-
-// printBenchTable prints a side's report as perftest does: the test's
-// settings, the addresses, the result table.
-func printBenchTable(w io.Writer, devName, path string, o bench.Options, out *bench.Outcome) {
-	var b strings.Builder
-	t := o.Test
-	b.WriteString(resultLine)
-	b.WriteString("                    " + testVerbNames[t.Verb] + " ")
-	if t.Verb == bench.Atomic {
-		if o.Atomic == verbs.WRAtomicCmpAndSwp {
-			b.WriteString("CMP_AND_SWAP ")
-		} else {
-			b.WriteString("FETCH_AND_ADD ")
-		}
-	}
-	if t.Lat {
-		b.WriteString("Latency Test\n")
-	} else {
-		b.WriteString("BW Test\n")
-	}
-	qps := max(o.QPs, 1)
-	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
-	if path != "" {
-		fmt.Fprintf(&b, " Packet path     : %s\n", path)
-	}
-	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", qps)
-	fmt.Fprintf(&b, " Connection type : RC\t\tUsing SRQ      : OFF\n")
-	if o.Client {
-		tx := o.TxDepth
-		if tx == 0 {
-			tx = bench.DefaultTxDepthBW
-			if t.Lat {
-				tx = bench.DefaultTxDepthLat
-			}
-		}
-		fmt.Fprintf(&b, " TX depth        : %d\n", tx)
-	}
-	if t.Verb == bench.Send && (!o.Client || t.Lat) {
-		fmt.Fprintf(&b, " RX depth        : %d\n", o.RxDepth)
-	}
-	if !t.Lat {
-		fmt.Fprintf(&b, " CQ Moderation   : %d\n", o.CQMod)
-	}
-	fmt.Fprintf(&b, " Mtu             : %d[B]\n", out.MTU.Bytes())
-	b.WriteString(" Link type       : Ethernet\n")
-	fmt.Fprintf(&b, " GID index       : %d\n", o.GIDIndex)
-	if t.Verb == bench.Read || t.Verb == bench.Atomic {
-		if len(out.Local) > 0 {
-			fmt.Fprintf(&b, " Outstand reads  : %d\n", out.Local[0].OutReads)
-		}
-	} else {
-		b.WriteString(" Max inline data : 0[B]\n")
-	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n")
-	b.WriteString(resultLine)
-	// As ctx_print_pingpong_data: READ adds the outstanding reads, READ and
-	// WRITE the R_Key and address; SEND and atomics print neither.
-	rdma := t.Verb == bench.Write || t.Verb == bench.Read
-	outs := t.Verb == bench.Read
-	for i, d := range out.Local {
-		fmt.Fprintf(&b, " local address: %s\n", d.Format(rdma, outs))
-		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
-		_ = i
-	}
-	for _, d := range out.Remote {
-		if d.QPN == 0 && d.GID == (verbs.GID{}) {
-			continue
-		}
-		fmt.Fprintf(&b, " remote address: %s\n", d.Format(rdma, outs))
-		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
-	}
-	b.WriteString(resultLine)
-	io.WriteString(w, b.String())
-	printRows(w, o, out)
-}
-
-// printRows prints the result table and the lines that follow it.
-func printRows(w io.Writer, o bench.Options, out *bench.Outcome) {
-	var b strings.Builder
-	t := o.Test
-	timed := o.Duration > 0
-	switch {
-	case !t.Lat:
-		if o.Gbits {
-			b.WriteString(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n")
-		} else {
-			b.WriteString(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n")
-		}
-		for _, r := range out.Results {
-			fmt.Fprintf(&b, " %-7d    %-10d       %-7.2f            %-7.2f\t\t   %-7.6f\n", r.Size, r.Iters, r.BWPeak, r.BWAvg, r.MsgRate)
-		}
-	case timed:
-		b.WriteString(" #bytes        #iterations       t_avg[usec]    tps average\n")
-		for _, r := range out.Results {
-			fmt.Fprintf(&b, " %-7d       %d            %-7.2f        %-7.2f\n", r.Size, r.Iters, r.Avg, r.TPS)
-		}
-	default:
-		b.WriteString(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n")
-		for _, r := range out.Results {
-			fmt.Fprintf(&b, " %-7d %d          %-7.2f        %-7.2f      %-7.2f  \t       %-7.2f     \t%-7.2f\t\t%-7.2f \t\t%-7.2f\n",
-				r.Size, r.Iters, r.Min, r.Max, r.Typical, r.Avg, r.Stdev, r.P99, r.P999)
-		}
-	}
-	b.WriteString(resultLine)
-	if t.Lat && !timed {
-		for _, r := range out.Results {
-			fmt.Fprintf(&b, " percentiles[usec] #bytes %d: p50 %.2f  p99 %.2f  p99.9 %.2f  max %.2f\n", r.Size, r.P50, r.P99, r.P999, r.MaxAll)
-		}
-	}
-	for _, r := range out.Results {
-		if r.Verified {
-			fmt.Fprintf(&b, " data verified: #bytes %d\n", r.Size)
-		}
-	}
-	io.WriteString(w, b.String())
-}
-
-type jsonDest struct {
-	LID      uint16 `json:"lid"`
-	OutReads uint16 `json:"out_reads"`
-	QPN      uint32 `json:"qpn"`
-	PSN      uint32 `json:"psn"`
-	RKey     uint32 `json:"rkey"`
-	VAddr    uint64 `json:"vaddr"`
-	GID      string `json:"gid"`
-}
-
-type jsonResult struct {
-	Bytes      int      `json:"bytes"`
-	Iterations uint64   `json:"iterations"`
-	BWPeak     *float64 `json:"bw_peak,omitempty"`
-	BWAverage  *float64 `json:"bw_average,omitempty"`
-	MsgRate    *float64 `json:"msg_rate_mpps,omitempty"`
-	BWUnit     string   `json:"bw_unit,omitempty"`
-	Remote     bool     `json:"remote_report,omitempty"`
-	TMin       *float64 `json:"t_min_usec,omitempty"`
-	TMax       *float64 `json:"t_max_usec,omitempty"`
-	TTypical   *float64 `json:"t_typical_usec,omitempty"`
-	TAvg       *float64 `json:"t_avg_usec,omitempty"`
-	TStdev     *float64 `json:"t_stdev_usec,omitempty"`
-	P50        *float64 `json:"p50_usec,omitempty"`
-	P99        *float64 `json:"p99_usec,omitempty"`
-	P999       *float64 `json:"p99_9_usec,omitempty"`
-	MaxAll     *float64 `json:"max_usec,omitempty"`
-	TPS        *float64 `json:"tps,omitempty"`
-	Verified   bool     `json:"verified,omitempty"`
-}
-
-type jsonReport struct {
-	Test        string       `json:"test"`
-	Side        string       `json:"side"`
-	Device      string       `json:"device"`
-	Path        string       `json:"packet_path,omitempty"`
-	MTU         int          `json:"mtu"`
-	QPs         int          `json:"qps"`
-	PeerVersion string       `json:"peer_version"`
-	Local       []jsonDest   `json:"local"`
-	Remote      []jsonDest   `json:"remote"`
-	Results     []jsonResult `json:"results"`
-	Error       string       `json:"error,omitempty"`
-}
-
-func printBenchJSON(w io.Writer, devName, path string, o bench.Options, out *bench.Outcome, runErr error) error {
-	rep := jsonReport{Test: o.Test.String(), Side: "server", Device: devName, Path: path, MTU: out.MTU.Bytes(), QPs: max(o.QPs, 1), PeerVersion: out.PeerVersion}
-	if o.Client {
-		rep.Side = "client"
-	}
-	if runErr != nil {
-		rep.Error = runErr.Error()
-	}
-	conv := func(ds []perftest.Dest) []jsonDest {
-		r := []jsonDest{}
-		for _, d := range ds {
-			r = append(r, jsonDest{d.LID, d.OutReads, d.QPN, d.PSN, d.RKey, d.VAddr, netip.AddrFrom16(d.GID).String()})
-		}
-		return r
-	}
-	rep.Local, rep.Remote = conv(out.Local), conv(out.Remote)
-	rep.Results = []jsonResult{}
-	f := func(v float64) *float64 { return &v }
-	for _, r := range out.Results {
-		j := jsonResult{Bytes: r.Size, Iterations: r.Iters, Verified: r.Verified}
-		switch {
-		case !o.Test.Lat:
-			j.BWPeak, j.BWAverage, j.MsgRate, j.Remote = f(r.BWPeak), f(r.BWAvg), f(r.MsgRate), r.Remote
-			j.BWUnit = "MB/sec"
-			if o.Gbits {
-				j.BWUnit = "Gb/sec"
-			}
-		case o.Duration > 0:
-			j.TAvg, j.TPS = f(r.Avg), f(r.TPS)
-		default:
-			j.TMin, j.TMax, j.TTypical, j.TAvg, j.TStdev = f(r.Min), f(r.Max), f(r.Typical), f(r.Avg), f(r.Stdev)
-			j.P50, j.P99, j.P999, j.MaxAll = f(r.P50), f(r.P99), f(r.P999), f(r.MaxAll)
-		}
-		rep.Results = append(rep.Results, j)
-	}
-	e := json.NewEncoder(w)
-	e.SetIndent("", "  ")
-	return e.Encode(rep)
 }
 
 // devPath is the packet path of a soft device ("" for other devices).

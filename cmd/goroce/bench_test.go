@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/goroce/goroce/internal/bench"
 	"os"
 	"os/exec"
 	"regexp"
@@ -191,7 +192,7 @@ func TestBenchLoopback(t *testing.T) {
 	if code := run([]string{"bench", "send_lat", "--loopback", "--addr", "127.0.6.3", "-n", "100", "--json", "--timeout", "30s"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s%s", code, out.String(), errb.String())
 	}
-	var rep jsonReport
+	var rep bench.JSONReport
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
@@ -199,7 +200,7 @@ func TestBenchLoopback(t *testing.T) {
 }
 
 // checkJSON checks a --json report.
-func checkJSON(t *testing.T, rep jsonReport, test, side string, size int, iters uint64) {
+func checkJSON(t *testing.T, rep bench.JSONReport, test, side string, size int, iters uint64) {
 	t.Helper()
 	if rep.Test != test || rep.Side != side || rep.Error != "" || rep.PeerVersion != "6.06" || rep.MTU < 256 || len(rep.Local) != 1 || len(rep.Remote) != 1 || len(rep.Results) != 1 {
 		t.Fatalf("report %+v", rep)
@@ -291,7 +292,7 @@ func TestBenchNetns(t *testing.T) {
 				// read_lat and atomic_lat servers only wait, as perftest's.
 				serverMeasures := !lat || c.test == "send_lat" || c.test == "write_lat"
 				if js {
-					var cr, sr jsonReport
+					var cr, sr bench.JSONReport
 					if err := json.Unmarshal([]byte(cout.String()), &cr); err != nil {
 						t.Fatalf("client JSON: %v\n%s", err, cout.String())
 					}
