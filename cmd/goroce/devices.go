@@ -7,10 +7,13 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/paths"
+	"github.com/goroce/goroce/packetio/tee"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -25,11 +28,13 @@ const softName = "soft0"
 type softConfig struct {
 	addr   string
 	path   string       // packet path: udp, uring, afxdp or auto
+	pcap   string       // if set, record every packet sent and received here
 	chosen paths.Chosen // the path open took
 }
 
 func (c *softConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "", "local IPv4 address of the soft device "+softName+" (default: the first non-loopback IPv4 address of an interface that is up)")
+	fs.StringVar(&c.pcap, "pcap", "", "write every packet the soft device sends and receives to this pcap `file` (AF_XDP's frames bypass tcpdump)")
 	fs.StringVar(&c.path, "path", paths.Auto, "packet path of the soft device: udp (recvmmsg/sendmmsg), uring (io_uring), afxdp (AF_XDP) or auto (the fastest that works; devinfo shows which)")
 }
 
@@ -118,6 +123,11 @@ func (c *softConfig) open(traffic bool) (*soft.Device, error) {
 		return nil, err
 	}
 	c.chosen = ch
+	if c.pcap != "" && traffic {
+		if conn, err = recordTo(conn, c.pcap); err != nil {
+			return nil, err
+		}
+	}
 	mtu := portMTU(ifMTU)
 	for mtu > verbs.MTU256 && mtu.Bytes()+wire.RETHLen+wire.ImmDtLen+wire.BTHLen+wire.ICRCLen > conn.MaxPacket() {
 		mtu-- // the path carries less than the interface (AF_XDP frames)
@@ -128,6 +138,44 @@ func (c *softConfig) open(traffic bool) (*soft.Device, error) {
 		return nil, err
 	}
 	return dev, nil
+}
+
+// pcapConn records every packet of a Conn to a pcap file, closed with the
+// Conn.
+type pcapConn struct {
+	*tee.Conn
+	f  *os.File
+	pw *tee.PcapWriter
+}
+
+// recordTo wraps conn so that it records to the pcap file at path; on error
+// it closes conn.
+func recordTo(conn packetio.Conn, path string) (packetio.Conn, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("--pcap: %w", err)
+	}
+	pw, err := tee.NewPcapWriter(f)
+	if err != nil {
+		f.Close()
+		conn.Close()
+		return nil, fmt.Errorf("--pcap: %w", err)
+	}
+	pw.Incoming = true
+	return &pcapConn{Conn: tee.New(conn, pw.Write), f: f, pw: pw}, nil
+}
+
+// Close closes the Conn, then the file.
+func (c *pcapConn) Close() error {
+	err := c.Conn.Close()
+	if ferr := c.f.Close(); err == nil {
+		err = ferr
+	}
+	if werr := c.pw.Err(); err == nil && werr != nil {
+		err = fmt.Errorf("--pcap: %w", werr)
+	}
+	return err
 }
 
 // hwRegistry is a registry of this build's providers other than the soft

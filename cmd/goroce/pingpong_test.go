@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -342,5 +343,36 @@ func TestPingpongNetns(t *testing.T) {
 			}
 			t.Logf("server:\n%sclient:\n%s", sout.String(), cout.String())
 		})
+	}
+}
+
+// TestPingpongPcap runs an RC pingpong whose client records with --pcap,
+// and decodes the capture: both directions are there (requests out, ACKs and
+// the server's sends in) and every packet's ICRC checks out, incoming ones
+// included.
+func TestPingpongPcap(t *testing.T) {
+	port := strconv.Itoa(freePort(t))
+	pcap := filepath.Join(t.TempDir(), "client.pcap")
+	common := []string{"pingpong", "rc", "-n", "20", "-s", "2000", "-p", port, "--timeout", "20s", "--path", "udp"}
+	server := &lockedBuffer{}
+	var serr bytes.Buffer
+	done := make(chan int, 1)
+	go func() { done <- run(append(common, "--addr", "127.0.91.3"), server, &serr) }()
+	waitFor(t, server, "local address")
+	var cout, cerr bytes.Buffer
+	if code := run(append(common, "--addr", "127.0.91.4", "--pcap", pcap, "127.0.0.1"), &cout, &cerr); code != 0 {
+		t.Fatalf("client exit %d: %s%s", code, cout.String(), cerr.String())
+	}
+	if code := <-done; code != 0 {
+		t.Fatalf("server exit %d: %s%s", code, server.String(), serr.String())
+	}
+	var dout, derr bytes.Buffer
+	if code := run([]string{"decode", pcap}, &dout, &derr); code != 0 {
+		t.Fatalf("decode of the client's capture: exit %d\n%s%s", code, dout.String(), derr.String())
+	}
+	out := dout.String()
+	from, to := strings.Count(out, "127.0.91.4:4791 > 127.0.91.3"), strings.Count(out, "127.0.91.3:4791 > 127.0.91.4")
+	if from < 20 || to < 20 {
+		t.Errorf("capture has %d packets from the client and %d to it; want at least 20 of each (the sends of both sides)\n%s", from, to, out)
 	}
 }

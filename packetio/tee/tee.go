@@ -4,6 +4,7 @@
 package tee
 
 import (
+	"encoding/binary"
 	"io"
 	"net/netip"
 	"sync"
@@ -75,14 +76,27 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 // PcapWriter writes packets as Ethernet frames with the IPv4 and UDP headers
 // Linux gives datagrams sent on an unconnected socket with IP_PMTUDISC_DO
 // (DF set, Identification 0), so that their ICRCs check out. It is safe for
-// concurrent use; use its Write method as a Func (outgoing packets only, so
-// that two devices teed into one file show each packet once).
+// concurrent use; use its Write method as a Func. By default it records
+// outgoing packets only, so that two devices teed into one file show each
+// packet once; with Incoming set it records what arrives too.
 type PcapWriter struct {
+	// Incoming makes Write record incoming packets as well (one device's
+	// capture, as `goroce pingpong --pcap` writes it). A UDP socket hides
+	// the sender's IPv4 Identification and DF flag, which the ICRC covers:
+	// the writer recovers them from the ICRC (wire.CheckICRCUnknownID) and
+	// writes them into the frame, so that the capture's ICRCs check out as
+	// the sender computed them; a packet whose ICRC no Identification
+	// explains (corrupted) is written with Identification 0, and fails.
+	Incoming bool
+
 	mu  sync.Mutex
 	w   *pcapgo.Writer
 	buf []byte
 	err error
 }
+
+// ethLen is the length of the Ethernet header Write puts in front.
+const ethLen = 14
 
 // NewPcapWriter writes a pcap file header to w.
 func NewPcapWriter(w io.Writer) (*PcapWriter, error) {
@@ -93,9 +107,10 @@ func NewPcapWriter(w io.Writer) (*PcapWriter, error) {
 	return &PcapWriter{w: pw}, nil
 }
 
-// Write records an outgoing packet; it ignores incoming ones.
+// Write records an outgoing packet, and an incoming one when Incoming is
+// set.
 func (p *PcapWriter) Write(t time.Time, d Dir, src, dst netip.Addr, srcPort uint16, pkt []byte) {
-	if d != Out {
+	if d != Out && !p.Incoming {
 		return
 	}
 	p.mu.Lock()
@@ -106,6 +121,18 @@ func (p *PcapWriter) Write(t time.Time, d Dir, src, dst netip.Addr, srcPort uint
 	if err != nil {
 		p.err = err
 		return
+	}
+	if d == In && src.Is4() {
+		ip := wire.IPv4(b[ethLen:])
+		if id, df, err := wire.CheckICRCUnknownID(b[ethLen:], pkt); err == nil {
+			binary.BigEndian.PutUint16(ip[4:], id)
+			flags := uint16(0)
+			if df {
+				flags = 0x4000
+			}
+			binary.BigEndian.PutUint16(ip[6:], flags)
+			ip.SetChecksum()
+		}
 	}
 	b = append(b, pkt...)
 	p.buf = b
