@@ -48,6 +48,12 @@ type Config struct {
 	// PortMTU is the port's active MTU in bytes: the largest UD message
 	// and the path MTU of an RC QP until Modify sets one (default 1024).
 	PortMTU int
+	// OnGSI, when set, receives each MAD (GSIMADSize bytes, valid only
+	// during the call) that arrives on QP 1 as a UD SEND ONLY with Q_Key
+	// GSIQKey, with its sender, on the goroutine driving the engine, which
+	// it must not block. It returns whether it took the MAD. Without it, or
+	// when it returns false, QP 1's packets are dropped and counted.
+	OnGSI func(now int64, mad []byte, from netip.Addr, fromPort uint16) bool
 	// OnAsyncEvent, when set, receives the asynchronous events (a CQ
 	// overrun and the QPs it took to ERROR; a responder error that took a
 	// QP to ERROR), on the goroutine driving the engine, which it must not
@@ -94,6 +100,7 @@ type Engine struct {
 	now     int64 // the time of the current Input, Output or Tick call
 	txFlows flowCache
 	rxFlows flowCache
+	gsi     gsi
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -180,6 +187,10 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 		e.stats.PKeyDrops++
 		return
 	}
+	if bth.DestQP() == GSIQPN {
+		e.gsiInput(now, p, err, from, fromPort)
+		return
+	}
 	qp := e.qp(bth.DestQP())
 	if qp == nil || qp.state == verbs.QPSReset {
 		e.stats.UnknownQPDrops++
@@ -222,6 +233,13 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 		e.raiseOverruns()
 	}
 	e.now = now
+	if len(e.gsi.queue) > 0 {
+		if n, to, ok := e.gsiOutput(buf); ok {
+			e.stats.TxPackets++
+			e.stats.TxBytes += uint64(n)
+			return n, to, true
+		}
+	}
 	for tries := len(e.active); tries > 0; tries-- {
 		if e.rr >= len(e.active) {
 			e.rr = 0

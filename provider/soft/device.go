@@ -72,6 +72,7 @@ type Device struct {
 	done     chan struct{}
 	err      error
 	async    asyncState
+	gsi      gsiState
 }
 
 // New creates a device on the packet path in opts and starts its driver.
@@ -112,6 +113,7 @@ func New(opts Options) (*Device, error) {
 	cfg.PortMTU = mtu.Bytes()
 	var dev *Device // set below, before the driver starts
 	cfg.OnAsyncEvent = func(ev engine.AsyncEvent) { dev.onAsyncEvent(ev) }
+	cfg.OnGSI = func(now int64, mad []byte, from netip.Addr, port uint16) bool { return dev.onGSI(now, mad, from, port) }
 	eng, err := engine.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("soft: %w", err)
