@@ -101,6 +101,7 @@ type Engine struct {
 	txFlows flowCache
 	rxFlows flowCache
 	gsi     gsi
+	nextQPN int // index of qps where CreateQP looks first
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).

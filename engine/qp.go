@@ -95,10 +95,16 @@ func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
 	if err := e.checkQPCap(c); err != nil {
 		return nil, err
 	}
+	// QP numbers are handed out cyclically, as rdma_rxe does: a number
+	// comes back only after all others, so that a peer's stale packets and
+	// its connection manager's time-wait (which keys on the QPN) do not
+	// meet a new QP under an old number.
 	idx := -1
-	for i, q := range e.qps {
-		if q == nil {
-			idx = i
+	for i := range e.qps {
+		j := (e.nextQPN + i) % len(e.qps)
+		if e.qps[j] == nil {
+			idx = j
+			e.nextQPN = j + 1
 			break
 		}
 	}

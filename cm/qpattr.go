@@ -1,0 +1,89 @@
+package cm
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/goroce/goroce/cm/ib"
+	"github.com/goroce/goroce/verbs"
+)
+
+// QPStep is one ibv_modify_qp call.
+type QPStep struct {
+	Attr verbs.QPAttr
+	Mask verbs.QPAttrMask
+}
+
+// QPPlan is how a connection brings an RC QP from RESET to RTS: the
+// attributes of INIT, RTR and RTS, derived from the REQ and REP as Linux's
+// ib_cm derives them (cm_init_qp_init_attr, _rtr_attr, _rts_attr).
+type QPPlan [3]QPStep
+
+// Apply modifies the QP through INIT, RTR and RTS (a QP already past
+// RESET is reset first).
+func (p *QPPlan) Apply(qp verbs.QP) error {
+	if a, err := qp.Query(); err == nil && a.State != verbs.QPSReset {
+		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState); err != nil {
+			return fmt.Errorf("cm: QP to RESET: %w", err)
+		}
+	}
+	for i := range p {
+		if err := qp.Modify(&p[i].Attr, p[i].Mask); err != nil {
+			return fmt.Errorf("cm: QP to %v: %w", p[i].Attr.State, err)
+		}
+	}
+	return nil
+}
+
+// MinRNRTimer is the RNR NAK timer code of a connected QP (0.64 ms):
+// Linux leaves 0 there, which means 655 ms.
+const MinRNRTimer = 12
+
+// plan builds a QP plan. The arguments are this side's view: the QPN and
+// first PSN of the peer, the PSN this side receives first, its READ/atomic
+// depths as initiator (maxRd) and responder (maxDest), the RNR retry count
+// it uses.
+func plan(req *ib.REQ, peer netip.Addr, destQPN, sqPSN, rqPSN uint32, maxRd, maxDest, rnrRetry uint8) QPPlan {
+	access := verbs.AccessRemoteWrite
+	if maxDest > 0 {
+		access |= verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	}
+	return QPPlan{
+		{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: access},
+			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
+		{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU(req.PathMTU), DestQPN: destQPN, RQPSN: rqPSN,
+			MaxDestRdAtomic: maxDest, MinRNRTimer: MinRNRTimer,
+			AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(peer), FlowLabel: req.FlowLabel, HopLimit: req.HopLimit,
+				TrafficClass: req.TrafficClass, PortNum: 1}},
+			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
+				verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
+		{verbs.QPAttr{State: verbs.QPSRTS, SQPSN: sqPSN, Timeout: req.LocalACKTimeout, RetryCnt: req.RetryCount,
+			RNRRetry: rnrRetry, MaxRdAtomic: maxRd},
+			verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry |
+				verbs.AttrMaxQPRdAtomic},
+	}
+}
+
+// PassivePlan is the passive side's QP plan once it has chosen its REP:
+// it sends from the REQ's starting PSN, receives from the REP's, initiates
+// REP.InitiatorDepth READs and answers REP.ResponderResources.
+func PassivePlan(req *ib.REQ, rep *ib.REP, peer netip.Addr) QPPlan {
+	return plan(req, peer, req.LocalQPN, req.StartingPSN, rep.StartingPSN, rep.InitiatorDepth,
+		rep.ResponderResources, req.RNRRetryCount)
+}
+
+// ActivePlan is the active side's QP plan when the REP has come: it sends
+// from the REP's starting PSN, receives from the REQ's, initiates
+// REP.ResponderResources READs and answers REP.InitiatorDepth.
+func ActivePlan(req *ib.REQ, rep *ib.REP, peer netip.Addr) QPPlan {
+	return plan(req, peer, rep.LocalQPN, rep.StartingPSN, req.StartingPSN, rep.ResponderResources,
+		rep.InitiatorDepth, rep.RNRRetryCount)
+}
+
+// AnswerDepths returns the responder resources and initiator depth of a
+// REP answering a REQ, as rdma_accept limits them: responder resources at
+// most the REQ's initiator depth, initiator depth at most its responder
+// resources, each at most the local maximum.
+func AnswerDepths(req *ib.REQ, wantRR, wantID uint8) (rr, id uint8) {
+	return min(wantRR, req.InitiatorDepth), min(wantID, req.ResponderResources)
+}
