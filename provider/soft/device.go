@@ -162,6 +162,10 @@ func (d *Device) Stats() engine.Stats {
 // outstanding work with WR_FLUSH_ERR (so that CQs still being polled drain),
 // and closes the packet path. Posts after Close fail.
 func (d *Device) Close() error {
+	if d.closed.Load() {
+		return nil
+	}
+	d.closeAttached() // the connection manager, while the device still works
 	if d.closed.Swap(true) {
 		return nil
 	}

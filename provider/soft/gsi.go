@@ -1,26 +1,29 @@
 package soft
 
 import (
+	"io"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 
 	"github.com/goroce/goroce/engine"
 )
 
-// GSIHandler receives a MAD that arrived on QP 1 (engine.GSIMADSize bytes,
-// valid only during the call) and its sender. It runs on the device's
-// driver and must neither block nor call the device: copy the MAD and hand
-// it on.
-type GSIHandler func(mad []byte, from netip.Addr)
-
 type gsiState struct {
-	handler atomic.Pointer[GSIHandler]
+	handler atomic.Pointer[func(mad []byte, from netip.Addr)]
+
+	attachMu sync.Mutex
+	attached map[any]any
+	order    []any
 }
 
 // SetGSIHandler installs the receiver of QP 1's MADs (the communication
 // manager), replacing any other; nil removes it, after which MADs are
-// dropped and counted.
-func (d *Device) SetGSIHandler(h GSIHandler) {
+// dropped and counted. The handler gets each MAD (engine.GSIMADSize bytes,
+// valid only during the call) and its sender on the device's driver, and
+// must neither block nor call the device: it copies the MAD and hands it
+// on.
+func (d *Device) SetGSIHandler(h func(mad []byte, from netip.Addr)) {
 	if h == nil {
 		d.gsi.handler.Store(nil)
 		return
@@ -59,4 +62,39 @@ func (d *Device) onGSI(_ int64, mad []byte, from netip.Addr, _ uint16) bool {
 	}
 	(*h)(mad, from)
 	return true
+}
+
+// Attach returns the service attached to the device under key (such as
+// the connection manager of package cm), creating it with mk on first
+// use. An attached service lives as long as the device: Close closes it
+// (when it is an io.Closer), before the driver stops, in the reverse
+// order of attachment.
+func (d *Device) Attach(key any, mk func() any) any {
+	g := &d.gsi
+	g.attachMu.Lock()
+	defer g.attachMu.Unlock()
+	if v, ok := g.attached[key]; ok {
+		return v
+	}
+	if g.attached == nil {
+		g.attached = map[any]any{}
+	}
+	v := mk()
+	g.attached[key] = v
+	g.order = append(g.order, key)
+	return v
+}
+
+// closeAttached closes the attached services, newest first.
+func (d *Device) closeAttached() {
+	g := &d.gsi
+	g.attachMu.Lock()
+	order, attached := g.order, g.attached
+	g.order, g.attached = nil, map[any]any{}
+	g.attachMu.Unlock()
+	for i := len(order) - 1; i >= 0; i-- {
+		if c, ok := attached[order[i]].(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
 }

@@ -1,6 +1,7 @@
-package cm
+package rdmacm
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -19,20 +20,36 @@ type QPStep struct {
 // ib_cm derives them (cm_init_qp_init_attr, _rtr_attr, _rts_attr).
 type QPPlan [3]QPStep
 
-// Apply modifies the QP through INIT, RTR and RTS (a QP already past
-// RESET is reset first).
+// Apply modifies the QP through INIT, RTR and RTS. The QP is in RESET, or
+// in INIT with receives posted (then the INIT step is an INIT to INIT
+// modify, as rdma_accept and rdma_connect do).
 func (p *QPPlan) Apply(qp verbs.QP) error {
-	if a, err := qp.Query(); err == nil && a.State != verbs.QPSReset {
-		if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState); err != nil {
-			return fmt.Errorf("cm: QP to RESET: %w", err)
-		}
+	a, err := qp.Query()
+	if err != nil {
+		return err
+	}
+	if a.State != verbs.QPSReset && a.State != verbs.QPSInit {
+		return fmt.Errorf("rdmacm: QP %#x is in %v: %w", qp.Num(), a.State, ErrQPState)
 	}
 	for i := range p {
 		if err := qp.Modify(&p[i].Attr, p[i].Mask); err != nil {
-			return fmt.Errorf("cm: QP to %v: %w", p[i].Attr.State, err)
+			return fmt.Errorf("rdmacm: QP to %v: %w", p[i].Attr.State, err)
 		}
 	}
 	return nil
+}
+
+// ErrQPState matches a QP given to Dial or Accept in a state other than
+// RESET or INIT.
+var ErrQPState = errors.New("rdmacm: the QP must be in RESET or INIT")
+
+// InitQP brings an RC QP from RESET to INIT on port 1 with remote write,
+// read and atomic access, as rdma_create_qp does, so that receives can be
+// posted before Dial or Accept.
+func InitQP(qp verbs.QP) error {
+	return qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1,
+		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
 }
 
 // MinRNRTimer is the RNR NAK timer code of a connected QP (0.64 ms):

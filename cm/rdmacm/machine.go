@@ -1,4 +1,4 @@
-package cm
+package rdmacm
 
 import (
 	crand "crypto/rand"
@@ -152,10 +152,10 @@ type Stats struct {
 
 // Errors of Machine operations.
 var (
-	ErrNoConn     = errors.New("cm: no such connection")
-	ErrState      = errors.New("cm: operation not allowed in the connection's state")
-	ErrAddrInUse  = errors.New("cm: address already in use")
-	ErrNoListener = errors.New("cm: no such listener")
+	ErrNoConn     = errors.New("rdmacm: no such connection")
+	ErrState      = errors.New("rdmacm: operation not allowed in the connection's state")
+	ErrAddrInUse  = errors.New("rdmacm: address already in use")
+	ErrNoListener = errors.New("rdmacm: no such listener")
 )
 
 type conn struct {
@@ -333,7 +333,7 @@ func (m *Machine) Connect(now int64, p ConnectParams) (uint32, error) {
 		return 0, ib.ErrTooLong
 	}
 	if !p.Peer.Is4() {
-		return 0, errors.New("cm: peer must be an IPv4 address")
+		return 0, errors.New("rdmacm: peer must be an IPv4 address")
 	}
 	if p.HopLimit == 0 {
 		p.HopLimit = 64

@@ -1,4 +1,4 @@
-package cm
+package rdmacm
 
 import (
 	"net/netip"
