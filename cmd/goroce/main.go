@@ -31,6 +31,7 @@ var commands = []command{
 	{"devices", "list RDMA devices (the soft device), as ibv_devices", runDevices},
 	{"devinfo", "show RDMA devices and ports, as ibv_devinfo", runDevinfo},
 	{"pingpong", "rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong, against goroce or rdma-core", runPingpong},
+	{"rping", "librdmacm's rping (rdma_cm, RDMA READ/WRITE/SEND), against goroce or rdma-core", runRping},
 	{"bench", "perftest's bandwidth and latency tests (ib_write_bw, ib_send_lat, ...), against goroce or perftest", runBench},
 }
 

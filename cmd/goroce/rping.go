@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+
+	"github.com/goroce/goroce/internal/rping"
+)
+
+// runRping is `goroce rping`: librdmacm's rping over the soft device, with
+// rping's flags, so that either side may be rdma-core's rping.
+func runRping(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("rping", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		c              rping.Config
+		server, client bool
+		src            string
+		selfQP         bool
+		soft           softConfig
+	)
+	soft.register(fs)
+	fs.BoolVar(&server, "s", false, "server side")
+	fs.BoolVar(&client, "c", false, "client side")
+	fs.StringVar(&c.Addr, "a", "", "`addr`ess: the server's (client), the one to bind (server; default any)")
+	fs.StringVar(&src, "I", "", "source `addr`ess of the client (the soft device's address unless --addr)")
+	fs.IntVar(&c.Port, "p", rping.DefaultPort, "`port`")
+	fs.IntVar(&c.Size, "S", rping.DefaultSize, "ping data `size`")
+	fs.IntVar(&c.Count, "C", 0, "ping `count` times (0: forever)")
+	fs.BoolVar(&c.Verbose, "v", false, "display ping data to stdout")
+	fs.BoolVar(&c.Validate, "V", false, "validate ping data")
+	fs.BoolVar(&c.Debug, "d", false, "debug printfs")
+	fs.BoolVar(&c.Persistent, "P", false, "persistent server mode allowing multiple connections")
+	fs.BoolVar(&selfQP, "q", false, "use self-created, self-modified QP (goroce always does)")
+	fs.DurationVar(&c.Timeout, "timeout", 0, "give up on a peer silent this long (default: never, as rping)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goroce rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port] [-P]\n       goroce rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n\nlibrdmacm's rping over goroce's soft device: rdma_cm (the IB CM on QP 1)\nthen RDMA READ, WRITE and SEND, so that either side may be rdma-core's rping.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, splitShortFlags(args)); !ok {
+		return code
+	}
+	if fs.NArg() != 0 || server == client {
+		fs.Usage()
+		return 2
+	}
+	c.Server = server
+	if soft.addr == "" {
+		switch {
+		case client && src != "":
+			soft.addr = src
+		case server && c.Addr != "":
+			soft.addr = c.Addr
+		}
+	}
+	dev, err := soft.open(true)
+	if err != nil {
+		fmt.Fprintf(stderr, "goroce rping: %v\n", err)
+		return 1
+	}
+	defer dev.Close()
+	if c.Debug {
+		fmt.Fprintf(stderr, "goroce rping: device %s on %v, packet path %s\n", dev.Name(), dev.Addr(), dev.Path())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := rping.Run(ctx, dev, c, stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "goroce rping: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// splitShortFlags turns getopt's grouped boolean flags ("-vV") into
+// separate ones, as rping's users type them.
+func splitShortFlags(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.Trim(a[1:], "scvVdPq") == "" {
+			for _, r := range a[1:] {
+				out = append(out, "-"+string(r))
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
