@@ -222,7 +222,9 @@ func (r *Request) Reject(privateData []byte) error {
 
 // Accept accepts the request with an RC QP (in RESET, or in INIT with
 // receives posted: see InitQP), which it brings to RTS before the REP
-// leaves. It returns when the dialer's RTU came.
+// leaves. It returns when the dialer's RTU came (or its DREQ: then the
+// connection returned is already over, Done closed, Err ErrDisconnected,
+// and what the dialer sent meanwhile is in the QP's completions).
 func (r *Request) Accept(ctx context.Context, qp verbs.QP, opts AcceptOptions) (*Conn, error) {
 	if qp == nil || qp.Type() != verbs.QPTRC {
 		return nil, errors.New("rdmacm: Accept needs an RC QP")
@@ -341,9 +343,14 @@ func (c *Conn) waitEstablished(ctx context.Context) error {
 				toError(c.qp)
 				return fmt.Errorf("rdmacm: no RTU from %v: %w", c.remote, ErrTimedOut)
 			case EvDisconnected:
-				return fmt.Errorf("rdmacm: %v: %w", c.remote, ErrDisconnected)
+				// The peer had the REP (it sent a DREQ), our RTU wait
+				// missed only its RTU: the connection was up, and is over.
+				return nil
 			}
 		case <-c.done:
+			if errors.Is(c.Err(), ErrDisconnected) {
+				return nil
+			}
 			return c.Err()
 		case <-ctx.Done():
 			c.abandon()

@@ -320,6 +320,9 @@ func serve(ctx context.Context, dev rdmacm.Device, c *Config, out, errw io.Write
 		return err
 	}
 	defer l.Close()
+	if c.Debug {
+		fmt.Fprintf(errw, "listening on %v\n", l.Addr())
+	}
 	for {
 		req, err := l.Accept(ctx)
 		if err != nil {

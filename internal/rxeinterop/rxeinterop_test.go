@@ -346,9 +346,11 @@ func (h *harness) pair(t *testing.T, label, guestCmd string, host []string, host
 		}
 		go func() { hostDone <- cmd.Wait() }()
 	}
+	rdmacm := strings.HasPrefix(guestCmd, "rping") || strings.Contains(guestCmd, " -R")
 	if hostServer {
 		startHost()
 		for !strings.Contains(hostOut.String(), "local address") && // pingpong, once it listens
+			!strings.Contains(hostOut.String(), "listening on") && // rping -d
 			!strings.Contains(hostOut.String(), "Waiting for client to connect") { // bench
 			select {
 			case err := <-hostDone:
@@ -357,6 +359,10 @@ func (h *harness) pair(t *testing.T, label, guestCmd string, host []string, host
 			}
 		}
 		h.guestJob(t, label, 110, guestCmd)
+	} else if rdmacm { // an rdma_cm server listens on no TCP port: wait as run-peer.sh's -d
+		h.guestJob(t, label, 110, guestCmd)
+		time.Sleep(3 * time.Second)
+		startHost()
 	} else {
 		h.guestJob(t, label, 110, guestCmd)
 		listen := fmt.Sprintf(`while ! netstat -ltn 2>/dev/null | grep -q ":%d "; do sleep 0.2; done`, ppPort)
