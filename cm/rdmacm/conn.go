@@ -61,8 +61,10 @@ func retries(v int) uint8 {
 	return uint8(v)
 }
 
-// CloseTimeout bounds how long Conn.Close waits for the peer's DREP.
-const CloseTimeout = 5 * time.Second
+// CloseSends is how many DREQs Conn.Close waits out for the peer's DREP:
+// the first and two resends (with Linux's timers about 19 s in all, when
+// the peer is gone; a DREP usually comes within a round trip).
+const CloseSends = 3
 
 // ParseAddr parses "host:port" (an IPv4 address, or a name resolved to
 // one; an empty host means any address).
@@ -495,8 +497,8 @@ func (c *Conn) Err() error {
 }
 
 // Close disconnects: the QP goes to ERROR (its outstanding work flushes)
-// and a DREQ goes out; Close waits for the DREP at most CloseTimeout (or
-// until ctx ends, if given). Closing a connection the peer disconnected
+// and a DREQ goes out; Close waits for the DREP while CloseSends DREQs go
+// unanswered (or until ctx ends, with CloseContext). Closing a connection the peer disconnected
 // returns at once. The QP stays the caller's to destroy.
 func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
 
@@ -512,7 +514,9 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 		c.finish(ErrClosed)
 		return nil // already gone (time-wait, manager closed)
 	}
-	t := time.NewTimer(CloseTimeout)
+	cfg := c.mg.m.Config() // fixed at creation: read without the lock
+	interval := ib.TimeoutNanos(cfg.ResponseTimeout) + 2*ib.TimeoutNanos(cfg.PacketLifeTime)
+	t := time.NewTimer(time.Duration(CloseSends * interval))
 	defer t.Stop()
 	select {
 	case <-c.done:
