@@ -15,6 +15,7 @@ import (
 	"github.com/goroce/goroce/cm/ib"
 	"github.com/goroce/goroce/cm/rdmacm"
 	"github.com/goroce/goroce/internal/leakcheck"
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -333,11 +334,35 @@ func TestVanished(t *testing.T) {
 // that goroutines and the CM's state do not grow; it reports the time per
 // connect.
 func TestManyConnections(t *testing.T) {
+	manyConnections(t, newDev(t, "127.0.10.8"), newDev(t, "127.0.10.9"), "127.0.10.9")
+}
+
+// TestManyConnectionsNetns is TestManyConnections between two network
+// namespaces joined by veth.
+func TestManyConnectionsNetns(t *testing.T) {
+	netns.Require(t)
+	p := netns.NewPair(t, netns.Options{})
+	devIn := func(ns *netns.NS, a netip.Addr) *soft.Device {
+		var c *udp.Conn
+		if err := ns.Do(func() (err error) { c, err = udp.Listen(a, udp.Options{}); return }); err != nil {
+			t.Fatal(err)
+		}
+		d, err := soft.New(soft.Options{Conn: c})
+		if err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	manyConnections(t, devIn(p.A, p.AddrA), devIn(p.B, p.AddrB), p.AddrB.String())
+}
+
+func manyConnections(t *testing.T, devA, devB *soft.Device, addrB string) {
 	n := 1000
 	if testing.Short() {
 		n = 100
 	}
-	devA, devB := newDev(t, "127.0.10.8"), newDev(t, "127.0.10.9")
 	cfg := rdmacm.MachineConfig{TimeWait: int64(50 * time.Millisecond)}
 	mgA, mgB := rdmacm.Attach(devA, cfg), rdmacm.Attach(devB, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -368,11 +393,12 @@ func TestManyConnections(t *testing.T) {
 		}
 	}()
 	var goroutines int
+	var heap0 uint64
 	var connect time.Duration
 	for i := range n {
 		s := newSideNoCleanup(devA)
 		t0 := time.Now()
-		c, err := rdmacm.Dial(ctx, devA, "127.0.10.9:7174", s.qp, rdmacm.DialOptions{})
+		c, err := rdmacm.Dial(ctx, devA, addrB+":7174", s.qp, rdmacm.DialOptions{})
 		if err != nil {
 			t.Fatalf("connection %d: %v", i, err)
 		}
@@ -381,7 +407,13 @@ func TestManyConnections(t *testing.T) {
 		s.close()
 		if i == 9 {
 			goroutines = runtime.NumGoroutine()
+			heap0 = heapAlloc()
 		}
+	}
+	heap1 := heapAlloc()
+	t.Logf("heap in use %d KiB after 10 connections, %d KiB after %d", heap0>>10, heap1>>10, n)
+	if heap1 > heap0+16<<20 {
+		t.Errorf("heap grew from %d to %d bytes", heap0, heap1)
 	}
 	t.Logf("%d connections, %v per connect (REQ to RTU), goroutines %d after 10, %d after %d", n, connect/time.Duration(n),
 		goroutines, runtime.NumGoroutine(), n)
@@ -418,4 +450,11 @@ func newSideNoCleanup(d *soft.Device) *side {
 	s.qp, _ = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
 		Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
 	return s
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
