@@ -252,6 +252,21 @@ func TestRefused(t *testing.T) {
 		t.Fatalf("rejected dial: %v", err)
 	}
 	_ = b
+	// A listener nobody dials: Accept ends with its context, Close ends
+	// a waiting Accept.
+	idle, err := rdmacm.Listen(ctx, devB, ":7176")
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	if _, err := idle.Accept(actx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("idle Accept: %v", err)
+	}
+	acancel()
+	go func() { time.Sleep(20 * time.Millisecond); idle.Close() }()
+	if _, err := idle.Accept(ctx); !errors.Is(err, rdmacm.ErrClosed) {
+		t.Fatalf("Accept on a closed listener: %v", err)
+	}
 	// Listening on an address that is not the device's.
 	if _, err := rdmacm.Listen(ctx, devB, "127.0.10.99:1"); err == nil {
 		t.Fatal("listen on a foreign address")

@@ -2,6 +2,8 @@ package rxeinterop
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -30,7 +32,51 @@ func TestRpingRxe(t *testing.T) {
 		checkRping(t, r, r.hostOut, r.guestOut)
 		h.checkCapture(t, r.pcap)
 	})
+	// Again with nftables in the host's namespace dropping every other CM
+	// MAD (UD SEND ONLY, BTH opcode 0x64) both ways: REQ, REP, RTU, DREQ
+	// and DREP are resent by either side until they pass.
+	for _, goroceServer := range []bool{false, true} {
+		name := "rxe-server-cm-loss"
+		gcmd := fmt.Sprintf("rping -s -a %s -v -V", guestIP)
+		host := append([]string(nil), client...)
+		if goroceServer {
+			name = "goroce-server-cm-loss"
+			gcmd = fmt.Sprintf("rping -c -a %s -C %d -v -V", hostIP, rpingCount)
+			host = []string{h.bin, "rping", "-s", "-a", hostIP, "--path", "udp", "-v", "-d", "--timeout", "100s"}
+		}
+		t.Run(name, func(t *testing.T) {
+			r := h.pair(t, "rping-"+name, gcmd, []string{"sh", "-c", nftDropCM + "; " + shellJoin(host) + "; rc=$?; " + nftReport + "; exit $rc"}, goroceServer)
+			if goroceServer {
+				checkRping(t, r, r.hostOut, r.guestOut)
+			} else {
+				checkRping(t, r, r.guestOut, r.hostOut)
+			}
+			m := regexp.MustCompile(`counter packets (\d+)`).FindAllStringSubmatch(r.hostOut, -1)
+			dropped := 0
+			for _, x := range m {
+				n, _ := strconv.Atoi(x[1])
+				dropped += n
+			}
+			t.Logf("nftables dropped %d CM MADs", dropped)
+			if len(m) != 2 {
+				t.Errorf("no nftables counters in the host's output")
+			}
+			h.checkCapture(t, r.pcap)
+		})
+	}
 }
+
+// nftDropCM drops every other UD SEND ONLY (opcode 0x64: on these runs,
+// only CM MADs) to UDP 4791 in both directions; nftReport lists the
+// counters and removes the table.
+const (
+	nftDropCM = `nft add table inet goroce_cmdrop && ` +
+		`nft add chain inet goroce_cmdrop in '{ type filter hook input priority 0; }' && ` +
+		`nft add chain inet goroce_cmdrop out '{ type filter hook output priority 0; }' && ` +
+		`nft add rule inet goroce_cmdrop in udp dport 4791 @th,64,8 0x64 numgen random mod 2 == 0 counter drop && ` +
+		`nft add rule inet goroce_cmdrop out udp dport 4791 @th,64,8 0x64 numgen random mod 2 == 0 counter drop`
+	nftReport = `nft list table inet goroce_cmdrop | grep counter; nft delete table inet goroce_cmdrop`
+)
 
 // checkRping checks an rping pair's outputs: both ended well, the server
 // printed every ping it read and the client every ping that came back,
