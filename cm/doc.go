@@ -22,7 +22,10 @@
 // ClientExchange and ServerExchange, with Dial and Accept for TCP.
 //
 // perftest's exchange (ib_write_bw, ib_send_lat, ...) is package
-// cm/perftest.
+// cm/perftest. Connections the way rdma_cm makes them (the InfiniBand
+// communication manager's protocol in MADs on QP 1, as rping, perftest -R
+// and other librdmacm programs use it) are package cm/rdmacm, over the wire
+// format of package cm/ib.
 //
 // FormatGID prints a GID the way the tools print it in their "local address"
 // and "remote address" lines (glibc's inet_ntop for AF_INET6), which differs
