@@ -18,15 +18,27 @@
 // A typical driver loop:
 //
 //	for {
-//		pkts, err := c.Receive(nextDeadline)
+//		// toTime maps the engine's clock to a time.Time; the zero
+//		// time (no timer set) waits until a packet or a Wake.
+//		pkts, err := c.Receive(toTime(eng.NextDeadline()))
 //		if err != nil {
 //			return err // packetio.ErrClosed after Close
 //		}
+//		now := clock()
 //		for i := range pkts {
-//			engine.Input(now, &pkts[i]) // reads pkts[i].Buf in place
+//			eng.Input(now, pkts[i].Buf, pkts[i].Addr, pkts[i].Port) // reads Buf in place
 //		}
+//		eng.Tick(now)
 //		batch := c.TxBatch(32)
-//		n := engine.Output(now, batch) // fills batch[:n]
+//		n := 0
+//		for n < len(batch) {
+//			k, to, ok := eng.Output(now, batch[n].Buf[:cap(batch[n].Buf)])
+//			if !ok {
+//				break
+//			}
+//			batch[n].Buf, batch[n].Addr = batch[n].Buf[:k], to
+//			n++
+//		}
 //		c.Transmit(batch[:n])
 //	}
 //
