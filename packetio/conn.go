@@ -33,6 +33,15 @@ type Packet struct {
 	// TOS is, on receive, the IPv4 TOS byte (DSCP << 2 | ECN) if the Conn
 	// learns it, else 0. Ignored on send.
 	TOS uint8
+	// IPv4ID and IPv4DF are, on receive, the datagram's IPv4
+	// Identification and don't-fragment flag, valid when HasIPv4ID is set:
+	// paths that see whole frames (AF_XDP) set them, sockets cannot. The
+	// ICRC covers both, so a receiver given them checks all 32 bits of it;
+	// without them it must solve for them (wire.CheckICRCUnknownID), which
+	// leaves 15. Ignored on send.
+	IPv4ID    uint16
+	IPv4DF    bool
+	HasIPv4ID bool
 }
 
 // Conn moves batches of RoCEv2 transport packets between a driver goroutine

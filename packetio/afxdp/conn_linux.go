@@ -526,6 +526,7 @@ func (c *Conn) parse(b []byte, p *packetio.Packet) bool {
 	p.Port = f.UDP().SrcPort()
 	p.Local = ip.Dst()
 	p.TOS = ip.TOS()
+	p.IPv4ID, p.IPv4DF, p.HasIPv4ID = ip.ID(), ip.DF(), true
 	return true
 }
 

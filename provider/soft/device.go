@@ -249,7 +249,11 @@ func (d *Device) input(pkts []packetio.Packet) {
 	now := d.now()
 	for i := range pkts {
 		p := &pkts[i]
-		d.eng.Input(now, p.Buf, p.Addr, p.Port)
+		if p.HasIPv4ID {
+			d.eng.InputIPv4(now, p.Buf, p.Addr, p.Port, p.IPv4ID, p.IPv4DF)
+		} else {
+			d.eng.Input(now, p.Buf, p.Addr, p.Port)
+		}
 	}
 	d.flush(now)
 	d.mu.Unlock()
