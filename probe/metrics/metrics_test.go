@@ -272,3 +272,19 @@ func BenchmarkObserve(b *testing.B) {
 		m.Observe(r)
 	}
 }
+
+func TestSourceInfo(t *testing.T) {
+	m, reg := newMetrics(t, Options{Source: "a1", SourceGroup: "tor-a"})
+	want := `
+# HELP goroce_probe_source_info 1, labelled with the prober's node and group: join on instance to give per-target series their source group.
+# TYPE goroce_probe_source_info gauge
+goroce_probe_source_info{source="a1",source_group="tor-a"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "goroce_probe_source_info"); err != nil {
+		t.Error(err)
+	}
+	m.SetSource("a1", "tor-b")
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(strings.ReplaceAll(want, "tor-a", "tor-b")), "goroce_probe_source_info"); err != nil {
+		t.Error(err)
+	}
+}
