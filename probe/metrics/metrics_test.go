@@ -288,3 +288,14 @@ goroce_probe_source_info{source="a1",source_group="tor-a"} 1
 		t.Error(err)
 	}
 }
+
+func TestObserveAllocs(t *testing.T) {
+	m, _ := newMetrics(t, Options{})
+	ok := result("b1", "tor-b", probe.OutcomeOK)
+	lost := result("b1", "tor-b", probe.OutcomeLost)
+	m.Observe(ok)
+	m.Observe(lost)
+	if n := testing.AllocsPerRun(1000, func() { m.Observe(ok); m.Observe(lost) }); n != 0 {
+		t.Errorf("Observe allocates %v times for a known target", n)
+	}
+}
