@@ -75,6 +75,7 @@ type Metrics struct {
 	targets map[string]bool // targets with series of their own
 	groups  map[string]bool
 	reasons map[string]bool
+	series  map[[4]string]struct{} // label sets whose counters exist
 }
 
 // pairLabels are the labels of the per-result series.
@@ -101,7 +102,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 			o.Version = bi.Main.Version
 		}
 	}
-	m := &Metrics{o: o, targets: map[string]bool{}, groups: map[string]bool{}, reasons: map[string]bool{}}
+	m := &Metrics{o: o, targets: map[string]bool{}, groups: map[string]bool{}, reasons: map[string]bool{}, series: map[[4]string]struct{}{}}
 	hist := func(name, help string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace:                       Namespace,
@@ -219,6 +220,20 @@ func TargetName(p probe.Peer) string {
 func (m *Metrics) Observe(r probe.Result) {
 	target, group := m.admit(TargetName(r.Peer), r.Peer.Group)
 	lv := [4]string{target, group, r.Class, r.Timestamps.String()}
+	m.mu.Lock()
+	_, known := m.series[lv]
+	if !known {
+		m.series[lv] = struct{}{}
+	}
+	m.mu.Unlock()
+	if !known {
+		// Every counter of a label set exists from its first result on,
+		// at 0: a pair that never loses has lost_total 0, not no series,
+		// so that its loss ratio is 0 rather than absent.
+		for _, c := range []*prometheus.CounterVec{m.sent, m.completed, m.lost, m.late} {
+			c.WithLabelValues(lv[:]...)
+		}
+	}
 	switch r.Outcome {
 	case probe.OutcomeOK:
 		m.sent.WithLabelValues(lv[:]...).Inc()

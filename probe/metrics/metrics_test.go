@@ -79,6 +79,16 @@ func TestObserve(t *testing.T) {
 	if got := testutil.ToFloat64(m.completed.WithLabelValues("b2", "tor-b", "inter_tor", "hardware")); got != 1 {
 		t.Errorf("hardware completed = %v", got)
 	}
+	// A pair that never lost has a lost counter at 0, not no series.
+	want0 := `
+# HELP goroce_probe_lost_total Probes not answered within the timeout.
+# TYPE goroce_probe_lost_total counter
+goroce_probe_lost_total{class="inter_tor",target="b2",target_group="tor-b",timestamps="hardware"} 0
+goroce_probe_lost_total{class="tor_mesh",target="b1",target_group="tor-b",timestamps="software"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want0), "goroce_probe_lost_total"); err != nil {
+		t.Error(err)
+	}
 
 	// The whole exposition of the sent counter and the RTT histogram's
 	// count and sum, as Prometheus reads them.
