@@ -309,3 +309,39 @@ func TestObserveAllocs(t *testing.T) {
 		t.Errorf("Observe allocates %v times for a known target", n)
 	}
 }
+
+// TestSetAnalysisWhole: duplicate paths or components do not break a
+// scrape, and scrapes concurrent with updates always see one whole
+// analysis.
+func TestSetAnalysisWhole(t *testing.T) {
+	m, reg := newMetrics(t, Options{})
+	p := analysis.PathStat{Src: "a1", Dst: "b1", Sent: 100}
+	c := analysis.Component{Kind: "host", Name: "b1"}
+	m.SetAnalysis([]analysis.PathStat{p, p}, []analysis.Component{c, c})
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("gather after duplicates: %v", err)
+	}
+	sets := [][]analysis.PathStat{make([]analysis.PathStat, 10), make([]analysis.PathStat, 20)}
+	for k, set := range sets {
+		for i := range set {
+			set[i] = analysis.PathStat{Src: "a1", Dst: fmt.Sprintf("b%d", i), Sent: 100, Loss: float64(k)}
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			m.SetAnalysis(sets[i%2], nil)
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		n, err := testutil.GatherAndCount(reg, "goroce_probe_path_loss_ratio")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 && n != 10 && n != 20 { // 1: the duplicates' analysis, before the first update
+			t.Fatalf("a scrape saw %d paths: half an analysis", n)
+		}
+	}
+	<-done
+}
