@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/goroce/goroce/internal/testenv"
 	"io"
 	"net/netip"
 	"os"
@@ -225,7 +226,7 @@ func promtool(t *testing.T, dir string, args ...string) (string, error) {
 	t.Helper()
 	p, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool not installed (Debian package prometheus): ", err)
+		testenv.Skip(t, testenv.Prometheus, "promtool not installed (Debian package prometheus): ", err)
 	}
 	cmd := exec.Command(p, args...)
 	cmd.Dir = dir

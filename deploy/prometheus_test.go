@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"net"
 	"net/http"
 	"net/url"
@@ -28,7 +29,7 @@ import (
 func TestRealPrometheus(t *testing.T) {
 	bin, err := exec.LookPath("prometheus")
 	if err != nil {
-		t.Skip("prometheus not installed (Debian package prometheus): ", err)
+		testenv.Skip(t, testenv.Prometheus, "prometheus not installed (Debian package prometheus): ", err)
 	}
 	if testing.Short() {
 		t.Skip("runs a Prometheus server for about 20 s")
