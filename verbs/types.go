@@ -106,7 +106,10 @@ type AHAttr struct {
 // AH is an address handle: a destination a provider has resolved.
 type AH interface {
 	Attr() AHAttr
+	// Destroy destroys the AH (ibv_destroy_ah).
 	Destroy() error
+	// Close is Destroy, for io.Closer.
+	Close() error
 }
 
 // QPCap holds a queue pair's capacities (struct ibv_qp_cap).
