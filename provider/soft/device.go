@@ -61,12 +61,12 @@ const DefaultAckDelay = 5 * time.Microsecond
 
 // Device is a soft RDMA device. It implements verbs.Device.
 type Device struct {
-	opts  Options
-	name  string
-	addr  netip.Addr
-	conn  packetio.Conn
-	eng   *engine.Engine
-	mtu   verbs.MTU
+	opts Options
+	name string
+	addr netip.Addr
+	conn packetio.Conn
+	eng  *engine.Engine
+	mtu  verbs.MTU
 	// mtuWhy says where mtu comes from, for the errors that name it.
 	mtuWhy string
 	start  time.Time
