@@ -158,7 +158,10 @@ func testClosed(t *testing.T, env *Env) {
 			}
 			woke := make(chan error, 3)
 			go func() { _, err := sa.ch.Wait(context.Background()); woke <- err }()
-			go func() { _, err := verbs.PollWait(context.Background(), sa.ch, sa.rcq, make([]verbs.WC, 1)); woke <- err }()
+			go func() {
+				_, err := verbs.PollWait(context.Background(), sa.ch, sa.rcq, make([]verbs.WC, 1))
+				woke <- err
+			}()
 			go func() { _, err := f.A.GetAsyncEvent(context.Background()); woke <- err }()
 			time.Sleep(20 * time.Millisecond)
 			start := time.Now()
