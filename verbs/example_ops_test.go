@@ -12,12 +12,11 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// Example_operations: SEND with immediate, RDMA WRITE, RDMA READ and the
-// atomics between two soft devices joined in memory, each completion
-// waited for on a completion channel.
+// Example_operations: SEND with immediate, WRITE, READ and atomics between
+// two soft devices joined in memory, waiting on completion channels.
 func Example_operations() {
 	ca, cb := pipe.New(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), pipe.Options{})
-	var sets [2]*verbs.QPSet
+	var sets [2]*verbs.QPSet // each a PD, a channel, a CQ, 4 KiB of memory and an RC QP
 	for i, conn := range []*pipe.Conn{ca, cb} {
 		dev, err := soft.New(soft.Options{Name: fmt.Sprint("soft", i), Conn: conn})
 		if err != nil {
@@ -29,7 +28,6 @@ func Example_operations() {
 			log.Fatal(err)
 		}
 		defer ctx.Close() // destroys what is left of the context's objects
-		// A PD, a channel, a CQ, 4 KiB of registered memory and an RC QP.
 		if sets[i], err = verbs.NewQPSet(ctx, verbs.QPTRC, make([]byte, 4096), nil); err != nil {
 			log.Fatal(err)
 		}
@@ -43,20 +41,25 @@ func Example_operations() {
 	wc := make([]verbs.WC, 1)
 	do := func(wr verbs.SendWR) verbs.WCStatus { // post on A and wait for its completion
 		wr.Flags |= verbs.SendSignaled
-		if _, err := a.QP.PostSend([]verbs.SendWR{wr}); err != nil {
-			log.Fatal(err)
+		_, err := a.QP.PostSend([]verbs.SendWR{wr})
+		if err == nil {
+			_, err = a.Wait(context.Background(), wc)
 		}
-		if _, err := a.Wait(context.Background(), wc); err != nil {
+		if err != nil {
 			log.Fatal(err)
 		}
 		return wc[0].Status
 	}
 
 	// SEND with immediate into a receive B posted.
-	b.QP.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: b.SGE(0, 64)}})
+	if _, err := b.QP.PostRecv([]verbs.RecvWR{{WRID: 7, SGList: b.SGE(0, 64)}}); err != nil {
+		log.Fatal(err)
+	}
 	copy(a.MR.Buf(), "hello")
 	fmt.Println("send:", do(verbs.SendWR{Opcode: verbs.WRSendWithImm, SGList: a.SGE(0, 5), Imm: 42}))
-	b.Wait(context.Background(), wc)
+	if _, err := b.Wait(context.Background(), wc); err != nil { // the receive's completion
+		log.Fatal(err)
+	}
 	fmt.Printf("B received %q, immediate %d\n", b.MR.Buf()[:wc[0].ByteLen], wc[0].Imm)
 
 	// WRITE into the memory B exposed in its Endpoint, and READ it back.
@@ -65,8 +68,7 @@ func Example_operations() {
 	do(verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: a.SGE(300, 7), RemoteAddr: b.Endpoint.Addr + 200, RKey: b.Endpoint.RKey})
 	fmt.Printf("read back %q\n", a.MR.Buf()[300:307])
 
-	// Atomics on a 64-bit word of B, in B's host byte order; the original
-	// value lands in A's memory in A's host byte order.
+	// Atomics on a word of B (host byte order); the original lands in A's memory.
 	word := b.Endpoint.Addr + 512
 	do(verbs.SendWR{Opcode: verbs.WRAtomicFetchAndAdd, SGList: a.SGE(400, 8), RemoteAddr: word, RKey: b.Endpoint.RKey, CompareAdd: 5})
 	do(verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, SGList: a.SGE(408, 8), RemoteAddr: word, RKey: b.Endpoint.RKey, CompareAdd: 5, Swap: 100})

@@ -51,8 +51,12 @@ func ExamplePollWait() {
 			}
 		}
 	}()
-	b.QP.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b.SGE(0, 64)}})
-	a.QP.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, SGList: a.SGE(0, 32)}}) // unsignaled
+	if _, err := b.QP.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: b.SGE(0, 64)}}); err != nil {
+		log.Fatal(err)
+	}
+	if _, err := a.QP.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, SGList: a.SGE(0, 32)}}); err != nil { // unsignaled
+		log.Fatal(err)
+	}
 	fmt.Println(<-got)
 	ctxs[1].Close() // wakes the receiver
 	fmt.Println(<-got)
