@@ -195,7 +195,7 @@ func UD(t testing.TB, opts *Options) *Pair {
 		if err != nil {
 			t.Fatalf("rdmatest: CreateAH: %v", err)
 		}
-		t.Cleanup(func() { ah.Close() })
+		t.Cleanup(func() { ah.Destroy() })
 		s.me.AH, s.me.RemoteQPN = ah, s.peer.QP.Num()
 	}
 	return p
