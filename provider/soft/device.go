@@ -329,7 +329,9 @@ func (d *Device) flushBatches(now int64, batches int) int {
 			k++
 		}
 		if k > 0 {
-			d.conn.Transmit(batch[:k])
+			if _, err := d.conn.Transmit(batch[:k]); err != nil {
+				d.transmitFailed(batch[:k], err)
+			}
 			total += k
 		}
 		if k < len(batch) || len(batch) == 0 {

@@ -1,10 +1,14 @@
 package soft
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"syscall"
 
+	"github.com/goroce/goroce/engine"
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
@@ -98,4 +102,38 @@ func activeMTU(want verbs.MTU, local netip.Addr, maxPacket int) (verbs.MTU, stri
 		return linkMax, fmt.Sprintf("link %s has MTU %d", ifName, linkMTU), nil
 	}
 	return pathMax, fmt.Sprintf("the packet path carries %d-byte packets", maxPacket), nil
+}
+
+// transmitFailed handles a Transmit error of the driver's batch: a packet
+// the link refused as too long (EMSGSIZE: the route carries less than the
+// QP's path MTU) would otherwise be retried until RETRY_EXC_ERR with
+// nothing saying why. The QP that sent it goes to ERROR (its work
+// completes with WR_FLUSH_ERR), its context gets IBV_EVENT_QP_FATAL, and
+// QP.Err and every later post name the packet's size and the path MTU.
+// Called with io and mu held, right after Transmit.
+func (d *Device) transmitFailed(batch []packetio.Packet, err error) {
+	var te *packetio.TransmitError
+	if !errors.As(err, &te) || !errors.Is(te.Err, syscall.EMSGSIZE) || te.Index < 0 || te.Index >= len(batch) {
+		return
+	}
+	p := batch[te.Index]
+	if len(p.Buf) < wire.BTHLen {
+		return
+	}
+	dest := uint32(wire.BTH(p.Buf).DestQP())
+	for eqp, q := range d.async.qps {
+		if eqp.Type() == verbs.QPTUD || eqp.State() == verbs.QPSErr || eqp.State() == verbs.QPSReset {
+			continue
+		}
+		at := eqp.Query()
+		if at.DestQPN != dest || at.AHAttr.DGID.Addr() != p.Addr {
+			continue
+		}
+		why := fmt.Errorf("soft: QP %#x: the network refused a %d-byte packet to %v as too long (EMSGSIZE): path MTU %d is more than the route carries (port active MTU %d: %s): %w",
+			eqp.Num(), len(p.Buf), p.Addr, at.PathMTU.Bytes(), d.mtu.Bytes(), d.mtuWhy, verbs.ErrInvalidState)
+		q.txErr.Store(&why)
+		eqp.Modify(&verbs.QPAttr{State: verbs.QPSErr}, verbs.AttrState)
+		d.onAsyncEvent(engine.AsyncEvent{Type: verbs.EventQPFatal, QP: eqp})
+		return
+	}
 }

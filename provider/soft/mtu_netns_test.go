@@ -140,3 +140,60 @@ func newMTUEnd(t *testing.T, d *Device) *mtuEnd {
 	e.ep = e.ep.WithMR(e.mr)
 	return e
 }
+
+// TestOversizedSend: a device that cannot know its link (made outside the
+// namespace its socket lives in, so its active MTU comes from the packet
+// path: 4096) connected with path MTU 4096 over a veth of MTU 1500: the
+// kernel refuses the WRITE's 4 KiB packets (EMSGSIZE). That ends at once
+// in an error completion, IBV_EVENT_QP_FATAL and an error naming the
+// packet's size and the path MTU, not in RETRY_EXC_ERR after the retries.
+func TestOversizedSend(t *testing.T) {
+	pair := netns.NewPair(t, netns.Options{MTU: 1500})
+	var devs [2]*Device
+	for i, x := range []struct {
+		ns   *netns.NS
+		addr netip.Addr
+	}{{pair.A, pair.AddrA}, {pair.B, pair.AddrB}} {
+		var c *udp.Conn
+		must(t, x.ns.Do(func() (err error) { c, err = udp.Listen(x.addr, udp.Options{}); return err }))
+		d, err := New(Options{Name: "big" + strconv.Itoa(i), Conn: c}) // outside the namespace: no link found
+		if err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		devs[i] = d
+	}
+	a, b := newMTUEnd(t, devs[0]), newMTUEnd(t, devs[1])
+	if a.ep.MTU != verbs.MTU4096 {
+		t.Skipf("the device found its link (active MTU %v): nothing to refuse", a.ep.MTU)
+	}
+	must(t, verbs.Connect(a.qp, a.ep, b.ep, nil))
+	must(t, verbs.Connect(b.qp, b.ep, a.ep, nil))
+	start := time.Now()
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: 6000, LKey: a.mr.LKey()}}, RemoteAddr: b.ep.Addr, RKey: b.ep.RKey}})
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	wc := make([]verbs.WC, 1)
+	if _, err := verbs.PollWait(ctx, a.ch, a.cq, wc); err != nil {
+		t.Fatalf("no completion: %v", err)
+	}
+	if wc[0].Status == verbs.WCSuccess || wc[0].Status == verbs.WCRetryExcErr {
+		t.Fatalf("an oversized WRITE completed %v after %v, want an error status other than RETRY_EXC_ERR", wc[0].Status, time.Since(start))
+	}
+	ev, err := a.ctx.GetAsyncEvent(ctx)
+	if err != nil || ev.Type != verbs.EventQPFatal || ev.QP != a.qp {
+		t.Errorf("async event %v on %v, %v; want QP_FATAL on the QP", ev.Type, ev.QP, err)
+	}
+	why := a.qp.(*QP).Err()
+	if why == nil || !strings.Contains(why.Error(), "EMSGSIZE") || !strings.Contains(why.Error(), "path MTU 4096") {
+		t.Errorf("QP.Err() = %v, want the reason naming EMSGSIZE and the path MTU", why)
+	}
+	_, err = a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSend, SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: 8, LKey: a.mr.LKey()}}}})
+	if err == nil || !strings.Contains(err.Error(), "path MTU 4096") {
+		t.Errorf("PostSend after: %v, want the error naming the path MTU", err)
+	}
+	t.Logf("%v after %v: %v", wc[0].Status, time.Since(start), why)
+}

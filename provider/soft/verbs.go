@@ -524,6 +524,20 @@ type QP struct {
 	rcq  *CQ
 	srq  *SRQ
 	dead atomic.Bool
+	// txErr is why the device moved the QP to ERROR when the network
+	// refused one of its packets (see QP.Err).
+	txErr atomic.Pointer[error]
+}
+
+// Err returns why the device moved the QP to ERROR itself, or nil: a
+// packet the network refused as too long (EMSGSIZE: the route carries less
+// than the QP's path MTU), named with its size and the MTUs. The QP's work
+// then completed with WR_FLUSH_ERR and its context got IBV_EVENT_QP_FATAL.
+func (q *QP) Err() error {
+	if e := q.txErr.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // Num returns the QP number.
@@ -563,6 +577,9 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	q.d.mu.Lock()
 	err := q.qp.Modify(attr, mask)
 	q.d.mu.Unlock()
+	if err == nil && mask&verbs.AttrState != 0 && attr.State == verbs.QPSReset {
+		q.txErr.Store(nil) // a fresh start
+	}
 	q.d.ring()
 	return err
 }
@@ -581,6 +598,9 @@ func (q *QP) Query() (verbs.QPAttr, error) {
 func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if err := q.check(); err != nil {
 		return 0, err
+	}
+	if e := q.txErr.Load(); e != nil {
+		return 0, *e
 	}
 	n, err := q.qp.PostSend(wrs)
 	if n > 0 {
