@@ -88,7 +88,21 @@ func TestSuite(t *testing.T) {
 		t.Fatal(err)
 	}
 	verbstest.Run(t, verbstest.Env{A: a, B: b, GIDIndexA: gidx, GIDIndexB: gidx, MTU: min(pa.ActiveMTU, verbs.MTU1024),
-		Alloc: ibverbs.Alloc, Free: ibverbs.Free})
+		Alloc: ibverbs.Alloc, Free: ibverbs.Free,
+		Fresh: func(t *testing.T) verbstest.Fresh {
+			// Two more contexts on the device, for the tests that close
+			// them (closing a context is ibv_close_device).
+			var f verbstest.Fresh
+			for _, c := range []*verbs.Context{&f.A, &f.B} {
+				x, err := ibverbs.Open(a.Device().Name())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { x.Close() })
+				*c = x
+			}
+			return f
+		}})
 }
 
 func TestRegistry(t *testing.T) {
