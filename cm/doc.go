@@ -27,6 +27,15 @@
 // and other librdmacm programs use it) are package cm/rdmacm, over the wire
 // format of package cm/ib.
 //
+// # goroce's endpoint exchange
+//
+// Between two goroce programs, ExchangeEndpoints swaps verbs.Endpoint
+// values (QPN, PSN, GID, MTU, READ/atomic depth, and the RKey, address and
+// length of memory a side exposes) over a TCP connection, one 56-byte
+// message each way (AppendEndpoint, ParseEndpoint); DialEndpoint and
+// AcceptEndpoint make the connection. All three give up when their context
+// ends. verbs.Connect then takes each QP to RTS toward the other.
+//
 // FormatGID prints a GID the way the tools print it in their "local address"
 // and "remote address" lines (glibc's inet_ntop for AF_INET6), which differs
 // from verbs.GID.String.

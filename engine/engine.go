@@ -13,10 +13,19 @@ type Config struct {
 	// Local is the device's IPv4 address: the source of every packet, and
 	// the address its GID maps.
 	Local netip.Addr
-	// SourcePort is the UDP source port of every packet, which the ICRC
-	// covers. A UDP socket bound to 4791 sends from 4791: set it so. Zero
-	// gives each RC QP its flow-entropy port (wire.SourcePort).
+	// SourcePort is the UDP source port of every packet (but those
+	// PerPacketSourcePort gives their own), which the ICRC covers. A UDP
+	// socket bound to 4791 sends from 4791: set it so. Zero gives each RC
+	// QP its flow-entropy port (wire.SourcePort).
 	SourcePort uint16
+	// PerPacketSourcePort says that the packet path can send each packet
+	// from a source port of its own (packetio.SourcePorts). A UD send whose
+	// address handle has a non-zero flow label then leaves from the port
+	// the label maps to, wire.SourcePort, as from rdma_rxe and RoCE NICs,
+	// so that a fabric's multipath hash spreads the labels over its paths:
+	// its ICRC is computed for that port, which OutputFrom returns, and the
+	// driver must send it from there. Other packets use SourcePort.
+	PerPacketSourcePort bool
 	// Device limits, named as in struct ibv_device_attr (see Limits;
 	// defaults DefaultMaxQP and so on).
 	MaxQP         int // max_qp (default 4096)
@@ -54,6 +63,15 @@ type Config struct {
 	// it must not block. It returns whether it took the MAD. Without it, or
 	// when it returns false, QP 1's packets are dropped and counted.
 	OnGSI func(now int64, mad []byte, from netip.Addr, fromPort uint16) bool
+	// Clock, when set, stamps every work completion: the engine calls it
+	// as it produces the completion (a receive as it processes the packet,
+	// a send as the acknowledgement retires it, a flush as the QP goes to
+	// ERROR) and stores the reading in WC.Timestamp, so the timestamp says
+	// when the work completed, however late the application polls. The
+	// engine calls it for nothing else (its timers run on the now its
+	// callers pass). A provider passes verbs.Now, whose clock WC.Timestamp
+	// is on. Its readings must not decrease; nil leaves WC.Timestamp 0.
+	Clock func() int64
 	// OnAsyncEvent, when set, receives the asynchronous events (a CQ
 	// overrun and the QPs it took to ERROR; a responder error that took a
 	// QP to ERROR), on the goroutine driving the engine, which it must not
@@ -72,6 +90,8 @@ type Stats struct {
 	NAKsSent, NAKsReceived uint64
 	RNRSent, RNRReceived   uint64
 	ICRCDrops              uint64
+	ICRCFullChecks         uint64 // packets whose ICRC passed on all 32 bits: their IPv4 Identification and DF were seen (InputIPv4)
+	ICRCRecoveredChecks    uint64 // packets whose ICRC passed with the Identification and DF solved for (Input: UDP sockets)
 	MalformedDrops         uint64
 	UnknownQPDrops         uint64
 	WrongPeerDrops         uint64
@@ -99,9 +119,11 @@ type Engine struct {
 	overran []*CQ
 	now     int64 // the time of the current Input, Output or Tick call
 	txFlows flowCache
-	rxFlows flowCache
-	gsi     gsi
-	nextQPN int // index of qps where CreateQP looks first
+	// lastSport is the source port of the last packet finish built.
+	lastSport uint16
+	rxFlows   flowCache
+	gsi       gsi
+	nextQPN   int // index of qps where CreateQP looks first
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -151,8 +173,23 @@ func (e *Engine) qp(n wire.QPN) *QP {
 
 // Input processes one received transport packet (a UDP payload) that came
 // from the address and UDP port given. Malformed packets, packets failing the
-// ICRC and packets for unknown QPs are dropped and counted.
+// ICRC and packets for unknown QPs are dropped and counted. The IPv4
+// Identification and DF flag of the datagram, which the ICRC covers, are
+// unknown (a UDP socket hides them): the ICRC check solves for them, which
+// leaves 15 of its 32 bits (see FlowICRC.Check), or holds a flow whose sender
+// showed Identification 0 to the full 32.
 func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
+	e.input(now, b, from, fromPort, 0, false, false)
+}
+
+// InputIPv4 is Input for a packet whose IPv4 Identification and DF flag the
+// packet path saw (AF_XDP, captures): its ICRC is checked on all 32 bits, so
+// a packet with any bit of those fields flipped is dropped.
+func (e *Engine) InputIPv4(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df bool) {
+	e.input(now, b, from, fromPort, id, df, true)
+}
+
+func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool) {
 	e.now = now
 	e.stats.RxPackets++
 	e.stats.RxBytes += uint64(len(b))
@@ -165,14 +202,19 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 	if !e.cfg.SkipICRC {
 		var cerr error
 		from = from.Unmap()
-		if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil {
-			id, df, err := s.c.Check(b)
+		if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil && seen {
+			cerr = s.c.CheckID(b, id, df)
+		} else if s != nil {
+			rid, rdf, err := s.c.Check(b)
 			if cerr = err; err == nil {
-				cerr = s.identify(id, df)
+				cerr = s.identify(rid, rdf)
 			}
 		} else {
 			fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
-			_, _, cerr = fl.CheckDatagramICRC(b)
+			rid, rdf, err := fl.CheckDatagramICRC(b)
+			if cerr = err; err == nil && seen && from.Is4() && (rid != id || rdf != df) {
+				cerr = wire.ErrICRC
+			}
 		}
 		if cerr != nil {
 			if errors.Is(cerr, wire.ErrICRC) {
@@ -181,6 +223,11 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 				e.stats.MalformedDrops++
 			}
 			return
+		}
+		if seen {
+			e.stats.ICRCFullChecks++
+		} else {
+			e.stats.ICRCRecoveredChecks++
 		}
 	}
 	bth := p.BTH()
@@ -229,7 +276,18 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 // Output writes the next packet to send into buf (which must hold the path
 // MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
 // length and destination, or ok false when there is nothing to send now.
+// The packet is for Config.SourcePort; with Config.PerPacketSourcePort use
+// OutputFrom, which says which source port each packet is for.
 func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
+	n, to, _, ok = e.OutputFrom(now, buf)
+	return n, to, ok
+}
+
+// OutputFrom is Output that also returns the UDP source port the packet's
+// ICRC was computed for, which it must leave from: Config.SourcePort (when
+// that is zero, the QP's flow port), or for a UD send with a flow label
+// under Config.PerPacketSourcePort the port the label maps to.
+func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport uint16, ok bool) {
 	if len(e.overran) > 0 {
 		e.raiseOverruns()
 	}
@@ -238,7 +296,7 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 		if n, to, ok := e.gsiOutput(buf); ok {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)
-			return n, to, true
+			return n, to, e.lastSport, true
 		}
 	}
 	for tries := len(e.active); tries > 0; tries-- {
@@ -249,11 +307,11 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 		if n, ok := qp.output(now, buf); ok {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)
-			return n, qp.lastDst, true
+			return n, qp.lastDst, e.lastSport, true
 		}
 		e.rr++
 	}
-	return 0, netip.Addr{}, false
+	return 0, netip.Addr{}, 0, false
 }
 
 // NextDeadline returns the earliest time a timer of the engine fires, or 0
@@ -301,5 +359,6 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	if s := e.txFlows.get(e.cfg.Local, dst, sport); s == nil || s.c.Set(out) != nil {
 		return 0
 	}
+	e.lastSport = sport
 	return len(out)
 }

@@ -15,7 +15,8 @@ const (
 	// GSIMADSize is the size of a MAD, the payload of every QP 1 packet.
 	GSIMADSize = 256
 	// GSISourcePort is the UDP source port of QP 1's packets when
-	// Config.SourcePort is zero: rdma_rxe's, 0xC000 + hash_32(1, 14).
+	// Config.SourcePort is zero or Config.PerPacketSourcePort is set:
+	// rdma_rxe's, 0xC000 + hash_32(1, 14).
 	GSISourcePort = 55410
 	// gsiQueueMax bounds the MADs waiting to be sent.
 	gsiQueueMax = 256
@@ -93,8 +94,8 @@ func (e *Engine) gsiOutput(buf []byte) (int, netip.Addr, bool) {
 		hl := h.Opcode.Info().HeaderLen
 		copy(buf[hl:], o.mad[:])
 		sport := e.cfg.SourcePort
-		if sport == 0 {
-			sport = GSISourcePort
+		if sport == 0 || e.cfg.PerPacketSourcePort {
+			sport = GSISourcePort // rdma_rxe's, where the path can send from it
 		}
 		to := o.to
 		n := e.finish(buf, GSIMADSize, to, sport)

@@ -18,20 +18,48 @@
 // A typical driver loop:
 //
 //	for {
-//		pkts, err := c.Receive(nextDeadline)
+//		// toTime maps the engine's clock to a time.Time; the zero
+//		// time (no timer set) waits until a packet or a Wake.
+//		pkts, err := c.Receive(toTime(eng.NextDeadline()))
 //		if err != nil {
 //			return err // packetio.ErrClosed after Close
 //		}
+//		now := clock()
 //		for i := range pkts {
-//			engine.Input(now, &pkts[i]) // reads pkts[i].Buf in place
+//			eng.Input(now, pkts[i].Buf, pkts[i].Addr, pkts[i].Port) // reads Buf in place
 //		}
+//		eng.Tick(now)
 //		batch := c.TxBatch(32)
-//		n := engine.Output(now, batch) // fills batch[:n]
+//		n := 0
+//		for n < len(batch) {
+//			k, to, ok := eng.Output(now, batch[n].Buf[:cap(batch[n].Buf)])
+//			if !ok {
+//				break
+//			}
+//			batch[n].Buf, batch[n].Addr = batch[n].Buf[:k], to
+//			n++
+//		}
 //		c.Transmit(batch[:n])
 //	}
 //
 // while application goroutines that post work call c.Wake() to end a blocked
 // Receive early.
+//
+// # Source ports
+//
+// On send, Packet.Port is the UDP source port the packet leaves from (0: the
+// Conn's own), which its ICRC covers. RoCE NICs and rdma_rxe derive it from
+// the flow label of the address handle (wire.SourcePort), and fabrics hash
+// it to pick one of their equal-cost paths, so a prober reaches many paths
+// by sending with many flow labels. A Conn that can send from any port
+// implements SourcePorts (PerPacketSourcePort tells): package udp opens an
+// extra socket per port in use (a bounded cache) and falls back to its own
+// port, recomputing the ICRC, when a port is taken; package afxdp writes the
+// port into each frame's UDP header; package pipe hands it to the peer.
+// Package uring sends every packet from its socket's port and ignores Port,
+// so a soft device over it sends every packet from that port. The
+// engine is told which (engine.Config.PerPacketSourcePort) and computes
+// each ICRC for the port the packet will carry.
 //
 // # Concurrency
 //

@@ -15,6 +15,11 @@ var (
 	ErrNoDevice      = errors.New("verbs: no such device")
 	ErrResourceLimit = errors.New("verbs: resource limit reached")
 	ErrDestroyed     = errors.New("verbs: object destroyed")
+	// ErrBusy: an object cannot be destroyed while another uses it (a PD
+	// with QPs, MRs, SRQs or AHs; a CQ or SRQ a QP uses; a completion
+	// channel with CQs), as libibverbs' ibv_destroy_* and ibv_dealloc_pd
+	// answer EBUSY. The refused call changes nothing.
+	ErrBusy = errors.New("verbs: object in use")
 )
 
 // Device is an RDMA device a provider found (struct ibv_device).
@@ -116,6 +121,11 @@ type Context interface {
 	// events need no acknowledgement here), or ctx's error when ctx ends
 	// first.
 	GetAsyncEvent(ctx context.Context) (AsyncEvent, error)
+	// Close closes the context (ibv_close_device). Objects made through it
+	// are destroyed with it; every later call on them fails with an error
+	// matching ErrDestroyed (their Destroy, Dealloc, Dereg and Close
+	// return nil), and waiters in CompChannel.Wait and GetAsyncEvent wake
+	// with that error.
 	Close() error
 }
 
@@ -128,7 +138,11 @@ type PD interface {
 	CreateQP(attr *QPInitAttr) (QP, error)
 	CreateSRQ(maxWR, maxSGE int) (SRQ, error)
 	CreateAH(attr *AHAttr) (AH, error)
+	// Dealloc releases the PD (ibv_dealloc_pd). It fails with an error
+	// matching ErrBusy while QPs, MRs, SRQs or AHs of the PD live.
 	Dealloc() error
+	// Close is Dealloc, for io.Closer.
+	Close() error
 }
 
 // MR is a registered memory region.
@@ -137,7 +151,10 @@ type MR interface {
 	RKey() uint32
 	Addr() uint64 // virtual address of Buf()[0]
 	Buf() []byte
+	// Dereg deregisters the region (ibv_dereg_mr): its keys stop working.
 	Dereg() error
+	// Close is Dereg, for io.Closer.
+	Close() error
 }
 
 // CQ is a completion queue.
@@ -147,15 +164,26 @@ type CQ interface {
 	// ReqNotify arms the CQ: the next completion (the next solicited or error
 	// one with solicitedOnly) raises one event on its channel.
 	ReqNotify(solicitedOnly bool) error
+	// Destroy destroys the CQ (ibv_destroy_cq). It fails with an error
+	// matching ErrBusy while a QP uses the CQ.
 	Destroy() error
+	// Close is Destroy, for io.Closer.
+	Close() error
 }
 
 // CompChannel delivers completion events (struct ibv_comp_channel).
 type CompChannel interface {
 	// Wait blocks until an armed CQ of the channel raised an event, and
 	// returns it (ibv_get_cq_event; events need no acknowledgement here).
+	// It returns ctx's error when ctx ends first, and an error matching
+	// ErrDestroyed when the channel is destroyed or its context or device
+	// closed, which wakes every waiter.
 	Wait(ctx context.Context) (CQ, error)
+	// Destroy destroys the channel (ibv_destroy_comp_channel). It fails with
+	// an error matching ErrBusy while CQs report to it.
 	Destroy() error
+	// Close is Destroy, for io.Closer.
+	Close() error
 }
 
 // QP is a queue pair.
@@ -171,11 +199,19 @@ type QP interface {
 	PostSend(wrs []SendWR) (int, error)
 	// PostRecv posts receive WRs, with the same contract as PostSend.
 	PostRecv(wrs []RecvWR) (int, error)
+	// Destroy destroys the QP (ibv_destroy_qp): its outstanding work is
+	// flushed, and its CQs, SRQ and PD may then be destroyed.
 	Destroy() error
+	// Close is Destroy, for io.Closer.
+	Close() error
 }
 
 // SRQ is a shared receive queue.
 type SRQ interface {
 	PostRecv(wrs []RecvWR) (int, error)
+	// Destroy destroys the SRQ (ibv_destroy_srq). It fails with an error
+	// matching ErrBusy while a QP uses it.
 	Destroy() error
+	// Close is Destroy, for io.Closer.
+	Close() error
 }

@@ -106,6 +106,10 @@ type AHAttr struct {
 // AH is an address handle: a destination a provider has resolved.
 type AH interface {
 	Attr() AHAttr
+	// Destroy destroys the AH (ibv_destroy_ah). The providers' AHs also
+	// have Close (io.Closer), which is Destroy; the interface does not ask
+	// for it, so that a destination the engine is handed needs only Attr
+	// and Destroy.
 	Destroy() error
 }
 

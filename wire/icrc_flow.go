@@ -120,3 +120,19 @@ func (c *FlowICRC) Check(pkt []byte) (id uint16, df bool, err error) {
 	}
 	return recoverID(crc^binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]), len(pkt))
 }
+
+// CheckID verifies the ICRC of pkt received on the flow in a datagram whose
+// IPv4 Identification and DF flag the receiver saw (a whole frame): all 32
+// bits of the ICRC count. The Identification and DF that explain the ICRC
+// are unique when they exist (the CRC is linear and injective on those 17
+// bits), so the check is Check's recovery compared with what was seen.
+func (c *FlowICRC) CheckID(pkt []byte, id uint16, df bool) error {
+	rid, rdf, err := c.Check(pkt)
+	if err != nil || !c.v4 {
+		return err // IPv6 has no Identification: Check was the full check
+	}
+	if rid != id || rdf != df {
+		return ErrICRC
+	}
+	return nil
+}

@@ -100,3 +100,50 @@ func BenchmarkFlowICRC(b *testing.B) {
 		}
 	})
 }
+
+// TestFlowICRCCheckID checks a packet whose IPv4 Identification and DF the
+// receiver saw: the ones its ICRC was computed for pass, and a flip of any
+// one of those 17 bits fails, as does a flipped payload bit.
+func TestFlowICRCCheckID(t *testing.T) {
+	for _, tc := range []struct {
+		id uint16
+		df bool
+	}{{0, true}, {0x2345, true}, {0xFFFF, false}, {7, false}} {
+		fl := Flow{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 0xC001, ID: tc.id}
+		h := Header{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 3, PSN: 9}
+		frame, err := AppendFrame(nil, &fl, &h, []byte("seen identification"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f Frame
+		if err := ParseFrame(frame, &f); err != nil {
+			t.Fatal(err)
+		}
+		if !tc.df { // AppendFrame sets DF: clear it and recompute the ICRC
+			f.IPv4()[6] &^= 0x40
+			if err := SetICRC(f.IPUDP(), f.Buf[f.L4+UDPLen:]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pkt := f.Buf[f.L4+UDPLen:]
+		c, err := NewFlowICRC(Flow{Src: fl.Src, Dst: fl.Dst, SrcPort: fl.SrcPort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CheckID(pkt, tc.id, tc.df); err != nil {
+			t.Errorf("id %#x df %v: the packet's own Identification and DF fail: %v", tc.id, tc.df, err)
+		}
+		for bit := range 16 {
+			if err := c.CheckID(pkt, tc.id^1<<bit, tc.df); !errors.Is(err, ErrICRC) {
+				t.Errorf("id %#x df %v: Identification bit %d flipped: %v, want ErrICRC", tc.id, tc.df, bit, err)
+			}
+		}
+		if err := c.CheckID(pkt, tc.id, !tc.df); !errors.Is(err, ErrICRC) {
+			t.Errorf("id %#x df %v: DF flipped: %v, want ErrICRC", tc.id, tc.df, err)
+		}
+		pkt[BTHLen] ^= 1
+		if err := c.CheckID(pkt, tc.id, tc.df); !errors.Is(err, ErrICRC) {
+			t.Errorf("id %#x df %v: payload bit flipped: %v, want ErrICRC", tc.id, tc.df, err)
+		}
+	}
+}

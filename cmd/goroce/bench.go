@@ -205,7 +205,7 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 		}
 		defer ucon.Close()
 		if c.opts.MTU == 0 {
-			c.opts.MTU = portMTU(ifMTU) // the path MTU a soft device there would use
+			c.opts.MTU = soft.PortMTU(ifMTU) // the path MTU a soft device there would use
 		}
 	} else if hw, ok := openHW(c.devName); ok {
 		dev = hw // a libibverbs device (-tags ibverbs)

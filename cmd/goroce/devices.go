@@ -16,7 +16,6 @@ import (
 	"github.com/goroce/goroce/packetio/tee"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
-	"github.com/goroce/goroce/wire"
 )
 
 // softName is the name of the soft device the commands open.
@@ -92,29 +91,12 @@ func ifAddrs(ifc net.Interface) []netip.Addr {
 	return out
 }
 
-// portMTU is the active MTU of a RoCE port on an interface of MTU ifMTU, as
-// the kernel computes it (iboe_get_mtu: the largest IB MTU that fits with the
-// GRH, UDP, BTH, XRC ETH, AtomicETH and ICRC; 1024 on a 1500-byte Ethernet).
-// 0 when the interface is unknown.
-func portMTU(ifMTU int) verbs.MTU {
-	if ifMTU <= 0 {
-		return 0
-	}
-	room := ifMTU - (40 + 8 + 12 + 4 + 28 + 4)
-	for m := verbs.MTU4096; m >= verbs.MTU256; m-- {
-		if m.Bytes() <= room {
-			return m
-		}
-	}
-	return verbs.MTU256
-}
-
 // open creates the soft device on the packet path --path names. For
 // traffic it listens on UDP port 4791 of the address; for inspection only
 // (devices, devinfo) on a port the kernel chooses, so that it works beside a
 // running goroce (auto then never attaches AF_XDP).
 func (c *softConfig) open(traffic bool) (*soft.Device, error) {
-	addr, ifMTU, err := c.resolve()
+	addr, _, err := c.resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -128,11 +110,9 @@ func (c *softConfig) open(traffic bool) (*soft.Device, error) {
 			return nil, err
 		}
 	}
-	mtu := portMTU(ifMTU)
-	for mtu > verbs.MTU256 && mtu.Bytes()+wire.RETHLen+wire.ImmDtLen+wire.BTHLen+wire.ICRCLen > conn.MaxPacket() {
-		mtu-- // the path carries less than the interface (AF_XDP frames)
-	}
-	dev, err := soft.New(soft.Options{Name: softName, Conn: conn, ActiveMTU: mtu, Path: ch.String()})
+	// The device takes its active MTU from the interface and the packet
+	// path (soft.PortMTU, capped by what the path carries).
+	dev, err := soft.New(soft.Options{Name: softName, Conn: conn, Path: ch.String()})
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -5,23 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/goroce/goroce/verbs"
 )
-
-func TestPortMTU(t *testing.T) {
-	for _, c := range []struct {
-		ifMTU int
-		want  verbs.MTU
-	}{
-		{0, 0}, {1500, verbs.MTU1024}, {1400, verbs.MTU1024}, {1000, verbs.MTU512}, {9000, verbs.MTU4096},
-		{65536, verbs.MTU4096}, {4096 + 96, verbs.MTU4096}, {4096 + 95, verbs.MTU2048}, {2048 + 96, verbs.MTU2048}, {300, verbs.MTU256},
-	} {
-		if got := portMTU(c.ifMTU); got != c.want {
-			t.Errorf("portMTU(%d) = %v, want %v", c.ifMTU, got, c.want)
-		}
-	}
-}
 
 func TestGUIDString(t *testing.T) {
 	if got := guidString(0x505400fffe990002); got != "5054:00ff:fe99:0002" {

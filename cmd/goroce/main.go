@@ -6,8 +6,13 @@
 //
 // Commands:
 //
-//	demo     two soft RDMA devices on loopback: every operation, its packets and completions
-//	decode   decode RoCEv2 packets in a pcap or pcapng file
+//	demo      two soft RDMA devices on loopback: every operation, its packets and completions
+//	decode    decode RoCEv2 packets in a pcap or pcapng file
+//	devices   list RDMA devices (the soft device), as ibv_devices
+//	devinfo   show RDMA devices and ports, as ibv_devinfo
+//	pingpong  rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong
+//	rping     librdmacm's rping over rdma_cm (the IB CM on QP 1)
+//	bench     perftest's bandwidth and latency tests
 //
 // Run "goroce <command> -h" for a command's flags.
 package main

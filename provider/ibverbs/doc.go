@@ -59,6 +59,18 @@
 // the same way (ibv_get_async_event, then ibv_ack_async_event) and names the
 // CQ, QP or SRQ of the event.
 //
+// # Lifetimes
+//
+// The verbs that destroy (ibv_dealloc_pd, ibv_destroy_cq,
+// ibv_destroy_comp_channel, ibv_destroy_srq, ...) refuse objects still in
+// use with EBUSY: the error matches verbs.ErrBusy and the Go object stays
+// as it was. Context.Close destroys the objects made through the context
+// that are still alive, users first, before ibv_close_device; every later
+// call on them fails with verbs.ErrDestroyed instead of reaching freed
+// libibverbs memory, and Wait and GetAsyncEvent waiters wake with that
+// error. Each object guards its libibverbs pointer with its own mutex, so
+// a Destroy racing with a post, poll or modify of the same object is safe.
+//
 // # Extended CQs
 //
 // CreateCQEx creates a CQ with ibv_create_cq_ex; with CQExOptions.Timestamp
@@ -66,4 +78,11 @@
 // (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) each completion carries the
 // device's timestamp. A device without them (rdma_rxe has none) makes
 // CreateCQEx return an error matching verbs.ErrNotSupported.
+//
+// Completion timestamps: on a device that has them (ibv_query_device_ex
+// reports a non-zero completion_timestamp_mask, and an extended CQ with
+// wall-clock timestamps can be made) CreateCQ makes every CQ that way, Poll
+// fills WC.Timestamp with the completion's wall-clock nanoseconds and
+// QueryDevice reports verbs.TimestampHardware; elsewhere (rdma_rxe)
+// verbs.TimestampNone and WC.Timestamp 0.
 package ibverbs

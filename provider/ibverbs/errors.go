@@ -59,6 +59,8 @@ func verbErr(verb string, errno int, what string) error {
 		}
 	case syscall.ENODEV, syscall.ENXIO:
 		e.kind = verbs.ErrNoDevice
+	case syscall.EBUSY: // ibv_destroy_* and ibv_dealloc_pd of an object in use
+		e.kind = verbs.ErrBusy
 	}
 	return e
 }

@@ -69,6 +69,24 @@ static uint64_t g_ts_mask(struct ibv_context *c, uint64_t *clock, int *err) {
 	return a.completion_timestamp_mask;
 }
 
+// g_wallclock_cqs reports whether the device stamps completions
+// (completion_timestamp_mask non-zero) and makes extended CQs whose
+// completions carry the wall-clock time, as CreateCQ makes them then: it
+// creates one and destroys it.
+static int g_wallclock_cqs(struct ibv_context *c, uint64_t flags) {
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof a);
+	if (ibv_query_device_ex(c, NULL, &a) != 0 || a.completion_timestamp_mask == 0) return 0;
+	struct ibv_cq_init_attr_ex ia;
+	memset(&ia, 0, sizeof ia);
+	ia.cqe = 1;
+	ia.wc_flags = flags;
+	struct ibv_cq_ex *cq = ibv_create_cq_ex(c, &ia);
+	if (cq == NULL) return 0;
+	ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+	return 1;
+}
+
 // A work completion, flat: libibverbs' struct ibv_wc has a union.
 struct gwc {
 	uint64_t wr_id;
@@ -115,6 +133,7 @@ static int g_poll_ex(struct ibv_cq_ex *cq, int n, uint64_t flags, struct gwc *ou
 		o->wc_flags = ibv_wc_read_wc_flags(cq);
 		if (flags & IBV_WC_EX_WITH_BYTE_LEN) o->byte_len = ibv_wc_read_byte_len(cq);
 		if ((flags & IBV_WC_EX_WITH_IMM) && (o->wc_flags & IBV_WC_WITH_IMM)) o->imm = ntohl(ibv_wc_read_imm_data(cq));
+		else if ((flags & IBV_WC_EX_WITH_IMM) && (o->wc_flags & IBV_WC_WITH_INV)) o->imm = ibv_wc_read_invalidated_rkey(cq);
 		if (flags & IBV_WC_EX_WITH_QP_NUM) o->qp_num = ibv_wc_read_qp_num(cq);
 		if (flags & IBV_WC_EX_WITH_SRC_QP) o->src_qp = ibv_wc_read_src_qp(cq);
 		if (flags & IBV_WC_EX_WITH_SLID) o->slid = ibv_wc_read_slid(cq);
@@ -292,6 +311,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -383,9 +403,14 @@ func Open(name string) (*Context, error) {
 		return nil, verbErr("ibv_open_device", int(e), name)
 	}
 	ctx := &Context{c: c, dev: &Device{name: name, guid: uint64(C.g_guid(c.device))},
-		qps: map[*C.struct_ibv_qp]*QP{}, cqs: map[*C.struct_ibv_cq]*CQ{}, srqs: map[*C.struct_ibv_srq]*SRQ{}}
+		qps: map[*C.struct_ibv_qp]*QP{}, cqs: map[*C.struct_ibv_cq]*CQ{}, srqs: map[*C.struct_ibv_srq]*SRQ{},
+		objs: map[killer]struct{}{}}
+	ctx.wallclock = C.g_wallclock_cqs(c, cqExFlags|C.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) != 0
 	return ctx, nil
 }
+
+// cqExFlags are the fields every extended CQ's completions carry.
+const cqExFlags = C.IBV_WC_EX_WITH_BYTE_LEN | C.IBV_WC_EX_WITH_IMM | C.IBV_WC_EX_WITH_QP_NUM | C.IBV_WC_EX_WITH_SRC_QP
 
 // Context is an open device (struct ibv_context). It implements
 // verbs.Context.
@@ -393,21 +418,89 @@ type Context struct {
 	c   *C.struct_ibv_context
 	dev *Device
 
-	mu    sync.Mutex // guards the maps and the async file
-	qps   map[*C.struct_ibv_qp]*QP
-	cqs   map[*C.struct_ibv_cq]*CQ
-	srqs  map[*C.struct_ibv_srq]*SRQ
-	async *os.File
+	// life guards c: the verbs that use the context hold it for reading,
+	// Close for writing while it closes the device.
+	life sync.RWMutex
+
+	mu     sync.Mutex // guards the maps, the async file and closed
+	qps    map[*C.struct_ibv_qp]*QP
+	cqs    map[*C.struct_ibv_cq]*CQ
+	srqs   map[*C.struct_ibv_srq]*SRQ
+	objs   map[killer]struct{} // every live object made through the context
+	async  *os.File
+	closed bool
+	// wallclock: the device stamps completions and makes extended CQs
+	// with wall-clock timestamps, so CreateCQ makes those (WC.Timestamp).
+	wallclock bool
+}
+
+// killer is an object Close destroys with its context. kill destroys it
+// (errors ignored: the device goes) unless it is destroyed already; rank
+// orders the kills, users first (QP 0, AH 1, SRQ 2, MR 3, CQ 4, channel 5,
+// PD 6).
+type killer interface {
+	kill()
+	rank() int
+}
+
+// enter returns the device context for one verb, holding c.life for
+// reading until leave; it fails with an error matching verbs.ErrDestroyed
+// after Close.
+func (c *Context) enter() (*C.struct_ibv_context, error) {
+	c.life.RLock()
+	if c.c == nil {
+		c.life.RUnlock()
+		return nil, c.errClosed()
+	}
+	return c.c, nil
+}
+
+func (c *Context) leave() { c.life.RUnlock() }
+
+func (c *Context) errClosed() error {
+	return fmt.Errorf("ibverbs: %s: context closed: %w", c.dev.name, verbs.ErrDestroyed)
+}
+
+// track records a new object; after Close began it returns false, and the
+// caller destroys the object and fails.
+func (c *Context) track(o killer) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.objs[o] = struct{}{}
+	return true
+}
+
+func (c *Context) untrack(o killer) {
+	c.mu.Lock()
+	delete(c.objs, o)
+	c.mu.Unlock()
 }
 
 // Device returns the device.
 func (c *Context) Device() verbs.Device { return c.dev }
 
 // QueryDevice returns the device attributes (ibv_query_device).
+// CompletionTimestamps is verbs.TimestampHardware when the device stamps
+// completions (ibv_query_device_ex reports a non-zero
+// completion_timestamp_mask) and makes CQs that carry the stamp as
+// wall-clock time (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK); else
+// verbs.TimestampNone.
 func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
+	cc, err := c.enter()
+	if err != nil {
+		return verbs.DeviceAttr{}, err
+	}
+	defer c.leave()
 	var a C.struct_ibv_device_attr
-	if rc := C.g_query_device(c.c, &a); rc != 0 {
+	if rc := C.g_query_device(cc, &a); rc != 0 {
 		return verbs.DeviceAttr{}, verbErr("ibv_query_device", int(rc), c.dev.name)
+	}
+	ts := verbs.TimestampNone
+	if c.wallclock {
+		ts = verbs.TimestampHardware
 	}
 	return verbs.DeviceAttr{
 		FWVer:           C.GoString(&a.fw_ver[0]),
@@ -431,6 +524,8 @@ func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
 		MaxAH:           int(a.max_ah),
 		AtomicCap:       int(a.atomic_cap),
 		PhysPortCnt:     int(a.phys_port_cnt),
+
+		CompletionTimestamps: ts,
 	}, nil
 }
 
@@ -445,8 +540,13 @@ func be64(v uint64) uint64 {
 
 // QueryPort returns a port's attributes (ibv_query_port).
 func (c *Context) QueryPort(port uint8) (verbs.PortAttr, error) {
+	cc, err := c.enter()
+	if err != nil {
+		return verbs.PortAttr{}, err
+	}
+	defer c.leave()
 	var a C.struct_ibv_port_attr
-	if rc := C.g_query_port(c.c, C.uint8_t(port), &a); rc != 0 {
+	if rc := C.g_query_port(cc, C.uint8_t(port), &a); rc != 0 {
 		return verbs.PortAttr{}, verbErr("ibv_query_port", int(rc), fmt.Sprintf("%s port %d", c.dev.name, port))
 	}
 	ll := "Unknown"
@@ -466,7 +566,12 @@ func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
 	if index < 0 || index > 1<<16 {
 		return verbs.GID{}, fmt.Errorf("ibverbs: GID index %d: %w", index, verbs.ErrInvalidAttr)
 	}
-	if rc := C.g_query_gid(c.c, C.uint8_t(port), C.int(index), &g); rc != 0 {
+	cc, err := c.enter()
+	if err != nil {
+		return verbs.GID{}, err
+	}
+	defer c.leave()
+	if rc := C.g_query_gid(cc, C.uint8_t(port), C.int(index), &g); rc != 0 {
 		return verbs.GID{}, verbErr("ibv_query_gid", int(rc), fmt.Sprintf("%s port %d index %d", c.dev.name, port, index))
 	}
 	return verbs.GID(*(*[16]byte)(unsafe.Pointer(&g))), nil
@@ -514,7 +619,12 @@ func (c *Context) QueryGIDEntry(port uint8, index int) (GIDEntry, error) {
 		return GIDEntry{}, fmt.Errorf("ibverbs: GID index %d: %w", index, verbs.ErrInvalidAttr)
 	}
 	var e C.struct_ibv_gid_entry
-	rc := C.g_query_gid_ex(c.c, C.uint32_t(port), C.uint32_t(index), &e)
+	cc, err := c.enter()
+	if err != nil {
+		return GIDEntry{}, err
+	}
+	rc := C.g_query_gid_ex(cc, C.uint32_t(port), C.uint32_t(index), &e)
+	c.leave()
 	var out GIDEntry
 	switch {
 	case rc == 0:
@@ -581,18 +691,33 @@ func (c *Context) GIDIndexOf(port uint8, addr netip.Addr) (int, error) {
 
 // AllocPD allocates a protection domain (ibv_alloc_pd).
 func (c *Context) AllocPD() (verbs.PD, error) {
+	cc, err := c.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer c.leave()
 	C.g_clear_errno()
-	pd := C.ibv_alloc_pd(c.c)
+	pd := C.ibv_alloc_pd(cc)
 	if pd == nil {
 		return nil, verbErr("ibv_alloc_pd", int(C.g_errno()), "")
 	}
-	return &PD{ctx: c, pd: pd}, nil
+	p := &PD{ctx: c, pd: pd}
+	if !c.track(p) {
+		C.ibv_dealloc_pd(pd)
+		return nil, c.errClosed()
+	}
+	return p, nil
 }
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
 func (c *Context) CreateCompChannel() (verbs.CompChannel, error) {
+	cc, err := c.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer c.leave()
 	C.g_clear_errno()
-	ch := C.ibv_create_comp_channel(c.c)
+	ch := C.ibv_create_comp_channel(cc)
 	if ch == nil {
 		return nil, verbErr("ibv_create_comp_channel", int(C.g_errno()), "")
 	}
@@ -601,7 +726,13 @@ func (c *Context) CreateCompChannel() (verbs.CompChannel, error) {
 		C.ibv_destroy_comp_channel(ch)
 		return nil, err
 	}
-	return &CompChannel{ctx: c, ch: ch, f: f, cqs: map[*C.struct_ibv_cq]*CQ{}}, nil
+	cch := &CompChannel{ctx: c, ch: ch, f: f, cqs: map[*C.struct_ibv_cq]*CQ{}}
+	if !c.track(cch) {
+		C.ibv_destroy_comp_channel(ch)
+		f.Close()
+		return nil, c.errClosed()
+	}
+	return cch, nil
 }
 
 // pollable returns a file on a duplicate of fd, which is put in non-blocking
@@ -667,9 +798,19 @@ type CQExOptions struct {
 }
 
 // CreateCQ creates a completion queue of at least cqe entries
-// (ibv_create_cq), reporting events to ch when armed.
+// (ibv_create_cq), reporting events to ch when armed. On a device that
+// stamps completions (QueryDevice's CompletionTimestamps is
+// TimestampHardware) it is an extended CQ (ibv_create_cq_ex) with
+// IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, and Poll fills
+// WC.Timestamp with the device's wall-clock nanoseconds, which
+// verbs.Now's clock (Unix time carried by the monotonic clock) follows to
+// within the wall clock's drift since the process started.
 func (c *Context) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
-	q, err := c.createCQ(cqe, ch, nil)
+	var ex *CQExOptions
+	if c.wallclock {
+		ex = &CQExOptions{Wallclock: true}
+	}
+	q, err := c.createCQ(cqe, ch, ex)
 	if err != nil {
 		return nil, err
 	}
@@ -684,7 +825,12 @@ func (c *Context) CreateCQEx(cqe int, ch verbs.CompChannel, opts CQExOptions) (*
 	if opts.Timestamp || opts.Wallclock {
 		var clock C.uint64_t
 		var e C.int
-		mask := C.g_ts_mask(c.c, &clock, &e)
+		cc, err := c.enter()
+		if err != nil {
+			return nil, err
+		}
+		mask := C.g_ts_mask(cc, &clock, &e)
+		c.leave()
 		if e != 0 {
 			return nil, verbErr("ibv_query_device_ex", int(e), c.dev.name)
 		}
@@ -703,20 +849,29 @@ func (c *Context) createCQ(cqe int, ch verbs.CompChannel, ex *CQExOptions) (*CQ,
 	var cp *C.struct_ibv_comp_channel
 	if ch != nil {
 		var ok bool
-		if cch, ok = ch.(*CompChannel); !ok || cch.ch == nil {
-			return nil, fmt.Errorf("ibverbs: completion channel of another provider or destroyed: %w", verbs.ErrInvalidAttr)
+		if cch, ok = ch.(*CompChannel); !ok || cch.ctx == nil {
+			return nil, fmt.Errorf("ibverbs: completion channel of another provider: %w", verbs.ErrInvalidAttr)
 		}
-		cp = cch.ch
+		cch.life.RLock() // the channel lives until the CQ holds it
+		defer cch.life.RUnlock()
+		if cp = cch.ch; cp == nil {
+			return nil, fmt.Errorf("ibverbs: completion channel: %w", verbs.ErrDestroyed)
+		}
 	}
+	cc, err := c.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer c.leave()
 	q := &CQ{ctx: c, ch: cch}
 	if ex == nil {
 		C.g_clear_errno()
-		q.cq = C.ibv_create_cq(c.c, C.int(cqe), nil, cp, 0)
+		q.cq = C.ibv_create_cq(cc, C.int(cqe), nil, cp, 0)
 		if q.cq == nil {
 			return nil, verbErr("ibv_create_cq", int(C.g_errno()), "")
 		}
 	} else {
-		q.flags = C.IBV_WC_EX_WITH_BYTE_LEN | C.IBV_WC_EX_WITH_IMM | C.IBV_WC_EX_WITH_QP_NUM | C.IBV_WC_EX_WITH_SRC_QP
+		q.flags = cqExFlags
 		if ex.Timestamp {
 			q.flags |= C.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
 		}
@@ -724,7 +879,7 @@ func (c *Context) createCQ(cqe int, ch verbs.CompChannel, ex *CQExOptions) (*CQ,
 			q.flags |= C.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
 		}
 		var e C.int
-		q.ex = C.g_create_cq_ex(c.c, C.int(cqe), cp, q.flags, &e)
+		q.ex = C.g_create_cq_ex(cc, C.int(cqe), cp, q.flags, &e)
 		if q.ex == nil {
 			return nil, verbErr("ibv_create_cq_ex", int(e), fmt.Sprintf("wc_flags %#x", uint64(q.flags)))
 		}
@@ -732,6 +887,12 @@ func (c *Context) createCQ(cqe int, ch verbs.CompChannel, ex *CQExOptions) (*CQ,
 	}
 	q.scratch = (*C.struct_ibv_wc)(C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_ibv_wc{}))))
 	q.out = (*C.struct_gwc)(C.calloc(batch, C.size_t(unsafe.Sizeof(C.struct_gwc{}))))
+	if !c.track(q) {
+		C.ibv_destroy_cq(q.cq)
+		C.free(unsafe.Pointer(q.scratch))
+		C.free(unsafe.Pointer(q.out))
+		return nil, c.errClosed()
+	}
 	c.mu.Lock()
 	c.cqs[q.cq] = q
 	c.mu.Unlock()
@@ -746,22 +907,38 @@ func (c *Context) createCQ(cqe int, ch verbs.CompChannel, ex *CQExOptions) (*CQ,
 // GetAsyncEvent waits for an asynchronous event of the device
 // (ibv_get_async_event) and acknowledges it, or returns ctx's error.
 func (c *Context) GetAsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
+	cc, err := c.enter()
+	if err != nil {
+		return verbs.AsyncEvent{}, err
+	}
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		c.leave()
+		return verbs.AsyncEvent{}, c.errClosed()
+	}
 	if c.async == nil {
-		f, err := pollable(int(c.c.async_fd), "async_fd")
+		f, err := pollable(int(cc.async_fd), "async_fd")
 		if err != nil {
 			c.mu.Unlock()
+			c.leave()
 			return verbs.AsyncEvent{}, err
 		}
 		c.async = f
 	}
 	f := c.async
 	c.mu.Unlock()
+	c.leave()
 	var typ C.uint32_t
 	var elem unsafe.Pointer
 	var port C.int
-	err := waitReadable(ctx, f, func() (bool, error) {
-		rc := C.g_get_async_event(c.c, &typ, &elem, &port)
+	err = waitReadable(ctx, f, func() (bool, error) {
+		cc, err := c.enter()
+		if err != nil {
+			return false, err
+		}
+		defer c.leave()
+		rc := C.g_get_async_event(cc, &typ, &elem, &port)
 		if rc == 0 {
 			return true, nil
 		}
@@ -771,6 +948,12 @@ func (c *Context) GetAsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 		return false, verbErr("ibv_get_async_event", int(rc), "")
 	})
 	if err != nil {
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed && ctx.Err() == nil { // Close closed the file under the wait
+			return verbs.AsyncEvent{}, c.errClosed()
+		}
 		return verbs.AsyncEvent{}, err
 	}
 	ev := verbs.AsyncEvent{Type: verbs.EventType(typ)}
@@ -797,31 +980,56 @@ func (c *Context) GetAsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	return ev, nil
 }
 
-// Close closes the device (ibv_close_device). Objects made through the
-// context must be destroyed first.
+// Close closes the device (ibv_close_device). It destroys first the
+// objects made through the context that are still alive (QPs, AHs, SRQs,
+// MRs, CQs, channels, PDs, in that order); every later call on them or the
+// context fails with an error matching verbs.ErrDestroyed (their Destroy,
+// Dealloc, Dereg and Close return nil), and goroutines waiting in a
+// channel's Wait or in GetAsyncEvent wake with that error. Closing twice
+// returns nil.
 func (c *Context) Close() error {
-	if c.c == nil {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
 		return nil
 	}
-	c.mu.Lock()
-	if c.async != nil {
-		c.async.Close()
-		c.async = nil
+	c.closed = true
+	objs := make([]killer, 0, len(c.objs))
+	for o := range c.objs {
+		objs = append(objs, o)
 	}
+	c.objs = map[killer]struct{}{}
+	async := c.async
+	c.async = nil
 	c.mu.Unlock()
-	C.g_clear_errno()
-	if rc := C.ibv_close_device(c.c); rc != 0 {
-		return verbErr("ibv_close_device", int(C.g_rc_of(rc)), c.dev.name)
+	slices.SortFunc(objs, func(a, b killer) int { return a.rank() - b.rank() })
+	for _, o := range objs {
+		o.kill()
 	}
-	c.c = nil
-	return nil
+	c.life.Lock()
+	var err error
+	if c.c != nil {
+		C.g_clear_errno()
+		if rc := C.ibv_close_device(c.c); rc != 0 {
+			err = verbErr("ibv_close_device", int(C.g_rc_of(rc)), c.dev.name)
+		}
+		c.c = nil
+	}
+	c.life.Unlock()
+	if async != nil {
+		async.Close() // wakes GetAsyncEvent's waiters
+	}
+	return err
 }
 
 // PD is a protection domain (struct ibv_pd).
 type PD struct {
 	ctx *Context
+	mu  sync.Mutex // guards pd: held by the verbs that use it
 	pd  *C.struct_ibv_pd
 }
+
+func (p *PD) errDestroyed() error { return fmt.Errorf("ibverbs: PD: %w", verbs.ErrDestroyed) }
 
 // RegMR registers buf (ibv_reg_mr): memory from Alloc, or Go heap memory
 // (see the package documentation).
@@ -829,12 +1037,22 @@ func (p *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("ibverbs: register an empty buffer: %w", verbs.ErrInvalidAttr)
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd == nil {
+		return nil, p.errDestroyed()
+	}
 	C.g_clear_errno()
 	mr := C.ibv_reg_mr(p.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), C.int(access))
 	if mr == nil {
 		return nil, verbErr("ibv_reg_mr", int(C.g_errno()), fmt.Sprintf("%d bytes, access %#x", len(buf), uint32(access)))
 	}
-	return &MR{mr: mr, buf: buf, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr))}, nil
+	m := &MR{ctx: p.ctx, mr: mr, buf: buf, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr))}
+	if !p.ctx.track(m) {
+		C.ibv_dereg_mr(mr)
+		return nil, p.ctx.errClosed()
+	}
+	return m, nil
 }
 
 // CreateQP creates a queue pair in RESET (ibv_create_qp).
@@ -844,17 +1062,41 @@ func (p *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	}
 	scq, ok1 := attr.SendCQ.(*CQ)
 	rcq, ok2 := attr.RecvCQ.(*CQ)
-	if !ok1 || !ok2 || scq.cq == nil || rcq.cq == nil {
+	if !ok1 || !ok2 || scq == nil || rcq == nil {
 		return nil, fmt.Errorf("ibverbs: send and receive CQs must be this provider's: %w", verbs.ErrInvalidAttr)
 	}
-	var ia C.struct_ibv_qp_init_attr
-	ia.send_cq, ia.recv_cq = scq.cq, rcq.cq
+	var srq *SRQ
 	if attr.SRQ != nil {
-		s, ok := attr.SRQ.(*SRQ)
-		if !ok || s.srq == nil {
-			return nil, fmt.Errorf("ibverbs: SRQ of another provider or destroyed: %w", verbs.ErrInvalidAttr)
+		var ok bool
+		if srq, ok = attr.SRQ.(*SRQ); !ok || srq == nil {
+			return nil, fmt.Errorf("ibverbs: SRQ of another provider: %w", verbs.ErrInvalidAttr)
 		}
-		ia.srq = s.srq
+	}
+	// Hold the PD, the CQs and the SRQ while the QP is made on them (the
+	// QP then holds them: the kernel refuses to destroy them, EBUSY).
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd == nil {
+		return nil, p.errDestroyed()
+	}
+	var ia C.struct_ibv_qp_init_attr
+	if ia.send_cq = scq.hold(); ia.send_cq == nil {
+		return nil, fmt.Errorf("ibverbs: send CQ: %w", verbs.ErrDestroyed)
+	}
+	defer scq.release()
+	if rcq == scq {
+		ia.recv_cq = ia.send_cq
+	} else {
+		if ia.recv_cq = rcq.hold(); ia.recv_cq == nil {
+			return nil, fmt.Errorf("ibverbs: receive CQ: %w", verbs.ErrDestroyed)
+		}
+		defer rcq.release()
+	}
+	if srq != nil {
+		if ia.srq = srq.hold(); ia.srq == nil {
+			return nil, fmt.Errorf("ibverbs: SRQ: %w", verbs.ErrDestroyed)
+		}
+		defer srq.release()
 	}
 	ia.cap.max_send_wr = C.uint32_t(attr.Cap.MaxSendWR)
 	ia.cap.max_recv_wr = C.uint32_t(attr.Cap.MaxRecvWR)
@@ -873,6 +1115,12 @@ func (p *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	q := &QP{ctx: p.ctx, qp: qp, typ: attr.QPType, num: uint32(qp.qp_num)}
 	q.send.alloc(C.size_t(unsafe.Sizeof(C.struct_gsend{})), C.size_t(unsafe.Sizeof(C.struct_ibv_send_wr{})))
 	q.recv.alloc(C.size_t(unsafe.Sizeof(C.struct_grecv{})), C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{})))
+	if !p.ctx.track(q) {
+		C.ibv_destroy_qp(qp)
+		q.send.free()
+		q.recv.free()
+		return nil, p.ctx.errClosed()
+	}
 	p.ctx.mu.Lock()
 	p.ctx.qps[qp] = q
 	p.ctx.mu.Unlock()
@@ -887,6 +1135,11 @@ func (p *PD) CreateSRQ(maxWR, maxSGE int) (verbs.SRQ, error) {
 	var ia C.struct_ibv_srq_init_attr
 	ia.attr.max_wr = C.uint32_t(maxWR)
 	ia.attr.max_sge = C.uint32_t(maxSGE)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd == nil {
+		return nil, p.errDestroyed()
+	}
 	C.g_clear_errno()
 	srq := C.ibv_create_srq(p.pd, &ia)
 	if srq == nil {
@@ -894,6 +1147,11 @@ func (p *PD) CreateSRQ(maxWR, maxSGE int) (verbs.SRQ, error) {
 	}
 	s := &SRQ{ctx: p.ctx, srq: srq}
 	s.recv.alloc(C.size_t(unsafe.Sizeof(C.struct_grecv{})), C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{})))
+	if !p.ctx.track(s) {
+		C.ibv_destroy_srq(srq)
+		s.recv.free()
+		return nil, p.ctx.errClosed()
+	}
 	p.ctx.mu.Lock()
 	p.ctx.srqs[srq] = s
 	p.ctx.mu.Unlock()
@@ -929,16 +1187,30 @@ func (p *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	}
 	var a C.struct_ibv_ah_attr
 	fillAH(&a, &v)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd == nil {
+		return nil, p.errDestroyed()
+	}
 	C.g_clear_errno()
 	ah := C.ibv_create_ah(p.pd, &a)
 	if ah == nil {
 		return nil, verbErr("ibv_create_ah", int(C.g_errno()), v.DGID.String())
 	}
-	return &AH{ah: ah, attr: v}, nil
+	h := &AH{ctx: p.ctx, ah: ah, attr: v}
+	if !p.ctx.track(h) {
+		C.ibv_destroy_ah(ah)
+		return nil, p.ctx.errClosed()
+	}
+	return h, nil
 }
 
-// Dealloc releases the PD (ibv_dealloc_pd).
+// Dealloc releases the PD (ibv_dealloc_pd). While QPs, MRs, SRQs or AHs of
+// the PD live, the kernel refuses (EBUSY): the error matches verbs.ErrBusy
+// and the PD stays. Deallocating twice, or after Close, returns nil.
 func (p *PD) Dealloc() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.pd == nil {
 		return nil
 	}
@@ -947,11 +1219,28 @@ func (p *PD) Dealloc() error {
 		return verbErr("ibv_dealloc_pd", int(C.g_rc_of(rc)), "")
 	}
 	p.pd = nil
+	p.ctx.untrack(p)
 	return nil
+}
+
+// Close is Dealloc (io.Closer).
+func (p *PD) Close() error { return p.Dealloc() }
+
+func (p *PD) rank() int { return 6 }
+
+func (p *PD) kill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pd != nil {
+		C.ibv_dealloc_pd(p.pd)
+		p.pd = nil
+	}
 }
 
 // MR is a registered memory region (struct ibv_mr).
 type MR struct {
+	ctx        *Context
+	mu         sync.Mutex // guards mr
 	mr         *C.struct_ibv_mr
 	buf        []byte
 	lkey, rkey uint32
@@ -970,8 +1259,11 @@ func (m *MR) Addr() uint64 { return m.addr }
 // Buf returns the registered memory.
 func (m *MR) Buf() []byte { return m.buf }
 
-// Dereg deregisters the region (ibv_dereg_mr).
+// Dereg deregisters the region (ibv_dereg_mr). Deregistering twice, or
+// after Close, returns nil.
 func (m *MR) Dereg() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.mr == nil {
 		return nil
 	}
@@ -980,7 +1272,24 @@ func (m *MR) Dereg() error {
 		return verbErr("ibv_dereg_mr", int(C.g_rc_of(rc)), "")
 	}
 	m.mr, m.buf = nil, nil
+	if m.ctx != nil {
+		m.ctx.untrack(m)
+	}
 	return nil
+}
+
+// Close is Dereg (io.Closer).
+func (m *MR) Close() error { return m.Dereg() }
+
+func (m *MR) rank() int { return 3 }
+
+func (m *MR) kill() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.mr != nil {
+		C.ibv_dereg_mr(m.mr)
+		m.mr, m.buf = nil, nil
+	}
 }
 
 // CQ is a completion queue (struct ibv_cq, or struct ibv_cq_ex when made by
@@ -991,14 +1300,16 @@ type CQ struct {
 	cq      *C.struct_ibv_cq
 	ex      *C.struct_ibv_cq_ex
 	flags   C.uint64_t
-	mu      sync.Mutex // serialises polls: the scratch memory
+	mu      sync.Mutex // serialises polls (the scratch memory) and guards cq
 	scratch *C.struct_ibv_wc
 	out     *C.struct_gwc
 }
 
-// Poll moves up to len(wc) completions into wc (ibv_poll_cq, one cgo call
-// per 64) and returns how many. It does not allocate. A polling error (the
-// CQ is in error) reads as no completions.
+// Poll moves up to len(wc) completions into wc (ibv_poll_cq, or
+// ibv_start_poll and ibv_next_poll on an extended CQ; one cgo call per 64)
+// and returns how many. It does not allocate. A polling error (the CQ is in
+// error) reads as no completions. WC.Timestamp is the completion's
+// wall-clock time when the CQ carries it (see CreateCQ), else 0.
 func (q *CQ) Poll(wc []verbs.WC) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -1024,6 +1335,18 @@ func (q *CQ) Poll(wc []verbs.WC) int {
 	return total
 }
 
+// hold locks the CQ and returns it, or nil (unlocked) when destroyed.
+func (q *CQ) hold() *C.struct_ibv_cq {
+	q.mu.Lock()
+	if q.cq == nil {
+		q.mu.Unlock()
+		return nil
+	}
+	return q.cq
+}
+
+func (q *CQ) release() { q.mu.Unlock() }
+
 func (q *CQ) poll(n int) int {
 	if q.ex != nil {
 		return int(C.g_poll_ex(q.ex, C.int(n), q.flags, q.out))
@@ -1035,7 +1358,7 @@ func toWC(o *C.struct_gwc, w *verbs.WC) {
 	*w = verbs.WC{WRID: uint64(o.wr_id), Status: verbs.WCStatus(o.status), Opcode: verbs.WCOpcode(o.opcode),
 		VendorErr: uint32(o.vendor_err), ByteLen: uint32(o.byte_len), QPNum: uint32(o.qp_num), SrcQP: uint32(o.src_qp),
 		Flags: verbs.WCFlags(o.wc_flags), PKeyIndex: uint16(o.pkey_index), SLID: uint16(o.slid), SL: uint8(o.sl),
-		DLIDPathBits: uint8(o.dlid_path_bits)}
+		DLIDPathBits: uint8(o.dlid_path_bits), Timestamp: int64(o.wallclock)}
 	if w.Flags&verbs.WCFlagWithInv != 0 {
 		w.InvalidatedRKey = uint32(o.imm)
 	} else if w.Flags&verbs.WCFlagWithImm != 0 {
@@ -1085,6 +1408,8 @@ func (q *CQ) PollEx(wc []WCEx) (int, error) {
 
 // ReqNotify arms the CQ (ibv_req_notify_cq).
 func (q *CQ) ReqNotify(solicitedOnly bool) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	if q.cq == nil {
 		return fmt.Errorf("ibverbs: req_notify: %w", verbs.ErrDestroyed)
 	}
@@ -1101,13 +1426,27 @@ func (q *CQ) ReqNotify(solicitedOnly bool) error {
 	return nil
 }
 
-// Destroy destroys the CQ (ibv_destroy_cq).
+// Destroy destroys the CQ (ibv_destroy_cq). While a QP uses it the kernel
+// refuses (EBUSY): the error matches verbs.ErrBusy and the CQ stays.
+// Destroying twice, or after Close, returns nil.
 func (q *CQ) Destroy() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.cq == nil {
 		return nil
 	}
+	C.g_clear_errno()
+	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
+		return verbErr("ibv_destroy_cq", int(C.g_rc_of(rc)), "")
+	}
+	q.forget()
+	q.ctx.untrack(q)
+	return nil
+}
+
+// forget drops a destroyed CQ's C memory and its entries in the maps.
+// Called with q.mu held.
+func (q *CQ) forget() {
 	if q.ch != nil {
 		q.ch.mu.Lock()
 		delete(q.ch.cqs, q.cq)
@@ -1116,34 +1455,61 @@ func (q *CQ) Destroy() error {
 	q.ctx.mu.Lock()
 	delete(q.ctx.cqs, q.cq)
 	q.ctx.mu.Unlock()
-	C.g_clear_errno()
-	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
-		return verbErr("ibv_destroy_cq", int(C.g_rc_of(rc)), "")
-	}
 	C.free(unsafe.Pointer(q.scratch))
 	C.free(unsafe.Pointer(q.out))
 	q.cq, q.ex, q.scratch, q.out = nil, nil, nil, nil
-	return nil
+}
+
+// Close is Destroy (io.Closer).
+func (q *CQ) Close() error { return q.Destroy() }
+
+func (q *CQ) rank() int { return 4 }
+
+func (q *CQ) kill() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.cq != nil {
+		C.ibv_destroy_cq(q.cq)
+		q.forget()
+	}
 }
 
 // CompChannel is a completion channel (struct ibv_comp_channel).
 type CompChannel struct {
-	ctx *Context
-	ch  *C.struct_ibv_comp_channel
-	f   *os.File
-	mu  sync.Mutex
-	cqs map[*C.struct_ibv_cq]*CQ
+	ctx  *Context
+	life sync.RWMutex // guards ch: Wait's tries hold it for reading
+	ch   *C.struct_ibv_comp_channel
+	f    *os.File
+	mu   sync.Mutex // guards cqs
+	cqs  map[*C.struct_ibv_cq]*CQ
+}
+
+func (c *CompChannel) errDestroyed() error {
+	return fmt.Errorf("ibverbs: completion channel: %w", verbs.ErrDestroyed)
 }
 
 // Wait waits for an event of an armed CQ (ibv_get_cq_event), acknowledges
 // it (ibv_ack_cq_events) and returns the CQ, or ctx's error when ctx ends
-// first. Only the waiting goroutine blocks.
+// first. Only the waiting goroutine blocks. Destroy and the context's
+// Close wake the waiters with an error matching verbs.ErrDestroyed.
 func (c *CompChannel) Wait(ctx context.Context) (verbs.CQ, error) {
-	if c.ch == nil {
-		return nil, fmt.Errorf("ibverbs: wait: %w", verbs.ErrDestroyed)
+	if c.ctx == nil {
+		return nil, fmt.Errorf("ibverbs: completion channel not made by CreateCompChannel: %w", verbs.ErrInvalidAttr)
+	}
+	c.life.RLock()
+	f := c.f
+	alive := c.ch != nil
+	c.life.RUnlock()
+	if !alive {
+		return nil, c.errDestroyed()
 	}
 	var cq *C.struct_ibv_cq
-	err := waitReadable(ctx, c.f, func() (bool, error) {
+	err := waitReadable(ctx, f, func() (bool, error) {
+		c.life.RLock()
+		defer c.life.RUnlock()
+		if c.ch == nil {
+			return false, c.errDestroyed()
+		}
 		rc := C.g_get_cq_event(c.ch, &cq)
 		if rc == 0 {
 			return true, nil
@@ -1154,6 +1520,12 @@ func (c *CompChannel) Wait(ctx context.Context) (verbs.CQ, error) {
 		return false, verbErr("ibv_get_cq_event", int(rc), "")
 	})
 	if err != nil {
+		c.life.RLock()
+		gone := c.ch == nil
+		c.life.RUnlock()
+		if gone && ctx.Err() == nil { // Destroy closed the file under the wait
+			return nil, c.errDestroyed()
+		}
 		return nil, err
 	}
 	c.mu.Lock()
@@ -1165,19 +1537,46 @@ func (c *CompChannel) Wait(ctx context.Context) (verbs.CQ, error) {
 	return q, nil
 }
 
-// Destroy destroys the channel (ibv_destroy_comp_channel); its CQs must be
-// destroyed first.
+// Destroy destroys the channel (ibv_destroy_comp_channel) and wakes its
+// waiters. While CQs report to it libibverbs refuses (EBUSY): the error
+// matches verbs.ErrBusy and the channel stays. Destroying twice, or after
+// Close, returns nil.
 func (c *CompChannel) Destroy() error {
-	if c.ch == nil {
+	if c.ctx == nil {
 		return nil
 	}
-	c.f.Close()
+	c.life.Lock()
+	if c.ch == nil {
+		c.life.Unlock()
+		return nil
+	}
 	C.g_clear_errno()
 	if rc := C.ibv_destroy_comp_channel(c.ch); rc != 0 {
+		c.life.Unlock()
 		return verbErr("ibv_destroy_comp_channel", int(C.g_rc_of(rc)), "")
 	}
 	c.ch = nil
+	c.life.Unlock()
+	c.f.Close() // wakes the waiters (after the unlock: Close waits for them)
+	c.ctx.untrack(c)
 	return nil
+}
+
+// Close is Destroy (io.Closer).
+func (c *CompChannel) Close() error { return c.Destroy() }
+
+func (c *CompChannel) rank() int { return 5 }
+
+func (c *CompChannel) kill() {
+	c.life.Lock()
+	if c.ch == nil {
+		c.life.Unlock()
+		return
+	}
+	C.ibv_destroy_comp_channel(c.ch)
+	c.ch = nil
+	c.life.Unlock()
+	c.f.Close()
 }
 
 // scratch is C memory for one batch of work requests: the flat requests Go
@@ -1205,6 +1604,7 @@ func (s *scratch) free() {
 // QP is a queue pair (struct ibv_qp).
 type QP struct {
 	ctx  *Context
+	ctl  sync.Mutex // serialises Modify, Query and Destroy
 	qp   *C.struct_ibv_qp
 	typ  verbs.QPType
 	num  uint32
@@ -1225,6 +1625,8 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if attr == nil {
 		return fmt.Errorf("ibverbs: nil QP attributes: %w", verbs.ErrInvalidAttr)
 	}
+	q.ctl.Lock()
+	defer q.ctl.Unlock()
 	if q.qp == nil {
 		return fmt.Errorf("ibverbs: modify: %w", verbs.ErrDestroyed)
 	}
@@ -1268,6 +1670,8 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 
 // Query returns the attributes (ibv_query_qp).
 func (q *QP) Query() (verbs.QPAttr, error) {
+	q.ctl.Lock()
+	defer q.ctl.Unlock()
 	if q.qp == nil {
 		return verbs.QPAttr{}, fmt.Errorf("ibverbs: query: %w", verbs.ErrDestroyed)
 	}
@@ -1369,21 +1773,22 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 // PostRecv posts receive work requests with one ibv_post_recv per 64, with
 // PostSend's contract.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	q.recv.mu.Lock()
+	defer q.recv.mu.Unlock()
 	if q.qp == nil {
 		return 0, fmt.Errorf("ibverbs: post_recv: %w", verbs.ErrDestroyed)
 	}
 	return postRecv(&q.recv, wrs, q.qp, nil)
 }
 
-// postRecv posts to qp's receive queue, or to srq. (No callback: a function
-// value would make the out-parameter escape to the heap.)
+// postRecv posts to qp's receive queue, or to srq, with s.mu held. (No
+// callback: a function value would make the out-parameter escape to the
+// heap.)
 func postRecv(s *scratch, wrs []verbs.RecvWR, qp *C.struct_ibv_qp, srq *C.struct_ibv_srq) (int, error) {
 	verb := "ibv_post_recv"
 	if srq != nil {
 		verb = "ibv_post_srq_recv"
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	gs := unsafe.Slice((*C.struct_grecv)(s.g), batch)
 	sges := unsafe.Slice(s.sges, maxBatchSGE)
 	posted := 0
@@ -1429,8 +1834,11 @@ func postRecv(s *scratch, wrs []verbs.RecvWR, qp *C.struct_ibv_qp, srq *C.struct
 	return posted, nil
 }
 
-// Destroy destroys the QP (ibv_destroy_qp).
+// Destroy destroys the QP (ibv_destroy_qp). Destroying twice, or after
+// Close, returns nil.
 func (q *QP) Destroy() error {
+	q.ctl.Lock()
+	defer q.ctl.Unlock()
 	q.send.mu.Lock()
 	defer q.send.mu.Unlock()
 	q.recv.mu.Lock()
@@ -1438,56 +1846,118 @@ func (q *QP) Destroy() error {
 	if q.qp == nil {
 		return nil
 	}
-	q.ctx.mu.Lock()
-	delete(q.ctx.qps, q.qp)
-	q.ctx.mu.Unlock()
 	C.g_clear_errno()
 	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
 		return verbErr("ibv_destroy_qp", int(C.g_rc_of(rc)), fmt.Sprintf("QP %#x", q.num))
 	}
+	q.forget()
+	q.ctx.untrack(q)
+	return nil
+}
+
+// forget drops a destroyed QP's C memory and map entry. Called with the
+// QP's locks held.
+func (q *QP) forget() {
+	q.ctx.mu.Lock()
+	delete(q.ctx.qps, q.qp)
+	q.ctx.mu.Unlock()
 	q.qp = nil
 	q.send.free()
 	q.recv.free()
-	return nil
+}
+
+// Close is Destroy (io.Closer).
+func (q *QP) Close() error { return q.Destroy() }
+
+func (q *QP) rank() int { return 0 }
+
+func (q *QP) kill() {
+	q.ctl.Lock()
+	defer q.ctl.Unlock()
+	q.send.mu.Lock()
+	defer q.send.mu.Unlock()
+	q.recv.mu.Lock()
+	defer q.recv.mu.Unlock()
+	if q.qp != nil {
+		C.ibv_destroy_qp(q.qp)
+		q.forget()
+	}
 }
 
 // SRQ is a shared receive queue (struct ibv_srq).
 type SRQ struct {
 	ctx  *Context
-	srq  *C.struct_ibv_srq
+	srq  *C.struct_ibv_srq // guarded by recv.mu
 	recv scratch
 }
+
+// hold locks the SRQ and returns it, or nil (unlocked) when destroyed.
+func (s *SRQ) hold() *C.struct_ibv_srq {
+	s.recv.mu.Lock()
+	if s.srq == nil {
+		s.recv.mu.Unlock()
+		return nil
+	}
+	return s.srq
+}
+
+func (s *SRQ) release() { s.recv.mu.Unlock() }
 
 // PostRecv posts receive work requests (ibv_post_srq_recv, one call per
 // 64).
 func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) {
+	s.recv.mu.Lock()
+	defer s.recv.mu.Unlock()
 	if s.srq == nil {
 		return 0, fmt.Errorf("ibverbs: post_srq_recv: %w", verbs.ErrDestroyed)
 	}
 	return postRecv(&s.recv, wrs, nil, s.srq)
 }
 
-// Destroy destroys the SRQ (ibv_destroy_srq).
+// Destroy destroys the SRQ (ibv_destroy_srq). While a QP uses it the
+// kernel refuses (EBUSY): the error matches verbs.ErrBusy and the SRQ
+// stays. Destroying twice, or after Close, returns nil.
 func (s *SRQ) Destroy() error {
 	s.recv.mu.Lock()
 	defer s.recv.mu.Unlock()
 	if s.srq == nil {
 		return nil
 	}
-	s.ctx.mu.Lock()
-	delete(s.ctx.srqs, s.srq)
-	s.ctx.mu.Unlock()
 	C.g_clear_errno()
 	if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
 		return verbErr("ibv_destroy_srq", int(C.g_rc_of(rc)), "")
 	}
+	s.forget()
+	s.ctx.untrack(s)
+	return nil
+}
+
+func (s *SRQ) forget() {
+	s.ctx.mu.Lock()
+	delete(s.ctx.srqs, s.srq)
+	s.ctx.mu.Unlock()
 	s.srq = nil
 	s.recv.free()
-	return nil
+}
+
+// Close is Destroy (io.Closer).
+func (s *SRQ) Close() error { return s.Destroy() }
+
+func (s *SRQ) rank() int { return 2 }
+
+func (s *SRQ) kill() {
+	s.recv.mu.Lock()
+	defer s.recv.mu.Unlock()
+	if s.srq != nil {
+		C.ibv_destroy_srq(s.srq)
+		s.forget()
+	}
 }
 
 // AH is an address handle (struct ibv_ah).
 type AH struct {
+	ctx  *Context
+	mu   sync.Mutex // guards ah
 	ah   *C.struct_ibv_ah
 	attr verbs.AHAttr
 }
@@ -1495,8 +1965,11 @@ type AH struct {
 // Attr returns the destination.
 func (a *AH) Attr() verbs.AHAttr { return a.attr }
 
-// Destroy destroys the AH (ibv_destroy_ah).
+// Destroy destroys the AH (ibv_destroy_ah). Destroying twice, or after
+// Close, returns nil.
 func (a *AH) Destroy() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.ah == nil {
 		return nil
 	}
@@ -1505,7 +1978,24 @@ func (a *AH) Destroy() error {
 		return verbErr("ibv_destroy_ah", int(C.g_rc_of(rc)), "")
 	}
 	a.ah = nil
+	if a.ctx != nil {
+		a.ctx.untrack(a)
+	}
 	return nil
+}
+
+// Close is Destroy (io.Closer).
+func (a *AH) Close() error { return a.Destroy() }
+
+func (a *AH) rank() int { return 1 }
+
+func (a *AH) kill() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ah != nil {
+		C.ibv_destroy_ah(a.ah)
+		a.ah = nil
+	}
 }
 
 // Alloc returns n bytes of zeroed memory mapped with mmap, outside the Go

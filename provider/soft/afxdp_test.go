@@ -15,12 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/afxdp"
 	"github.com/goroce/goroce/packetio/tee"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // TestNetnsAFXDP runs the end-to-end cases of TestNetns (every operation at
@@ -129,6 +133,19 @@ func afxdpE2E(top, t *testing.T, prefix string, noInline, full bool) {
 		if es := c.dev.Stats(); es.ICRCDrops != 0 || es.MalformedDrops != 0 || es.CQOverruns != 0 {
 			t.Errorf("device %s: %d packets dropped for their ICRC, %d malformed, %d CQ overruns", c.name, es.ICRCDrops, es.MalformedDrops, es.CQOverruns)
 		}
+		// AF_XDP sees each frame's IPv4 Identification and DF: every
+		// packet's ICRC is checked on all 32 bits, none by solving for
+		// them as on a UDP socket, but for those looped back to the local
+		// address without a frame.
+		if es := c.dev.Stats(); es.ICRCRecoveredChecks != x.Looped || es.ICRCFullChecks == 0 {
+			t.Errorf("device %s: %d packets' ICRCs checked on all 32 bits, %d with the Identification solved for (%d looped back); want all on 32 bits but the looped",
+				c.name, es.ICRCFullChecks, es.ICRCRecoveredChecks, x.Looped)
+		} else {
+			t.Logf("device %s: %d of %d received packets' ICRCs checked on all 32 bits", c.name, es.ICRCFullChecks, es.RxPackets)
+		}
+	}
+	if full {
+		t.Run("flipped_identification", func(t *testing.T) { afxdpFlippedID(t, env) })
 	}
 	pkts, dupes, err := env.closePcaps()
 	if err != nil {
@@ -247,4 +264,61 @@ func afxdpWriteStream(x, y *end, size, depth, n int) error {
 		}
 	}
 	return nil
+}
+
+// afxdpFlippedID sends B two datagrams from a raw IP socket in A's
+// namespace, both with a good ICRC computed for IPv4 Identification 0x2345:
+// one with that Identification, one with a bit of it flipped. A UDP socket
+// could not tell them apart (it solves for the Identification); on AF_XDP,
+// B's engine sees the field and must accept the first (counted as checked on
+// 32 bits, then dropped for its unknown QP) and drop the second for its
+// ICRC.
+func afxdpFlippedID(t *testing.T, env *e2eEnv) {
+	p := env.pair
+	h := wire.Header{Opcode: wire.RCSendOnly, PKey: wire.DefaultPKey, DestQP: 0xFFFF01, PSN: 1}
+	fl := wire.Flow{Src: p.AddrA, Dst: p.AddrB, SrcPort: wire.RoCEv2Port, ID: 0x2345}
+	frame, err := wire.AppendFrame(nil, &fl, &h, []byte("identification"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := frame[14:] // the IPv4 datagram
+	bad := append([]byte(nil), good...)
+	bad[5] ^= 0x04 // Identification 0x2345 -> 0x2341
+	wire.IPv4(bad).SetChecksum()
+	send := func(dgram []byte) {
+		t.Helper()
+		err := p.A.Do(func() error {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_RAW)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			return unix.Sendto(fd, dgram, 0, &unix.SockaddrInet4{Addr: p.AddrB.As4()})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait := func(what string, cond func(s engine.Stats) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(env.b.Stats()); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("B did not %s: %+v", what, env.b.Stats())
+			}
+		}
+	}
+	s0 := env.b.Stats()
+	send(good)
+	wait("check the good packet's ICRC on 32 bits", func(s engine.Stats) bool {
+		return s.ICRCFullChecks > s0.ICRCFullChecks && s.UnknownQPDrops > s0.UnknownQPDrops
+	})
+	s1 := env.b.Stats()
+	if s1.ICRCDrops != s0.ICRCDrops {
+		t.Errorf("the good packet was dropped for its ICRC")
+	}
+	send(bad)
+	wait("drop the packet with a flipped Identification bit", func(s engine.Stats) bool { return s.ICRCDrops > s1.ICRCDrops })
+	if s2 := env.b.Stats(); s2.ICRCFullChecks != s1.ICRCFullChecks || s2.UnknownQPDrops != s1.UnknownQPDrops {
+		t.Errorf("the packet with a flipped Identification bit passed the ICRC check")
+	}
 }

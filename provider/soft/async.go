@@ -56,9 +56,13 @@ type eventQueue struct {
 	mu     sync.Mutex
 	events []verbs.AsyncEvent
 	ready  chan struct{} // holds a token while events is not empty
+	// ctxGone and devGone close when the context or the device closes.
+	ctxGone, devGone <-chan struct{}
 }
 
-func newEventQueue() *eventQueue { return &eventQueue{ready: make(chan struct{}, 1)} }
+func newEventQueue(ctxGone, devGone <-chan struct{}) *eventQueue {
+	return &eventQueue{ready: make(chan struct{}, 1), ctxGone: ctxGone, devGone: devGone}
+}
 
 func (q *eventQueue) put(ev verbs.AsyncEvent) {
 	q.mu.Lock()
@@ -93,6 +97,10 @@ func (q *eventQueue) get(ctx context.Context) (verbs.AsyncEvent, error) {
 		case <-q.ready:
 		case <-ctx.Done():
 			return verbs.AsyncEvent{}, ctx.Err()
+		case <-q.ctxGone:
+			return verbs.AsyncEvent{}, errCtxClosed
+		case <-q.devGone:
+			return verbs.AsyncEvent{}, errClosed
 		}
 	}
 }
@@ -104,7 +112,11 @@ func (q *eventQueue) get(ctx context.Context) (verbs.AsyncEvent, error) {
 // takes no more completions), and IBV_EVENT_QP_FATAL for every QP the CQ
 // serves, which the overrun moved to ERROR; IBV_EVENT_QP_ACCESS_ERR or
 // IBV_EVENT_QP_REQ_ERR when a QP's responder met a remote access violation
-// or an invalid request and went to ERROR.
+// or an invalid request and went to ERROR. Closing the context or the
+// device wakes the waiters with an error matching verbs.ErrDestroyed.
 func (c *Context) GetAsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
+	if err := c.alive(); err != nil {
+		return verbs.AsyncEvent{}, err
+	}
 	return c.events.get(ctx)
 }

@@ -22,10 +22,20 @@ type Options struct {
 	// Conn is the packet path. Required.
 	Conn packetio.Conn
 	// SourcePort of the packets the engine builds, which the ICRC covers:
-	// the UDP path sends from its socket's port (default 4791).
+	// the UDP path sends from its socket's port (default 4791). When the
+	// Conn can send each packet from a port of its own
+	// (packetio.PerPacketSourcePort), a UD send whose address handle has a
+	// non-zero flow label leaves from the port the label maps to
+	// (wire.SourcePort), as from rdma_rxe and RoCE NICs; everything else
+	// from SourcePort.
 	SourcePort uint16
-	// ActiveMTU is the port's MTU (default from Conn.MaxPacket: the largest
-	// IB MTU that fits, at most 4096).
+	// ActiveMTU is the port's active MTU. The default is derived from the
+	// link the device sends on, as rdma_rxe derives it from its network
+	// device (PortMTU of the MTU of the interface that holds Conn's local
+	// address, looked up in the network namespace of the goroutine calling
+	// New), and capped so that a packet of that MTU fits Conn.MaxPacket. A
+	// value the link or the Conn cannot carry is refused. QPs cannot be
+	// given a larger path MTU.
 	ActiveMTU verbs.MTU
 	// Spin is how long the driver polls without blocking after activity
 	// (default 50µs; negative: never spin).
@@ -41,8 +51,9 @@ type Options struct {
 	NoInline bool
 	// Batch is the packet batch size (default 32).
 	Batch int
-	// Engine settings (limits, window); Local and SourcePort are set from
-	// the device. Engine.AckDelay defaults to DefaultAckDelay here;
+	// Engine settings (limits, window); Local, SourcePort and Clock are
+	// set by the device (Clock to verbs.Now: every work completion carries
+	// the time the engine produced it, WC.Timestamp). Engine.AckDelay defaults to DefaultAckDelay here;
 	// negative turns it off.
 	Engine engine.Config
 }
@@ -56,19 +67,22 @@ const DefaultAckDelay = 5 * time.Microsecond
 
 // Device is a soft RDMA device. It implements verbs.Device.
 type Device struct {
-	opts  Options
-	name  string
-	addr  netip.Addr
-	conn  packetio.Conn
-	eng   *engine.Engine
-	mtu   verbs.MTU
-	start time.Time
+	opts Options
+	name string
+	addr netip.Addr
+	conn packetio.Conn
+	eng  *engine.Engine
+	mtu  verbs.MTU
+	// mtuWhy says where mtu comes from, for the errors that name it.
+	mtuWhy string
+	start  time.Time
 
 	io       sync.Mutex // serialises the packet path (Conn calls) between the driver and inline callers
 	mu       sync.Mutex // serialises the engine between the driver and control calls; taken after io
 	doorbell atomic.Uint64
 	sleeping atomic.Bool
 	closed   atomic.Bool
+	gone     chan struct{} // closed by Close: wakes the contexts' waiters
 	done     chan struct{}
 	err      error
 	async    asyncState
@@ -101,14 +115,11 @@ func New(opts Options) (*Device, error) {
 	}
 	cfg.Local = opts.Conn.LocalAddr()
 	cfg.SourcePort = opts.SourcePort
-	mtu := opts.ActiveMTU
-	if mtu == 0 {
-		for m := verbs.MTU4096; m >= verbs.MTU256; m-- {
-			if m.Bytes()+wire.RDETHLen+wire.DETHLen+wire.RETHLen+wire.ImmDtLen+wire.BTHLen+wire.ICRCLen <= opts.Conn.MaxPacket() {
-				mtu = m
-				break
-			}
-		}
+	cfg.PerPacketSourcePort = packetio.PerPacketSourcePort(opts.Conn)
+	cfg.Clock = verbs.Now
+	mtu, why, err := activeMTU(opts.ActiveMTU, cfg.Local, opts.Conn.MaxPacket())
+	if err != nil {
+		return nil, err
 	}
 	cfg.PortMTU = mtu.Bytes()
 	var dev *Device // set below, before the driver starts
@@ -118,8 +129,8 @@ func New(opts Options) (*Device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soft: %w", err)
 	}
-	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu,
-		start: time.Now(), done: make(chan struct{})}
+	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu, mtuWhy: why,
+		start: time.Now(), done: make(chan struct{}), gone: make(chan struct{})}
 	dev = d
 	go d.run()
 	return d, nil
@@ -148,7 +159,9 @@ func (d *Device) Open() (verbs.Context, error) {
 	if d.closed.Load() {
 		return nil, verbs.ErrDestroyed
 	}
-	return &Context{d: d, events: newEventQueue()}, nil
+	c := &Context{d: d, gone: make(chan struct{})}
+	c.events = newEventQueue(c.gone, d.gone)
+	return c, nil
 }
 
 // Stats returns the engine's counters.
@@ -160,7 +173,12 @@ func (d *Device) Stats() engine.Stats {
 
 // Close stops the driver, moves every QP to ERROR and completes its
 // outstanding work with WR_FLUSH_ERR (so that CQs still being polled drain),
-// and closes the packet path. Posts after Close fail.
+// and closes the packet path. Every later call on the device's contexts and
+// objects fails with an error matching verbs.ErrDestroyed (but Poll, which
+// still gives the flushed completions, and the Destroy, Dealloc, Dereg and
+// Close methods, which return nil), and goroutines waiting in
+// CompChannel.Wait or Context.GetAsyncEvent wake with that error. Closing
+// twice returns nil.
 func (d *Device) Close() error {
 	if d.closed.Load() {
 		return nil
@@ -169,6 +187,7 @@ func (d *Device) Close() error {
 	if d.closed.Swap(true) {
 		return nil
 	}
+	close(d.gone)
 	d.conn.Wake()
 	<-d.done
 	d.io.Lock() // wait out a caller driving the packet path inline
@@ -180,8 +199,12 @@ func (d *Device) Close() error {
 	return err
 }
 
-// errClosed is returned by posts to a closed device.
-var errClosed = fmt.Errorf("soft: device closed: %w", verbs.ErrDestroyed)
+// errClosed is returned by calls on a closed device, errCtxClosed by calls
+// on a closed context.
+var (
+	errClosed    = fmt.Errorf("soft: device closed: %w", verbs.ErrDestroyed)
+	errCtxClosed = fmt.Errorf("soft: context closed: %w", verbs.ErrDestroyed)
+)
 
 func (d *Device) now() int64 { return int64(time.Since(d.start)) }
 
@@ -255,7 +278,11 @@ func (d *Device) input(pkts []packetio.Packet) {
 	now := d.now()
 	for i := range pkts {
 		p := &pkts[i]
-		d.eng.Input(now, p.Buf, p.Addr, p.Port)
+		if p.HasIPv4ID {
+			d.eng.InputIPv4(now, p.Buf, p.Addr, p.Port, p.IPv4ID, p.IPv4DF)
+		} else {
+			d.eng.Input(now, p.Buf, p.Addr, p.Port)
+		}
 	}
 	d.flush(now)
 	d.mu.Unlock()
@@ -312,15 +339,20 @@ func (d *Device) flushBatches(now int64, batches int) int {
 		k := 0
 		for k < len(batch) {
 			b := batch[k].Buf[:cap(batch[k].Buf)]
-			n, to, ok := d.eng.Output(now, b)
+			n, to, sport, ok := d.eng.OutputFrom(now, b)
 			if !ok {
 				break
 			}
-			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, wire.RoCEv2Port
+			if sport == d.opts.SourcePort {
+				sport = 0 // the Conn's own port
+			}
+			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, sport
 			k++
 		}
 		if k > 0 {
-			d.conn.Transmit(batch[:k])
+			if _, err := d.conn.Transmit(batch[:k]); err != nil {
+				d.transmitFailed(batch[:k], err)
+			}
 			total += k
 		}
 		if k < len(batch) || len(batch) == 0 {

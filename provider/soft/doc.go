@@ -30,6 +30,33 @@
 // IBV_EVENT_QP_FATAL, IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_QP_REQ_ERR) reach
 // the context that created the object through Context.GetAsyncEvent.
 //
+// Every work completion carries the time the engine produced it
+// (WC.Timestamp, on verbs.Now's clock; QueryDevice reports
+// verbs.TimestampSoftware): a receive is stamped as its packet is
+// processed, however late the application polls.
+//
+// Source ports: every packet leaves from Options.SourcePort (4791) but UD
+// sends whose address handle has a flow label, which leave from the port
+// the label maps to (wire.SourcePort), as from rdma_rxe and RoCE NICs, when
+// the packet path can send each packet from a port of its own
+// (packetio.SourcePorts: udp, afxdp and pipe can, uring cannot).
+//
+// Lifetimes follow libibverbs (see package verbs): destroying a PD, CQ,
+// completion channel or SRQ still in use fails with verbs.ErrBusy and
+// changes nothing; Context.Close destroys what is left of the context's
+// objects; after it, or after Device.Close, every call fails with
+// verbs.ErrDestroyed (Destroy and Close return nil), and the goroutines
+// waiting in CompChannel.Wait or GetAsyncEvent wake with that error.
+//
+// The port's active MTU comes from the link, as rdma_rxe's comes from its
+// network device (PortMTU: the largest IB MTU not above the link's MTU less
+// 80 bytes, so 1024 on a 1500-byte Ethernet and 4096 on 9000), capped by
+// what the packet path carries; Modify refuses a larger path MTU with an
+// error naming both. If the network still refuses a packet as too long
+// (EMSGSIZE: a route with a smaller MTU), the QP that sent it goes to ERROR
+// at once, its context gets IBV_EVENT_QP_FATAL, and QP.Err and its later
+// posts say which packet and MTU.
+//
 // Registered memory: an MR holds the []byte it covers; the slice keeps the
 // memory alive and Go does not move heap memory, so the MR's address (that
 // of its first byte, as ibv_reg_mr reports) stays valid for the engine until

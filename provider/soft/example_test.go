@@ -1,7 +1,9 @@
 package soft_test
 
 import (
+	"context"
 	"fmt"
+	"log"
 	"net/netip"
 	"time"
 
@@ -12,58 +14,55 @@ import (
 
 // Example writes 16 bytes into a peer's memory with RDMA WRITE. Two soft
 // devices are joined by an in-memory packet path here; with udp.Listen in
-// place of pipe.New they talk RoCEv2 over the network.
+// place of pipe.New they talk RoCEv2 over the network (and between two
+// processes, cm.DialEndpoint and cm.AcceptEndpoint swap the Endpoints).
 func Example() {
 	ca, cb := pipe.New(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), pipe.Options{})
-	devA, _ := soft.New(soft.Options{Name: "soft0", Conn: ca})
-	devB, _ := soft.New(soft.Options{Name: "soft1", Conn: cb})
-	defer devA.Close()
-	defer devB.Close()
-
-	type end struct {
-		qp  verbs.QP
-		cq  verbs.CQ
-		mr  verbs.MR
-		gid verbs.GID
+	var sets []*verbs.QPSet
+	for i, conn := range []*pipe.Conn{ca, cb} {
+		dev, err := soft.New(soft.Options{Name: fmt.Sprint("soft", i), Conn: conn})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer dev.Close()
+		ctx, err := dev.Open()
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer ctx.Close()
+		// A PD, a completion channel and CQ, 4 KiB of memory and an RC QP.
+		set, err := verbs.NewQPSet(ctx, verbs.QPTRC, make([]byte, 4096), nil)
+		if err != nil {
+			log.Fatal(err)
+		}
+		sets = append(sets, set)
 	}
-	open := func(d *soft.Device) end {
-		ctx, _ := d.Open()
-		pd, _ := ctx.AllocPD()
-		cq, _ := ctx.CreateCQ(16, nil)
-		mr, _ := pd.RegMR(make([]byte, 4096), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-		qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
-			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		gid, _ := ctx.QueryGID(1, 0)
-		return end{qp, cq, mr, gid}
-	}
-	a, b := open(devA), open(devB)
+	a, b := sets[0], sets[1]
 
-	// RESET -> INIT -> RTR -> RTS, each QP aimed at the other (what an
-	// out-of-band exchange of QPN, PSN and GID sets up).
-	for _, p := range [][2]end{{a, b}, {b, a}} {
-		me, peer := p[0], p[1]
-		me.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
-			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags)
-		me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: peer.qp.Num(), RQPSN: 0,
-			MaxDestRdAtomic: 1, MinRNRTimer: 12, AHAttr: verbs.AHAttr{DGID: peer.gid}},
-			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
-		me.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
-			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic)
+	// RESET -> INIT -> RTR -> RTS, each QP aimed at the other: what an
+	// out-of-band exchange of the Endpoints (QPN, PSN, GID, rkey, address)
+	// sets up.
+	for _, p := range [][2]*verbs.QPSet{{a, b}, {b, a}} {
+		if err := verbs.Connect(p[0].QP, p[0].Endpoint, p[1].Endpoint, nil); err != nil {
+			log.Fatal(err)
+		}
 	}
 
-	copy(a.mr.Buf(), "hello, RDMA world")
-	_, err := a.qp.PostSend([]verbs.SendWR{{
+	copy(a.MR.Buf(), "hello, RDMA world")
+	_, err := a.QP.PostSend([]verbs.SendWR{{
 		WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SGList:     []verbs.SGE{{Addr: a.mr.Addr(), Length: 16, LKey: a.mr.LKey()}},
-		RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey(),
+		SGList: a.SGE(0, 16), RemoteAddr: b.Endpoint.Addr, RKey: b.Endpoint.RKey,
 	}})
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
 	wc := make([]verbs.WC, 1)
-	for deadline := time.Now().Add(5 * time.Second); a.cq.Poll(wc) == 0 && time.Now().Before(deadline); {
+	if _, err := a.Wait(ctx, wc); err != nil { // poll, arm, poll, wait on the channel
+		log.Fatal(err)
 	}
-	fmt.Println(wc[0].Status, wc[0].Opcode, string(b.mr.Buf()[:16]))
+	b.QP.Query() // orders B's device's write before this goroutine's read (race detector)
+	fmt.Println(wc[0].Status, wc[0].Opcode, string(b.MR.Buf()[:16]))
 	// Output: SUCCESS RDMA_WRITE hello, RDMA worl
 }

@@ -30,7 +30,15 @@ func softEnv(t *testing.T, ca, cb packetio.Conn) verbstest.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return verbstest.Env{A: ctxA, B: ctxB}
+	return verbstest.Env{A: ctxA, B: ctxB, Fresh: freshPipe}
+}
+
+// freshPipe makes two new soft devices joined by the in-memory path, for
+// the lifetime tests that close them.
+func freshPipe(t *testing.T) verbstest.Fresh {
+	ca, cb := pipe.New(netip.MustParseAddr("10.0.1.1"), netip.MustParseAddr("10.0.1.2"), pipe.Options{})
+	env := softEnv(t, ca, cb)
+	return verbstest.Fresh{A: env.A, B: env.B, CloseDeviceA: env.A.Device().(*soft.Device).Close}
 }
 
 // TestSoftPipe runs the suite on two soft devices joined by the in-memory
