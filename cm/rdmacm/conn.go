@@ -502,7 +502,9 @@ func (c *Conn) Err() error {
 // returns at once. The QP stays the caller's to destroy.
 func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
 
-// CloseContext is Close with a context bounding the wait.
+// CloseContext is Close with a context bounding the wait: with a
+// deadline, Close waits for the DREP until then (the DREQ is resent all
+// the while, up to its retries) rather than for CloseSends DREQs.
 func (c *Conn) CloseContext(ctx context.Context) error {
 	select {
 	case <-c.done:
@@ -514,13 +516,17 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 		c.finish(ErrClosed)
 		return nil // already gone (time-wait, manager closed)
 	}
-	cfg := c.mg.m.Config() // fixed at creation: read without the lock
-	interval := ib.TimeoutNanos(cfg.ResponseTimeout) + 2*ib.TimeoutNanos(cfg.PacketLifeTime)
-	t := time.NewTimer(time.Duration(CloseSends * interval))
-	defer t.Stop()
+	var bound <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		cfg := c.mg.m.Config() // fixed at creation: read without the lock
+		interval := ib.TimeoutNanos(cfg.ResponseTimeout) + 2*ib.TimeoutNanos(cfg.PacketLifeTime)
+		t := time.NewTimer(time.Duration(CloseSends * interval))
+		defer t.Stop()
+		bound = t.C
+	}
 	select {
 	case <-c.done:
-	case <-t.C:
+	case <-bound:
 	case <-ctx.Done():
 	}
 	c.finish(ErrClosed)

@@ -250,7 +250,13 @@ func client(ctx context.Context, dev rdmacm.Device, c *Config, out io.Writer) er
 	if err != nil {
 		return fmt.Errorf("connect error: %w", err)
 	}
-	defer b.conn.Close()
+	defer func() {
+		// A lost DREQ would leave the server waiting: wait out its
+		// resends (a DREP usually ends this within a round trip).
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		b.conn.CloseContext(cctx)
+		cancel()
+	}()
 	mem := b.mem.Buf()
 	start := mem[b.startOf : b.startOf+uint64(c.Size)]
 	sink := mem[b.rdmaOff : b.rdmaOff+uint64(c.Size)]
