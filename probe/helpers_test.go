@@ -165,7 +165,7 @@ func (u *rawUD) send(payload []byte, gid verbs.GID, qpn uint32) {
 	n := copy(u.buf[off:], payload)
 	if _, err := u.qp.PostSend([]verbs.SendWR{{WRID: 1 << 40, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{{Addr: u.mr.Addr() + uint64(off), Length: uint32(n), LKey: u.mr.LKey()}},
-		AH: ah, RemoteQPN: qpn, RemoteQKey: probe.QKey}}); err != nil {
+		AH:     ah, RemoteQPN: qpn, RemoteQKey: probe.QKey}}); err != nil {
 		u.t.Fatal(err)
 	}
 	if wc, ok := u.next(5 * time.Second); !ok || wc.WRID != 1<<40 || wc.Status != verbs.WCSuccess {
