@@ -1,6 +1,7 @@
 package probe_test
 
 import (
+	"errors"
 	"sort"
 	"testing"
 	"time"
@@ -314,4 +315,87 @@ func TestResponderGarbage(t *testing.T) {
 		}
 	}
 	checkOK(t, x.run(t, 10, 0, 0))
+}
+
+// TestProberLimits: the in-flight bound, bad peers, Close reporting the
+// probes in flight, Probe after Close; and the address handle cache
+// bounded while probing more labels than it holds.
+func TestProberLimits(t *testing.T) {
+	release := make(chan struct{})
+	x := newPair(t, probe.ProberOptions{MaxInFlight: 4, Timeout: 10 * time.Second},
+		probe.ResponderOptions{BeforeACK1: func() { <-release }})
+	peer := peerOf(x.r, 0)
+	if err := x.p.Probe(probe.Peer{GID: peer.GID}, 1, ""); !errors.Is(err, probe.ErrBadPeer) {
+		t.Fatalf("peer without QPN: %v", err)
+	}
+	if err := x.p.Probe(probe.Peer{QPN: peer.QPN}, 1, ""); !errors.Is(err, probe.ErrBadPeer) {
+		t.Fatalf("peer without GID: %v", err)
+	}
+	for i := 0; i < 4; i++ {
+		if err := x.p.Probe(peer, 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.p.Probe(peer, 1, ""); !errors.Is(err, probe.ErrTooManyInFlight) {
+		t.Fatalf("fifth probe with MaxInFlight 4: %v", err)
+	}
+	if s := x.p.Stats(); s.InFlight != 4 || s.Sent != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+	x.p.Close()
+	close(release)
+	rs := x.col.wait(t, time.Second, count(4))
+	if len(rs) != 4 {
+		t.Fatalf("%d results after Close, want 4", len(rs))
+	}
+	for _, r := range rs {
+		if r.Outcome != probe.OutcomeError || r.Reason != probe.ReasonClosed {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if err := x.p.Probe(peer, 1, ""); !errors.Is(err, probe.ErrClosed) {
+		t.Fatalf("Probe after Close: %v", err)
+	}
+	if err := x.p.Close(); !errors.Is(err, probe.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestAHCacheBound: 3000 labels, more than the 1024 address handles a
+// prober keeps: the cache stays bounded, handles are evicted (and destroyed
+// once their sends completed) and every probe completes.
+func TestAHCacheBound(t *testing.T) {
+	// At most 256 in flight: the responder's 256 ACK slots answer them all.
+	x := newPair(t, probe.ProberOptions{MaxInFlight: 256}, probe.ResponderOptions{})
+	labels := probe.FlowLabels(5, 3000)
+	peer := peerOf(x.r, 0)
+	sent := 0
+	for i, l := range labels {
+		for {
+			err := x.p.Probe(peer, l, "t")
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, probe.ErrBusy) && !errors.Is(err, probe.ErrTooManyInFlight) {
+				t.Fatalf("probe %d: %v", i, err)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		sent++
+		if s := x.p.Stats(); s.AHs > 1024 {
+			t.Fatalf("%d AHs cached", s.AHs)
+		}
+	}
+	rs := x.col.wait(t, 20*time.Second, count(sent))
+	if len(rs) != sent {
+		t.Fatalf("%d results of %d", len(rs), sent)
+	}
+	for _, r := range rs {
+		if r.Outcome != probe.OutcomeOK {
+			t.Fatalf("%+v; prober %+v, responder %+v", r, x.p.Stats(), x.r.Stats())
+		}
+	}
+	if s := x.p.Stats(); s.AHs != 1024 {
+		t.Fatalf("%d AHs cached after 3000 labels", s.AHs)
+	}
 }

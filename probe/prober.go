@@ -44,8 +44,10 @@ type ProberOptions struct {
 	// GIDIndex is the source GID index of the probes (default 0: the
 	// port's first IPv4-mapped GID).
 	GIDIndex int
-	// Depth is the receive depth of the prober's QP (default 512): the
-	// ACKs that can arrive between two polls.
+	// Depth is the receive depth of the prober's QP: the ACKs that can
+	// arrive between two polls, two per probe in flight (default
+	// 2 x MaxInFlight, at most 2048). ACKs beyond it are dropped by the
+	// device and their probes lost.
 	Depth int
 }
 
@@ -57,7 +59,7 @@ func (o ProberOptions) withDefaults() ProberOptions {
 		o.MaxInFlight = 4096
 	}
 	if o.Depth <= 0 {
-		o.Depth = 512
+		o.Depth = min(2*o.MaxInFlight, 2048)
 	}
 	o.Depth = min(o.Depth, 8192)
 	return o
