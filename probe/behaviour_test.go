@@ -133,11 +133,11 @@ func TestResponderStall(t *testing.T) {
 	}
 }
 
-// TestProberStall: a prober stalled 50 ms before each poll shows in
+// TestProberStall: a prober stalled 100 ms before each poll shows in
 // ProberDelay, not in NetworkRTT. This needs completions stamped when they
 // are produced, not when polled.
 func TestProberStall(t *testing.T) {
-	const stall = 50 * time.Millisecond
+	const stall = 100 * time.Millisecond
 	var stalling atomicBool
 	x := newPair(t, probe.ProberOptions{BeforePoll: func() {
 		if stalling.Load() {
@@ -150,8 +150,10 @@ func TestProberStall(t *testing.T) {
 	stalling.Store(true)
 	rs := x.run(t, 8, stall+10*time.Millisecond, 0)
 	checkOK(t, rs)
-	if m := median(rs, func(r probe.Result) time.Duration { return r.ProberDelay }); m < stall/2 {
-		t.Errorf("median prober delay %v with a %v stall", m, stall)
+	pd := median(rs, func(r probe.Result) time.Duration { return r.ProberDelay })
+	rtt := median(rs, func(r probe.Result) time.Duration { return r.NetworkRTT })
+	if pd < stall/2 || rtt >= stall/4 {
+		t.Errorf("median prober delay %v, network RTT %v with the prober stalled %v before each poll", pd, rtt, stall)
 	}
 	for _, r := range rs {
 		if r.NetworkRTT >= stall/2 {
