@@ -46,7 +46,8 @@ type ProberOptions struct {
 	GIDIndex int
 	// Depth is the receive depth of the prober's QP: the ACKs that can
 	// arrive between two polls, two per probe in flight (default
-	// 2 x MaxInFlight, at most 2048). ACKs beyond it are dropped by the
+	// 2 x MaxInFlight, at most 1024; each a path MTU and the GRH, so that
+	// no UD message overflows it). ACKs beyond it are dropped by the
 	// device and their probes lost.
 	Depth int
 }
@@ -59,7 +60,7 @@ func (o ProberOptions) withDefaults() ProberOptions {
 		o.MaxInFlight = 4096
 	}
 	if o.Depth <= 0 {
-		o.Depth = min(2*o.MaxInFlight, 2048)
+		o.Depth = min(2*o.MaxInFlight, 1024)
 	}
 	o.Depth = min(o.Depth, 8192)
 	return o
