@@ -401,3 +401,64 @@ func TestAHCacheBound(t *testing.T) {
 		t.Fatalf("%d AHs cached after 3000 labels", s.AHs)
 	}
 }
+
+// TestValidity: a fake responder answers with timestamps rpingmesh would
+// refuse; each probe ends OutcomeError with the reason.
+func TestValidity(t *testing.T) {
+	_, ca := softContext(t, addrA)
+	_, cc := softContext(t, addrC)
+	fake := newRawUD(t, cc)
+	col := newCollector()
+	p, err := probe.NewProber(ca, probe.ProberOptions{OnResult: col.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	peer := probe.Peer{GID: verbs.GIDFromAddr(addrC), QPN: fake.qp.Num()}
+	for i, tc := range []struct {
+		name   string
+		t3, t4 func(now uint64) uint64
+		reason string
+	}{
+		{"good", func(n uint64) uint64 { return n }, func(n uint64) uint64 { return n + 1000 }, ""},
+		{"zero T3", func(uint64) uint64 { return 0 }, func(n uint64) uint64 { return n }, probe.ReasonZeroTimestamp},
+		{"zero T4", func(n uint64) uint64 { return n }, func(uint64) uint64 { return 0 }, probe.ReasonZeroTimestamp},
+		{"T4 before T3", func(n uint64) uint64 { return n }, func(n uint64) uint64 { return n - 1000 }, probe.ReasonInvalidDelay},
+		{"responder delay 2 s", func(n uint64) uint64 { return n - 2e9 }, func(n uint64) uint64 { return n }, probe.ReasonInvalidRTT},
+		{"responder delay longer than the round trip", func(n uint64) uint64 { return n - 5e8 }, func(n uint64) uint64 { return n }, probe.ReasonInvalidRTT},
+	} {
+		if err := p.Probe(peer, uint32(i+1), "t"); err != nil {
+			t.Fatal(err)
+		}
+		b, _, ok := fake.recv(5 * time.Second)
+		if !ok {
+			t.Fatal("no probe")
+		}
+		m, err := probe.ParseMessage(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := uint64(verbs.Now())
+		t3, t4 := tc.t3(now), tc.t4(now)
+		a1 := probe.Message{Version: 1, Type: probe.TypeAck, AckType: probe.AckFirst, Seq: m.Seq, T1: m.T1, T3: t3}
+		a2 := a1
+		a2.AckType, a2.T4 = probe.AckSecond, t4
+		fake.send(a1.Append(nil), p.GID(), p.QPN())
+		fake.send(a2.Append(nil), p.GID(), p.QPN())
+		rs := col.wait(t, 5*time.Second, count(i+1))
+		if len(rs) != i+1 {
+			t.Fatalf("%s: no result", tc.name)
+		}
+		r := rs[i]
+		want := probe.OutcomeError
+		if tc.reason == "" {
+			want = probe.OutcomeOK
+		}
+		if r.Outcome != want || r.Reason != tc.reason {
+			t.Errorf("%s: outcome %v reason %q, want %v %q (%+v)", tc.name, r.Outcome, r.Reason, want, tc.reason, r)
+		}
+	}
+	if s := p.Stats(); s.Completed != 1 || s.Errors != 5 {
+		t.Fatalf("stats %+v", s)
+	}
+}

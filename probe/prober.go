@@ -128,6 +128,7 @@ type entry struct {
 	t1, t2, t3, t4, t5, t6 int64
 	posted                 int64 // when PostSend returned
 	deadline               int64
+	acked1, acked2         bool // the first and second ACKs came
 	respHW                 bool
 	used                   bool
 	prev, next             int32
@@ -449,20 +450,22 @@ func (p *Prober) ack(m *Message, gid verbs.GID, srcQP uint32, ts int64) {
 	}
 	switch m.AckType {
 	case AckFirst:
-		if e.t5 != 0 {
+		if e.acked1 {
 			p.stats.Duplicates++
 			return
 		}
+		e.acked1 = true
 		e.t5, e.t6 = ts, verbs.Now()
 		e.t3 = int64(m.T3)
 		e.respHW = m.Flags&FlagHardwareTimestamps != 0
 	case AckSecond:
-		if e.t4 != 0 {
+		if e.acked2 {
 			p.stats.Duplicates++
 			return
 		}
+		e.acked2 = true
 		e.t4 = int64(m.T4)
-		if e.t3 == 0 {
+		if !e.acked1 {
 			e.t3 = int64(m.T3)
 		}
 	}
@@ -514,7 +517,7 @@ func (p *Prober) kind(respFlags uint8) Timestamps {
 // complete finishes probe idx when its send completed and both ACKs came.
 func (p *Prober) complete(idx int32) {
 	e := &p.entries[idx]
-	if e.t2 == 0 || e.t5 == 0 || e.t4 == 0 {
+	if e.t2 == 0 || !e.acked1 || !e.acked2 {
 		return
 	}
 	r := p.result(idx, OutcomeOK)
@@ -544,7 +547,7 @@ func (p *Prober) result(idx int32, o Outcome) Result {
 	r := Result{Peer: e.peer, Class: e.class, Seq: e.seq, FlowLabel: e.label, SrcPort: SourcePort(e.label),
 		ResponderQPN: e.peer.QPN, Sent: time.Unix(0, e.t1), T1: e.t1, T2: e.t2, T3: e.t3, T4: e.t4, T5: e.t5, T6: e.t6,
 		Outcome: o, Timestamps: p.Timestamps()} // the prober's own until an ACK tells the responder's
-	if e.t5 != 0 {
+	if e.acked1 {
 		var f uint8
 		if e.respHW {
 			f = FlagHardwareTimestamps
