@@ -102,7 +102,7 @@ func TestProbeLoopback(t *testing.T) {
 	var rs []probe.Result
 	for q := 0; q < 4; q++ {
 		rs = append(rs, x.run(t, 50, 200*time.Microsecond, q)...)
-		x.col.rs = nil
+		x.col.reset()
 	}
 	checkOK(t, rs)
 	ps, rsst := x.p.Stats(), x.r.Stats()
@@ -460,5 +460,47 @@ func TestValidity(t *testing.T) {
 	}
 	if s := p.Stats(); s.Completed != 1 || s.Errors != 5 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestNoTimestamps: on devices without completion timestamps (libibverbs'
+// providers, rdma_rxe), T2 and T4 are read before the posts and T3 and T5
+// at poll: probes complete with a positive network RTT, T2 is T1, and a
+// responder stall still lands in the responder's delay.
+func TestNoTimestamps(t *testing.T) {
+	const stall = 30 * time.Millisecond
+	var stalling atomicBool
+	x := &pair{col: newCollector()}
+	_, ca := softContext(t, addrA)
+	_, cb := softContext(t, addrB)
+	x.ca, x.cb = noStamps{ca}, noStamps{cb}
+	var err error
+	if x.r, err = probe.NewResponder(x.cb, probe.ResponderOptions{BeforeACK1: func() {
+		if stalling.Load() {
+			time.Sleep(stall)
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	defer x.r.Close()
+	if x.p, err = probe.NewProber(x.ca, probe.ProberOptions{OnResult: x.col.add}); err != nil {
+		t.Fatal(err)
+	}
+	defer x.p.Close()
+	rs := x.run(t, 50, 500*time.Microsecond, 0)
+	checkOK(t, rs)
+	for _, r := range rs {
+		if r.T2 != r.T1 {
+			t.Fatalf("T2 %d, T1 %d: want T1 without completion timestamps", r.T2, r.T1)
+		}
+	}
+	x.col.reset()
+	stalling.Store(true)
+	rs = x.run(t, 5, stall+5*time.Millisecond, 0)
+	checkOK(t, rs)
+	for _, r := range rs {
+		if r.ResponderDelay < stall || r.NetworkRTT >= stall/2 {
+			t.Errorf("responder delay %v (stall %v), network RTT %v", r.ResponderDelay, stall, r.NetworkRTT)
+		}
 	}
 }

@@ -126,7 +126,6 @@ type entry struct {
 	class                  string
 	label                  uint32
 	t1, t2, t3, t4, t5, t6 int64
-	posted                 int64 // when PostSend returned
 	deadline               int64
 	acked1, acked2         bool // the first and second ACKs came
 	respHW                 bool
@@ -256,12 +255,11 @@ func (p *Prober) ProbeSeq(peer Peer, flowLabel uint32, class string) (uint64, er
 		p.e.ahs.put(ah)
 		return 0, err
 	}
-	posted := verbs.Now()
 	p.counter++
 	p.freeE = p.freeE[:len(p.freeE)-1]
 	p.freeS = p.freeS[:len(p.freeS)-1]
 	p.slots[si] = sendSlot{entry: idx, seq: seq, ah: ah}
-	p.entries[idx] = entry{seq: seq, peer: peer, class: class, label: flowLabel, t1: t1, posted: posted, deadline: t1 + p.timeout,
+	p.entries[idx] = entry{seq: seq, peer: peer, class: class, label: flowLabel, t1: t1, deadline: t1 + p.timeout,
 		used: true, prev: p.tail, next: -1}
 	if p.tail >= 0 {
 		p.entries[p.tail].next = idx
@@ -496,11 +494,13 @@ func (p *Prober) sent(wc *verbs.WC) {
 		p.out = append(p.out, r)
 		return
 	}
-	// Without a completion timestamp, T2 is when PostSend returned: the
-	// send completion may sit in the CQ until the ACK's is polled with it.
+	// Without a completion timestamp, T2 is T1, read just before
+	// PostSend: the probe cannot leave earlier, whereas the post may
+	// return (and its completion be polled, perhaps with the ACK's) after
+	// the ACK came back.
 	e.t2 = wc.Timestamp
 	if e.t2 == 0 {
-		e.t2 = e.posted
+		e.t2 = e.t1
 	}
 	p.complete(sl.entry)
 }
