@@ -12,6 +12,7 @@
 //	devinfo   show RDMA devices and ports, as ibv_devinfo
 //	pingpong  rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong
 //	bench     perftest's bandwidth and latency tests
+//	probe     probe a RoCE fabric: network RTT, host delays and loss over UD
 //
 // Run "goroce <command> -h" for a command's flags.
 package main
@@ -36,6 +37,7 @@ var commands = []command{
 	{"devinfo", "show RDMA devices and ports, as ibv_devinfo", runDevinfo},
 	{"pingpong", "rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong, against goroce or rdma-core", runPingpong},
 	{"bench", "perftest's bandwidth and latency tests (ib_write_bw, ib_send_lat, ...), against goroce or perftest", runBench},
+	{"probe", "probe a RoCE fabric: network RTT, host delays and loss over UD (once, responder)", runProbe},
 }
 
 func main() {
