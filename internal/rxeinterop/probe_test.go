@@ -3,6 +3,7 @@ package rxeinterop
 import (
 	"context"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,14 +30,14 @@ const probeCount = 20
 // GOROCE_WIRE_CHECK).
 func TestProbeRxe(t *testing.T) {
 	if os.Getenv("GOROCE_RXE_VM") == "" {
-		t.Skip("set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run goroce probe on Linux rdma_rxe in a qemu guest")
+		testenv.Skip(t, testenv.RxeVM, "set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run goroce probe on Linux rdma_rxe in a qemu guest")
 	}
 	const header = "/usr/include/infiniband/verbs.h"
 	if _, err := os.Stat(header); err != nil {
-		t.Skipf("goroce on rxe0 needs provider/ibverbs, hence libibverbs-dev (%s: %v)", header, err)
+		testenv.Skipf(t, testenv.Ibverbs, "goroce on rxe0 needs provider/ibverbs, hence libibverbs-dev (%s: %v)", header, err)
 	}
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("goroce on rxe0 needs provider/ibverbs, hence cgo and a C compiler (gcc)")
+		testenv.Skip(t, testenv.Ibverbs, "goroce on rxe0 needs provider/ibverbs, hence cgo and a C compiler (gcc)")
 	}
 	h := newHarness(t)
 	ibvBin := filepath.Join(t.TempDir(), "goroce-ibv")
