@@ -13,6 +13,7 @@
 //	pingpong  rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong
 //	rping     librdmacm's rping over rdma_cm (the IB CM on QP 1)
 //	bench     perftest's bandwidth and latency tests
+//	probe     probe a RoCE fabric: network RTT, host delays and loss over UD
 //
 // Run "goroce <command> -h" for a command's flags.
 package main
@@ -38,6 +39,7 @@ var commands = []command{
 	{"pingpong", "rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong, against goroce or rdma-core", runPingpong},
 	{"rping", "librdmacm's rping (rdma_cm, RDMA READ/WRITE/SEND), against goroce or rdma-core", runRping},
 	{"bench", "perftest's bandwidth and latency tests (ib_write_bw, ib_send_lat, ...), against goroce or perftest", runBench},
+	{"probe", "probe a RoCE fabric: network RTT, host delays and loss over UD (once, responder)", runProbe},
 }
 
 func main() {
