@@ -41,7 +41,7 @@
 // # Protocol details
 //
 //   - Timers as Linux's: a REQ is resent every 2 x ms(packet life time 18)
-//   - ms(CM response timeout 20) (6.4 s), 15 times, before the dialer
+//     plus ms(CM response timeout 20), 6.4 s, 15 times, before the dialer
 //     reports the peer unreachable; REP and DREQ likewise. ms(t) is
 //     4.096 µs x 2^t.
 //   - A duplicate REQ while the application decides is answered with an
