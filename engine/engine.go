@@ -261,40 +261,6 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 	}
 }
 
-// Output writes the next packet to send into buf (which must hold the path
-// MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
-// length and destination, or ok false when there is nothing to send now.
-// The packet is for Config.SourcePort; with Config.PerPacketSourcePort use
-// OutputFrom, which says which source port each packet is for.
-func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
-	n, to, _, ok = e.OutputFrom(now, buf)
-	return n, to, ok
-}
-
-// OutputFrom is Output that also returns the UDP source port the packet's
-// ICRC was computed for, which it must leave from: Config.SourcePort (when
-// that is zero, the QP's flow port), or for a UD send with a flow label
-// under Config.PerPacketSourcePort the port the label maps to.
-func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport uint16, ok bool) {
-	if len(e.overran) > 0 {
-		e.raiseOverruns()
-	}
-	e.now = now
-	for tries := len(e.active); tries > 0; tries-- {
-		if e.rr >= len(e.active) {
-			e.rr = 0
-		}
-		qp := e.active[e.rr]
-		if n, ok := qp.output(now, buf); ok {
-			e.stats.TxPackets++
-			e.stats.TxBytes += uint64(n)
-			return n, qp.lastDst, e.lastSport, true
-		}
-		e.rr++
-	}
-	return 0, netip.Addr{}, 0, false
-}
-
 // NextDeadline returns the earliest time a timer of the engine fires, or 0
 // when none is set. Call Tick at or after it.
 func (e *Engine) NextDeadline() int64 {
