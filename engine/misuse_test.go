@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -148,5 +149,174 @@ func TestRNRRetryExceeded(t *testing.T) {
 				t.Errorf("%d RNR NAKs sent, want %d", n, rnrRetry+1)
 			}
 		})
+	}
+}
+
+// misuseStep is one call of TestStateMachineMisuse: what it does, and the
+// error it must return (nil: none), whose text names every word of names.
+type misuseStep struct {
+	what   string
+	call   func() error
+	target error
+	names  []string
+}
+
+// TestStateMachineMisuse: the QP state machine and work requests refuse
+// misuse with errors that match the verbs sentinels and name the problem,
+// and a refused call changes nothing: the QP still connects and works
+// afterwards.
+func TestStateMachineMisuse(t *testing.T) {
+	l := newLink(t)
+	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	qp, peer := a.qp, b.qp
+	send := []verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, 16)}}
+	initAttr := &verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite}
+	initMask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+	rtrAttr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: peer.Num(), RQPSN: 5, MaxDestRdAtomic: 1,
+		MinRNRTimer: 12, AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(l.b.Local()), PortNum: 1}}
+	rtrMask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
+	rtsAttr := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 9, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
+	rtsMask := verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
+	modify := func(attr *verbs.QPAttr, mask verbs.QPAttrMask) func() error {
+		return func() error { return qp.Modify(attr, mask) }
+	}
+	with := func(f func(*verbs.QPAttr)) *verbs.QPAttr {
+		x := *rtrAttr
+		f(&x)
+		return &x
+	}
+	// posts calls post and checks that it posted want WRs.
+	posts := func(post func() (int, error), want int) func() error {
+		return func() error {
+			n, err := post()
+			if n != want {
+				t.Errorf("%d WRs posted, want %d", n, want)
+			}
+			return err
+		}
+	}
+	state := func(want verbs.QPState) func() error {
+		return func() error {
+			if s := qp.State(); s != want {
+				t.Fatalf("QP state %v, want %v", s, want)
+			}
+			return nil
+		}
+	}
+	ud := newSide(t, l.a, verbs.QPTUD, 64).qp
+	ah := testAH{verbs.AHAttr{DGID: verbs.GIDFromAddr(l.b.Local()), PortNum: 1}}
+	steps := []misuseStep{
+		{"PostSend in RESET", posts(func() (int, error) { return qp.PostSend(send) }, 0), verbs.ErrInvalidState, []string{"RESET"}},
+		{"PostRecv in RESET", posts(func() (int, error) { return qp.PostRecv([]verbs.RecvWR{{WRID: 2, SGList: a.sge(0, 16)}}) }, 0), verbs.ErrInvalidState, []string{"RESET"}},
+		{"RESET -> RTR", modify(rtrAttr, rtrMask), verbs.ErrInvalidState, []string{"RESET", "RTR"}},
+		{"RESET -> RTS", modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState), verbs.ErrInvalidState, []string{"RESET", "RTS"}},
+		{"RESET -> INIT without ACCESS_FLAGS", modify(initAttr, initMask&^verbs.AttrAccessFlags), verbs.ErrInvalidAttr, []string{"ACCESS_FLAGS"}},
+		{"RESET -> INIT without PORT and PKEY_INDEX", modify(initAttr, initMask&^(verbs.AttrPort|verbs.AttrPKeyIndex)), verbs.ErrInvalidAttr, []string{"PORT", "PKEY_INDEX"}},
+		{"RESET -> INIT with PATH_MTU", modify(initAttr, initMask|verbs.AttrPathMTU), verbs.ErrInvalidAttr, []string{"PATH_MTU"}},
+		{"RESET -> INIT of an RC QP with QKEY", modify(initAttr, initMask|verbs.AttrQKey), verbs.ErrInvalidAttr, []string{"QKEY"}},
+		{"still RESET", state(verbs.QPSReset), nil, nil},
+
+		{"RESET -> INIT", modify(initAttr, initMask), nil, nil},
+		{"PostSend in INIT", posts(func() (int, error) { return qp.PostSend(send) }, 0), verbs.ErrInvalidState, []string{"INIT"}},
+		{"INIT -> RTS", modify(rtsAttr, rtsMask), verbs.ErrInvalidState, []string{"INIT", "RTS"}},
+		{"INIT -> RTR without DEST_QPN", modify(rtrAttr, rtrMask&^verbs.AttrDestQPN), verbs.ErrInvalidAttr, []string{"DEST_QPN"}},
+		{"INIT -> RTR with SQ_PSN", modify(rtrAttr, rtrMask|verbs.AttrSQPSN), verbs.ErrInvalidAttr, []string{"SQ_PSN"}},
+		{"INIT -> RTR with path MTU code 0", modify(with(func(x *verbs.QPAttr) { x.PathMTU = 0 }), rtrMask), verbs.ErrInvalidAttr, []string{"path MTU", "0"}},
+		{"INIT -> RTR with path MTU code 6", modify(with(func(x *verbs.QPAttr) { x.PathMTU = 6 }), rtrMask), verbs.ErrInvalidAttr, []string{"path MTU", "6"}},
+		{"INIT -> RTR with path MTU code 7", modify(with(func(x *verbs.QPAttr) { x.PathMTU = 7 }), rtrMask), verbs.ErrInvalidAttr, []string{"path MTU", "7"}},
+		{"INIT -> RTR with path MTU code 255", modify(with(func(x *verbs.QPAttr) { x.PathMTU = 255 }), rtrMask), verbs.ErrInvalidAttr, []string{"path MTU", "255"}},
+		{"INIT -> RTR to a GID that is not IPv4-mapped", modify(with(func(x *verbs.QPAttr) { x.AHAttr.DGID = verbs.GID{0xfe, 0x80, 15: 1} }), rtrMask),
+			verbs.ErrInvalidAttr, []string{"GID"}},
+		{"INIT -> RTR claiming CUR_STATE RTS", modify(&verbs.QPAttr{State: verbs.QPSRTR, CurState: verbs.QPSRTS}, rtrMask|verbs.AttrCurState),
+			verbs.ErrInvalidState, []string{"INIT", "RTS"}},
+		{"still INIT", state(verbs.QPSInit), nil, nil},
+
+		{"INIT -> RTR", modify(rtrAttr, rtrMask), nil, nil},
+		{"RTR -> RTS without SQ_PSN", modify(rtsAttr, rtsMask&^verbs.AttrSQPSN), verbs.ErrInvalidAttr, []string{"SQ_PSN"}},
+		{"RTR -> RTS with DEST_QPN", modify(rtsAttr, rtsMask|verbs.AttrDestQPN), verbs.ErrInvalidAttr, []string{"DEST_QPN"}},
+		{"RTR -> RTS with retry_cnt 8", modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 9, Timeout: 14, RetryCnt: 8, RNRRetry: 7, MaxRdAtomic: 1}, rtsMask),
+			verbs.ErrInvalidAttr, []string{"retry_cnt"}},
+		{"still RTR", state(verbs.QPSRTR), nil, nil},
+		{"RTR -> RTS", modify(rtsAttr, rtsMask), nil, nil},
+		{"RTS -> RTR", modify(rtrAttr, rtrMask), verbs.ErrInvalidState, []string{"RTS", "RTR"}},
+
+		// Bad work requests in RTS: the bad one is named, those before it post.
+		{"atomic with a 4-byte SGE", posts(func() (int, error) {
+			return qp.PostSend([]verbs.SendWR{send[0],
+				{WRID: 0xBAD, Opcode: verbs.WRAtomicFetchAndAdd, SGList: a.sge(0, 4), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+		}, 1), verbs.ErrInvalidWR, []string{"0xbad", "8-byte"}},
+		{"atomic at a misaligned address", posts(func() (int, error) {
+			return qp.PostSend([]verbs.SendWR{{WRID: 0xBAD2, Opcode: verbs.WRAtomicCmpAndSwp, SGList: a.sge(8, 8), RemoteAddr: b.mr.Addr() + 4, RKey: b.mr.RKey()}})
+		}, 0), verbs.ErrInvalidWR, []string{"aligned"}},
+		{"5 SGEs, max_send_sge 4", posts(func() (int, error) {
+			return qp.PostSend([]verbs.SendWR{{WRID: 0xBAD3, Opcode: verbs.WRSend, SGList: slices.Repeat(a.sge(0, 1), 5)}})
+		}, 0), verbs.ErrInvalidWR, []string{"max_send_sge"}},
+
+		// UD: a send needs an address handle; RDMA is refused.
+		{"UD RESET -> INIT without QKEY", func() error {
+			return ud.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort)
+		}, verbs.ErrInvalidAttr, []string{"QKEY"}},
+		{"UD RESET -> INIT with ACCESS_FLAGS", func() error {
+			return ud.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, QKey: 1, AccessFlags: verbs.AccessRemoteWrite},
+				verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey|verbs.AttrAccessFlags)
+		}, verbs.ErrInvalidAttr, []string{"ACCESS_FLAGS"}},
+		{"UD to RTS", func() error {
+			must(t, ud.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, QKey: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey))
+			must(t, ud.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState))
+			return ud.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState|verbs.AttrSQPSN)
+		}, nil, nil},
+		{"UD send without an AH", posts(func() (int, error) {
+			return ud.PostSend([]verbs.SendWR{{WRID: 0xAD, Opcode: verbs.WRSend, SGList: a.sge(0, 16), RemoteQPN: peer.Num(), RemoteQKey: 1}})
+		}, 0), verbs.ErrInvalidWR, []string{"address handle", "0xad"}},
+		{"RDMA WRITE on a UD QP", posts(func() (int, error) {
+			return ud.PostSend([]verbs.SendWR{{WRID: 0xAE, Opcode: verbs.WRRDMAWrite, SGList: a.sge(0, 16), AH: ah, RemoteQPN: 1, RemoteQKey: 1}})
+		}, 0), verbs.ErrInvalidWR, []string{"RDMA_WRITE", "UD"}},
+	}
+	copy(a.buf, "sixteen bytes ok") // gathered when the SEND goes out
+	for _, s := range steps {
+		err := s.call()
+		switch {
+		case s.target == nil && err != nil:
+			t.Fatalf("%s: %v", s.what, err)
+		case s.target != nil && !errors.Is(err, s.target):
+			t.Errorf("%s: error %v, want one matching %q", s.what, err, s.target)
+		case s.target != nil:
+			for _, w := range s.names {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%s: error %q does not name %q", s.what, err, w)
+				}
+			}
+			t.Logf("%s: %v", s.what, err)
+		}
+	}
+
+	// The QP works: the SEND posted above reaches the peer.
+	for _, st := range []struct {
+		attr *verbs.QPAttr
+		mask verbs.QPAttrMask
+	}{
+		{initAttr, initMask},
+		{&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: qp.Num(), RQPSN: 9, MaxDestRdAtomic: 1, MinRNRTimer: 12,
+			AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(l.a.Local()), PortNum: 1}}, rtrMask},
+		{&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 5, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}, rtsMask},
+	} {
+		must(t, peer.Modify(st.attr, st.mask))
+	}
+	_, err := peer.PostRecv([]verbs.RecvWR{{WRID: 3, SGList: b.sge(0, 64)}})
+	must(t, err)
+	if w := collect(l, t, a.scq, 1); w[0] != (verbs.WC{WRID: 1, Status: verbs.WCSuccess, Opcode: verbs.WCSend, QPNum: qp.Num()}) {
+		t.Errorf("send completion %+v", w[0])
+	}
+	if w := collect(l, t, b.rcq, 1); w[0] != (verbs.WC{WRID: 3, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: 16, QPNum: peer.Num(), SrcQP: qp.Num()}) {
+		t.Errorf("receive completion %+v", w[0])
+	}
+	if string(b.buf[:16]) != "sixteen bytes ok" {
+		t.Errorf("message %q", b.buf[:16])
+	}
+	for _, cq := range []*CQ{a.scq, a.rcq} {
+		var w [4]verbs.WC
+		if n := cq.Poll(w[:]); n != 0 {
+			t.Errorf("more completions: %+v", w[:n])
+		}
 	}
 }
