@@ -42,13 +42,11 @@ type Conn struct {
 
 	// Send side: driver goroutine only. txHdrs[i] points at txNames[i] and
 	// txIovs[i]; the iovec is aimed at each packet's Buf by Transmit.
-	tx      []packetio.Packet
-	txMem   []byte
+	txl     packetio.TxLender
 	txHdrs  []mmsghdr
 	txIovs  []unix.Iovec
 	txNames []sockaddrInet4
-	txIdx   []int // txHdrs index -> index in Transmit's pkts
-	lent    int
+	txIdx   []int                 // txHdrs index -> index in Transmit's pkts
 	sendFn  func(fd uintptr) bool // c.send, bound once
 	txOff   int                   // send's arguments: txHdrs[txOff:txEnd]
 	txEnd   int
@@ -81,15 +79,9 @@ var _ packetio.Conn = (*Conn)(nil)
 // error matching packetio.ErrNotSupported.
 func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	o := opts.withDefaults()
-	local = local.Unmap()
-	if !local.Is4() {
-		return nil, fmt.Errorf("packetio/udp: listen on %v: only IPv4 is implemented: %w", local, packetio.ErrNotSupported)
-	}
-	if o.Port < 0 {
-		o.Port = 0
-	}
-	if o.Port > 0xFFFF || o.DstPort < 0 || o.DstPort > 0xFFFF {
-		return nil, fmt.Errorf("packetio/udp: listen: port %d or destination port %d out of range", o.Port, o.DstPort)
+	local, err := o.shared().Check("packetio/udp", local)
+	if err != nil {
+		return nil, err
 	}
 	fd, port, err := udpsock.Open("packetio/udp", local, udpsock.Config{
 		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS, NonBlock: true,
@@ -150,8 +142,7 @@ func (c *Conn) initRx(batch int) {
 }
 
 func (c *Conn) initTx(batch int) {
-	c.tx = make([]packetio.Packet, batch)
-	c.txMem = make([]byte, batch*c.maxPacket)
+	c.txl = packetio.NewTxLender(batch, c.maxPacket)
 	c.txHdrs = make([]mmsghdr, batch)
 	c.txIovs = make([]unix.Iovec, batch)
 	c.txNames = make([]sockaddrInet4, batch)
@@ -214,7 +205,7 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 			continue // the past deadline of a Wake already consumed
 		}
 		if c.rxErrno != 0 {
-			if asyncErrno(c.rxErrno) {
+			if udpsock.AsyncErrno(c.rxErrno) {
 				c.ctr.AsyncErrors.Add(1)
 				continue
 			}
@@ -285,13 +276,7 @@ func (c *Conn) collect(n int) []packetio.Packet {
 
 // TxBatch implements packetio.Conn.
 func (c *Conn) TxBatch(n int) []packetio.Packet {
-	if c.closed.Load() || n <= 0 {
-		c.lent = 0
-		return nil
-	}
-	tx := packetio.Lend(c.tx, c.txMem, c.maxPacket, n)
-	c.lent = len(tx)
-	return tx
+	return c.txl.Lend(c.closed.Load(), n)
 }
 
 // Transmit implements packetio.Conn. It sends with sendmmsg, as few calls as
@@ -305,13 +290,9 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 // a batch are grouped by socket, in order within each, one sendmmsg per
 // group as far as the kernel takes them.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
-	if c.closed.Load() {
-		return 0, packetio.ErrClosed
+	if err := c.txl.Take(c.closed.Load(), len(pkts)); err != nil {
+		return 0, err
 	}
-	if len(pkts) > c.lent {
-		return 0, packetio.ErrNotLent
-	}
-	c.lent = 0
 	var fail packetio.TxFailures
 	own := c.local.Port()
 	c.txGen++
@@ -321,13 +302,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	for i := range pkts {
 		p := &pkts[i]
 		c.txGroupOf[i] = -1
-		a := p.Addr.Unmap()
-		switch {
-		case !a.Is4() || a.IsUnspecified():
-			fail.Add(i, packetio.ErrAddress)
-			continue
-		case len(p.Buf) > c.maxPacket:
-			fail.Add(i, packetio.ErrTooLarge)
+		a, err := packetio.TxDest(p, c.maxPacket)
+		if err != nil {
+			fail.Add(i, err)
 			continue
 		}
 		g := 0
@@ -397,15 +374,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if opened > 0 {
 		c.ctr.SourcePortSockets.Add(opened)
 	}
-	if sent > 0 {
-		c.ctr.PacketsOut.Add(uint64(sent))
-		c.ctr.BytesOut.Add(bytes)
-	}
-	if fail.Len() > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.Len()))
-		return sent, fail.Err(pkts)
-	}
-	return sent, nil
+	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
 // sendGroup sends txHdrs[off:end] on the socket of raw and returns how many
@@ -423,7 +392,7 @@ func (c *Conn) sendGroup(raw syscall.RawConn, off, end int, pkts []packetio.Pack
 			break
 		}
 		if c.txErrno != 0 {
-			if asyncErrno(c.txErrno) && retried != off {
+			if udpsock.AsyncErrno(c.txErrno) && retried != off {
 				c.ctr.AsyncErrors.Add(1)
 				retried = off
 				continue
@@ -467,16 +436,6 @@ func (c *Conn) send(fd uintptr) bool {
 			return true
 		}
 	}
-}
-
-// asyncErrno tells errors that report an earlier datagram's fate (ICMP),
-// not the current call's.
-func asyncErrno(e unix.Errno) bool {
-	switch e {
-	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN, unix.EPROTO:
-		return true
-	}
-	return false
 }
 
 // Wake implements packetio.Conn. When a Receive is waiting it sets a read
