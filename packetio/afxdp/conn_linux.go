@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/pollwait"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -53,15 +54,13 @@ type Conn struct {
 	frameSize int
 
 	// Receive side: driver goroutine only.
-	rx          []packetio.Packet
-	held        [][]uint64 // per socket: frames of the packets Receive returned last, back to the fill ring at the next Receive
-	next        int        // socket to look at first (round robin)
-	recvFn      func(fd uintptr) bool
-	rxN         int
-	rxPoll      bool
-	deadline    time.Time
-	deadlineSet bool
-	loop        loopback // packets sent to the local address
+	rx     []packetio.Packet
+	held   [][]uint64 // per socket: frames of the packets Receive returned last, back to the fill ring at the next Receive
+	next   int        // socket to look at first (round robin)
+	recvFn func(fd uintptr) bool
+	rxN    int
+	wait   pollwait.Waiter // Receive's wait in the netpoller, and Wake
+	loop   loopback        // packets sent to the local address
 
 	// Send side: driver goroutine only. Frames are UMEM offsets of socks[0].
 	tx    []packetio.Packet
@@ -70,8 +69,6 @@ type Conn struct {
 	used  []bool            // Transmit: lentF[i] went to the TX ring
 	txl   packetio.TxLender // how many of tx are lent
 
-	waking atomic.Bool
-	parked atomic.Bool
 	closed atomic.Bool
 	inUse  atomic.Int32 // driver calls under way; Close unmaps only when none
 	ctr    packetio.Counters
@@ -280,6 +277,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 		c.held[i] = make([]uint64, 0, o.Batch)
 	}
 	c.recvFn = c.recv
+	c.wait.Init(c.f, c.raw, &c.closed, &c.ctr.Wakes)
 	c.loop = loopback{slots: o.RxFrames, size: c.maxPacket}
 	txN := g.txFrames()
 	c.tx = make([]packetio.Packet, o.Batch)

@@ -1,8 +1,6 @@
 package afxdp
 
 import (
-	"errors"
-	"os"
 	"time"
 
 	"github.com/goroce/goroce/packetio"
@@ -18,54 +16,24 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
 	}
-	c.rxPoll = false
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		c.rxPoll, deadline = true, time.Time{}
-	}
+	deadline = c.wait.Begin(deadline)
 	c.loop.release()
 	if c.loop.pending() > 0 {
 		// Looped-back packets first, then whatever the rings hold, without
 		// waiting.
 		k := c.takeLoop()
 		k = c.harvest(k)
-		if c.waking.Swap(false) {
-			c.ctr.Wakes.Add(1)
-		}
+		c.wait.Consume()
 		return c.rx[:k], nil
 	}
-	for {
-		if !c.deadlineSet || !c.deadline.Equal(deadline) {
-			if err := c.f.SetReadDeadline(deadline); err != nil {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadline, c.deadlineSet = deadline, true
-		}
-		c.rxN = 0
-		// As in packetio/udp: Wake sets waking, then (if parked) a past
-		// deadline; recv checks waking after parked is set.
-		c.parked.Store(true)
-		err := c.raw.Read(c.recvFn)
-		c.parked.Store(false)
-		if err != nil {
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadlineSet = false
-			if c.waking.Swap(false) {
-				c.ctr.Wakes.Add(1)
-				return c.rx[:0], nil
-			}
-			if c.rxPoll || (!deadline.IsZero() && !time.Now().Before(deadline)) {
-				return c.rx[:0], nil
-			}
-			continue
-		}
-		if c.waking.Swap(false) {
-			c.deadlineSet = false
-			c.ctr.Wakes.Add(1)
-		}
-		return c.rx[:c.rxN], nil
+	c.rxN = 0
+	if ok, err := c.wait.Wait(deadline, c.recvFn); err != nil {
+		return nil, c.opErr("receive", err)
+	} else if !ok {
+		return c.rx[:0], nil
 	}
+	c.wait.Consume()
+	return c.rx[:c.rxN], nil
 }
 
 // recv is the netpoller callback of Receive: true when Receive should stop
@@ -74,7 +42,7 @@ func (c *Conn) recv(uintptr) bool {
 	if c.rxN = c.harvest(0); c.rxN > 0 {
 		return true
 	}
-	return c.rxPoll || c.waking.Load()
+	return c.wait.Stop()
 }
 
 // recycle returns the frames of the last batch to the fill rings.
@@ -184,10 +152,5 @@ func (c *Conn) parse(b []byte, p *packetio.Packet) bool {
 
 // Wake implements packetio.Conn.
 func (c *Conn) Wake() {
-	if c.waking.Swap(true) {
-		return
-	}
-	if c.parked.Load() && !c.closed.Load() {
-		c.f.SetReadDeadline(time.Unix(1, 0))
-	}
+	c.wait.Wake()
 }

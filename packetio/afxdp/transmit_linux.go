@@ -139,15 +139,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	}
 	sent := int(m) + loops
 	if sent > 0 {
-		c.ctr.PacketsOut.Add(uint64(sent))
-		c.ctr.BytesOut.Add(bytes)
 		c.ctr.TxBatches.Add(1)
 	}
-	if fail.Len() > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.Len()))
-		return sent, fail.Err(pkts)
-	}
-	return sent, nil
+	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
 var (

@@ -184,10 +184,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	}
 	p := c.peer
 	var (
-		sent, failed, firstFail int
-		bytes                   uint64
-		cause                   error
-		drops                   uint64
+		sent         int
+		bytes, drops uint64
+		fail         packetio.TxFailures
 	)
 	p.mu.Lock()
 	peerClosed := p.closed.Load()
@@ -201,10 +200,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			err = packetio.ErrNoRoute
 		}
 		if err != nil {
-			if failed == 0 {
-				firstFail, cause = i, err
-			}
-			failed++
+			fail.Add(i, err)
 			continue
 		}
 		sent++
@@ -228,8 +224,6 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		p.ctr.RxDrops.Add(drops)
 	}
 	if sent > 0 {
-		c.ctr.PacketsOut.Add(uint64(sent))
-		c.ctr.BytesOut.Add(bytes)
 		c.ctr.TxBatches.Add(1)
 		if !peerClosed {
 			select {
@@ -238,11 +232,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			}
 		}
 	}
-	if failed > 0 {
-		c.ctr.TxErrors.Add(uint64(failed))
-		return sent, &packetio.TransmitError{Index: firstFail, Addr: pkts[firstFail].Addr, Failed: failed, Err: cause}
-	}
-	return sent, nil
+	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
 // Wake implements packetio.Conn.

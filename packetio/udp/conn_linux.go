@@ -1,7 +1,6 @@
 package udp
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/pollwait"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
 )
 
@@ -27,18 +27,16 @@ type Conn struct {
 	// Receive side: driver goroutine only. rxHdrs[i] points at rxNames[i],
 	// rxIovs[i] (a MaxPacket slice of rxMem) and a controlSpace slice of
 	// rxControl, for good.
-	rx          []packetio.Packet
-	rxMem       []byte
-	rxHdrs      []mmsghdr
-	rxIovs      []unix.Iovec
-	rxNames     []sockaddrInet4
-	rxControl   []byte
-	recvFn      func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
-	rxN         int                   // recv's results
-	rxErrno     unix.Errno
-	rxPoll      bool      // recv returns at once when nothing is queued
-	deadline    time.Time // the read deadline last set on f, valid when deadlineSet
-	deadlineSet bool
+	rx        []packetio.Packet
+	rxMem     []byte
+	rxHdrs    []mmsghdr
+	rxIovs    []unix.Iovec
+	rxNames   []sockaddrInet4
+	rxControl []byte
+	recvFn    func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
+	rxN       int                   // recv's results
+	rxErrno   unix.Errno
+	wait      pollwait.Waiter // Receive's wait in the netpoller, and Wake
 
 	// Send side: driver goroutine only. txHdrs[i] points at txNames[i] and
 	// txIovs[i]; the iovec is aimed at each packet's Buf by Transmit.
@@ -64,8 +62,6 @@ type Conn struct {
 	txGroupOf []int
 	txGroups  []txGroup
 
-	waking atomic.Bool // a Wake is pending
-	parked atomic.Bool // Receive may be waiting in the netpoller
 	closed atomic.Bool
 	ctr    packetio.Counters
 }
@@ -139,6 +135,7 @@ func (c *Conn) initRx(batch int) {
 		h.setControl(c.rxControl[i*controlSpace : (i+1)*controlSpace])
 	}
 	c.recvFn = c.recv
+	c.wait.Init(c.f, c.raw, &c.closed, &c.ctr.Wakes)
 }
 
 func (c *Conn) initTx(batch int) {
@@ -164,19 +161,8 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
 	}
-	// A read deadline that has passed makes the poller fail without trying
-	// to read, so a past deadline means: no deadline, but do not wait.
-	c.rxPoll = false
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		c.rxPoll, deadline = true, time.Time{}
-	}
+	deadline = c.wait.Begin(deadline)
 	for {
-		if !c.deadlineSet || !c.deadline.Equal(deadline) {
-			if err := c.f.SetReadDeadline(deadline); err != nil {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadline, c.deadlineSet = deadline, true
-		}
 		for i := range c.rxHdrs {
 			h := &c.rxHdrs[i]
 			h.hdr.Namelen = uint32(sizeofSockaddrInet4)
@@ -184,25 +170,10 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 			h.hdr.Flags = 0
 		}
 		c.rxN, c.rxErrno = 0, 0
-		// Wake sets waking, then (if parked) a past deadline; recv checks
-		// waking after parked is set, so either recv sees the wake or the
-		// deadline ends the wait.
-		c.parked.Store(true)
-		err := c.raw.Read(c.recvFn)
-		c.parked.Store(false)
-		if err != nil {
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadlineSet = false // a Wake may have replaced it
-			if c.waking.Swap(false) {
-				c.ctr.Wakes.Add(1)
-				return c.rx[:0], nil
-			}
-			if c.rxPoll || (!deadline.IsZero() && !time.Now().Before(deadline)) {
-				return c.rx[:0], nil
-			}
-			continue // the past deadline of a Wake already consumed
+		if ok, err := c.wait.Wait(deadline, c.recvFn); err != nil {
+			return nil, c.opErr("receive", err)
+		} else if !ok {
+			return c.rx[:0], nil
 		}
 		if c.rxErrno != 0 {
 			if udpsock.AsyncErrno(c.rxErrno) {
@@ -211,10 +182,7 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 			}
 			return nil, c.opErr("recvmmsg", c.rxErrno)
 		}
-		if c.waking.Swap(false) {
-			c.deadlineSet = false
-			c.ctr.Wakes.Add(1)
-		}
+		c.wait.Consume()
 		return c.collect(c.rxN), nil
 	}
 }
@@ -231,7 +199,7 @@ func (c *Conn) recv(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return c.rxPoll || c.waking.Load()
+			return c.wait.Stop()
 		default:
 			c.rxErrno = errno
 			return true
@@ -442,12 +410,7 @@ func (c *Conn) send(fd uintptr) bool {
 // deadline in the past, which the netpoller delivers at once; otherwise it
 // only sets a flag.
 func (c *Conn) Wake() {
-	if c.waking.Swap(true) {
-		return // already pending
-	}
-	if c.parked.Load() && !c.closed.Load() {
-		c.f.SetReadDeadline(time.Unix(1, 0)) // passed: ends the wait at once
-	}
+	c.wait.Wake()
 }
 
 // LocalAddr implements packetio.Conn.
