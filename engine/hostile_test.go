@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/goroce/goroce/verbs"
@@ -28,19 +29,20 @@ const (
 // not yet read, the asynchronous events it raised, and its memory: one
 // buffer filled with a canary, parts of it registered.
 type hostile struct {
-	t       *testing.T
-	l       *link
-	dev     *Engine
-	pd      uint32
-	otherPD uint32
-	mem     []byte
-	all     *MR // [16K, 32K): every access right
-	ro      *MR // [40K, 44K): REMOTE_READ only
-	wo      *MR // [48K, 52K): REMOTE_WRITE only
-	other   *MR // [56K, 60K): every right, another PD
-	resps   []hostileSeen
-	events  []AsyncEvent
-	buf     []byte
+	t         *testing.T
+	l         *link
+	dev       *Engine
+	pd        uint32
+	otherPD   uint32
+	mem       []byte
+	all       *MR // [16K, 32K): every access right
+	ro        *MR // [40K, 44K): REMOTE_READ only
+	wo        *MR // [48K, 52K): REMOTE_WRITE only
+	other     *MR // [56K, 60K): every right, another PD
+	resps     []hostileSeen
+	events    []AsyncEvent
+	buf       []byte
+	payload16 []byte // sixteen bytes of payload
 }
 
 type hostileSeen struct {
@@ -50,7 +52,7 @@ type hostileSeen struct {
 
 func newHostile(t *testing.T) *hostile {
 	l := newLink(t)
-	h := &hostile{t: t, l: l, dev: l.b, mem: make([]byte, 64<<10), buf: make([]byte, wire.MaxPMTU+128)}
+	h := &hostile{t: t, l: l, dev: l.b, mem: make([]byte, 64<<10), buf: make([]byte, wire.MaxPMTU+128), payload16: []byte("sixteen bytes!!!")}
 	for i := range h.mem {
 		h.mem[i] = hostileCanary
 	}
@@ -236,89 +238,102 @@ func one(from netip.Addr, pkts ...[]byte) ([][]byte, netip.Addr) { return pkts, 
 // hostileCases are the bad packets a broken or malicious peer can send,
 // and what the device must do with each. docs/faults.md tabulates them.
 func hostileCases(h *hostile) []hostileCase {
-	all, ro, wo, other := h.all, h.ro, h.wo, h.other
-	payload16 := []byte("sixteen bytes!!!")
-	var none netip.Addr
-	rcWith := func(access verbs.AccessFlags) func(*hostile, wire.QPN) *hostileQP {
-		return func(h *hostile, n wire.QPN) *hostileQP { return h.rcQP(n, access) }
-	}
+	return slices.Concat(h.memoryCases(), h.malformedCases(), h.sequenceCases(), h.droppedCases(), h.udCases())
+}
+
+// peer returns packets from the peer, for an attack.
+func peer(pkts ...[]byte) ([][]byte, netip.Addr) { return pkts, netip.Addr{} }
+
+// rcWith makes RC QPs with the access rights given.
+func rcWith(access verbs.AccessFlags) func(*hostile, wire.QPN) *hostileQP {
+	return func(h *hostile, n wire.QPN) *hostileQP { return h.rcQP(n, access) }
+}
+
+// memoryCases: memory protection, the responder's R_Key, PD, access and
+// bounds checks.
+func (h *hostile) memoryCases() []hostileCase {
+	all, ro, wo, other, payload16 := h.all, h.ro, h.wo, h.other, h.payload16
 	return []hostileCase{
-		// Memory protection: the responder's R_Key, PD, access and bounds checks.
 		{name: "write_unknown_rkey", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, 0xDEAD00, all.Addr(), 16, payload16))
+			return peer(h.write(q, 0xDEAD00, all.Addr(), 16, payload16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_deregistered_rkey", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
 			mr, err := h.dev.MRs.Register(h.mem[36<<10:37<<10], hostileAccess, h.pd)
 			must(h.t, err)
 			key, addr := mr.RKey(), mr.Addr()
 			must(h.t, mr.Deregister())
-			return one(none, h.write(q, key, addr, 16, payload16))
+			return peer(h.write(q, key, addr, 16, payload16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_rkey_of_another_pd", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, other.RKey(), other.Addr(), 16, payload16))
+			return peer(h.write(q, other.RKey(), other.Addr(), 16, payload16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_to_read_only_mr", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, ro.RKey(), ro.Addr(), 16, payload16))
+			return peer(h.write(q, ro.RKey(), ro.Addr(), 16, payload16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_past_the_end", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr()+uint64(len(all.Buf()))-8, 16, payload16))
+			return peer(h.write(q, all.RKey(), all.Addr()+uint64(len(all.Buf()))-8, 16, payload16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_before_the_start", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr()-8, 16, payload16))
+			return peer(h.write(q, all.RKey(), all.Addr()-8, 16, payload16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_address_wraps_around", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), ^uint64(0)-7, 16, payload16))
+			return peer(h.write(q, all.RKey(), ^uint64(0)-7, 16, payload16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_length_wraps_around", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
 			// A WRITE ONLY whose DMA length is not its payload's: refused
 			// before the range is looked at.
-			return one(none, h.write(q, all.RKey(), all.Addr()+8, ^uint32(0)-3, payload16))
+			return peer(h.write(q, all.RKey(), all.Addr()+8, ^uint32(0)-3, payload16))
 		}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_first_length_past_the_end", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.RCWriteFirst, DestQP: q.qp.num, PSN: q.epsn,
+			return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.RCWriteFirst, DestQP: q.qp.num, PSN: q.epsn,
 				RETH: wire.RETHFields{VA: all.Addr() + 8, RKey: all.RKey(), DMALen: ^uint32(0) - 3}}, make([]byte, 1024)))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_to_qp_without_remote_write", qp: rcWith(verbs.AccessRemoteRead | verbs.AccessRemoteAtomic),
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.write(q, all.RKey(), all.Addr(), 16, payload16))
+				return peer(h.write(q, all.RKey(), all.Addr(), 16, payload16))
 			}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "read_from_write_only_mr", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.read(q, wo.RKey(), wo.Addr(), 16))
+			return peer(h.read(q, wo.RKey(), wo.Addr(), 16))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "read_past_the_end", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.read(q, all.RKey(), all.Addr()+1, uint32(len(all.Buf()))))
+			return peer(h.read(q, all.RKey(), all.Addr()+1, uint32(len(all.Buf()))))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "read_from_qp_without_remote_read", qp: rcWith(verbs.AccessRemoteWrite | verbs.AccessRemoteAtomic),
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.read(q, all.RKey(), all.Addr(), 16))
+				return peer(h.read(q, all.RKey(), all.Addr(), 16))
 			}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "atomic_on_mr_without_remote_atomic", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.fetchAdd(q, wo.RKey(), wo.Addr(), 1))
+			return peer(h.fetchAdd(q, wo.RKey(), wo.Addr(), 1))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "atomic_misaligned", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.fetchAdd(q, all.RKey(), all.Addr()+4, 1))
+			return peer(h.fetchAdd(q, all.RKey(), all.Addr()+4, 1))
 		}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "atomic_past_the_end", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.fetchAdd(q, all.RKey(), all.Addr()+uint64(len(all.Buf())), 1))
+			return peer(h.fetchAdd(q, all.RKey(), all.Addr()+uint64(len(all.Buf())), 1))
 		}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "atomic_on_qp_without_remote_atomic", qp: rcWith(verbs.AccessRemoteWrite | verbs.AccessRemoteRead),
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.fetchAdd(q, all.RKey(), all.Addr(), 1))
+				return peer(h.fetchAdd(q, all.RKey(), all.Addr(), 1))
 			}, resp: nakAccess, counter: "NAKsSent", state: verbs.QPSErr},
+	}
+}
 
-		// Malformed requests: invalid request NAKs.
+// malformedCases: malformed requests: invalid request NAKs.
+func (h *hostile) malformedCases() []hostileCase {
+	all, payload16 := h.all, h.payload16
+	return []hostileCase{
 		{name: "write_payload_longer_than_dma_length", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr(), 8, payload16))
+			return peer(h.write(q, all.RKey(), all.Addr(), 8, payload16))
 		}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "write_payload_shorter_than_dma_length", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr(), 32, payload16))
+			return peer(h.write(q, all.RKey(), all.Addr(), 32, payload16))
 		}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "payload_over_path_mtu", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr(), 2048, make([]byte, 2048)))
+			return peer(h.write(q, all.RKey(), all.Addr(), 2048, make([]byte, 2048)))
 		}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr},
 		{name: "send_middle_without_first", prep: func(h *hostile, q *hostileQP) { h.postRecv(q, 0, 64) },
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.sendOp(q, wire.RCSendMiddle, make([]byte, 1024)))
+				return peer(h.sendOp(q, wire.RCSendMiddle, make([]byte, 1024)))
 			}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr, wcs: []verbs.WCStatus{verbs.WCWRFlushErr}},
 		{name: "write_first_inside_a_send", prep: func(h *hostile, q *hostileQP) {
 			h.postRecv(q, 0, 4096)
@@ -328,12 +343,12 @@ func hostileCases(h *hostile) []hostileCase {
 			}
 			q.epsn++
 		}, attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.RCWriteFirst, DestQP: q.qp.num, PSN: q.epsn,
+			return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.RCWriteFirst, DestQP: q.qp.num, PSN: q.epsn,
 				RETH: wire.RETHFields{VA: all.Addr(), RKey: all.RKey(), DMALen: 2048}}, make([]byte, 1024)))
 		}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr, wcs: []verbs.WCStatus{verbs.WCWRFlushErr}},
 		{name: "send_longer_than_the_receive", prep: func(h *hostile, q *hostileQP) { h.postRecv(q, 0, 8) },
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.sendOp(q, wire.RCSendOnly, payload16))
+				return peer(h.sendOp(q, wire.RCSendOnly, payload16))
 			}, resp: nakInvalid, counter: "NAKsSent", state: verbs.QPSErr, wcs: []verbs.WCStatus{verbs.WCLocLenErr}},
 		{name: "reserved_opcode", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
 			p := h.sendOp(q, wire.RCSendOnly, payload16)
@@ -342,12 +357,17 @@ func hostileCases(h *hostile) []hostileCase {
 			if err := fl.SetDatagramICRC(p); err != nil {
 				h.t.Fatal(err)
 			}
-			return one(none, p)
+			return peer(p)
 		}, counter: "MalformedDrops", state: verbs.QPSRTS},
+	}
+}
 
-		// Flow control and sequence: recoverable, the QP stays in RTS.
+// sequenceCases: flow control and sequence: recoverable, the QP stays in RTS.
+func (h *hostile) sequenceCases() []hostileCase {
+	all, payload16 := h.all, h.payload16
+	return []hostileCase{
 		{name: "send_without_a_receive", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.sendOp(q, wire.RCSendOnly, payload16))
+			return peer(h.sendOp(q, wire.RCSendOnly, payload16))
 		}, resp: syn(wire.RCAcknowledge, wire.RNRNAK(5)), counter: "RNRSent", state: verbs.QPSRTS},
 		{name: "psn_ahead", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
 			q.epsn += 5
@@ -355,7 +375,7 @@ func hostileCases(h *hostile) []hostileCase {
 			q.epsn++
 			p2 := h.write(q, all.RKey(), all.Addr(), 16, payload16)
 			q.epsn -= 6
-			return one(none, p1, p2) // one NAK for the gap, not two
+			return peer(p1, p2) // one NAK for the gap, not two
 		}, resp: &hostileResp{op: wire.RCAcknowledge, syn: wire.NAKPSNSequence, psn: 0x10}, counter: "OutOfSequence", state: verbs.QPSRTS,
 			check: func(h *hostile, q *hostileQP) {
 				if r, ok := h.response(q.peerQPN); ok {
@@ -368,7 +388,7 @@ func hostileCases(h *hostile) []hostileCase {
 				h.t.Fatalf("first WRITE: response %+v %v", r, ok)
 			}
 		}, attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr()+4096, 16, []byte("SIXTEEN BYTES!!!")))
+			return peer(h.write(q, all.RKey(), all.Addr()+4096, 16, []byte("SIXTEEN BYTES!!!")))
 		}, resp: ack, counter: "Duplicates", state: verbs.QPSRTS, check: func(h *hostile, q *hostileQP) {
 			if got := string(all.Buf()[4096 : 4096+16]); got != string(payload16) {
 				h.t.Errorf("memory %q after the duplicate WRITE, want the first WRITE's %q", got, payload16)
@@ -380,7 +400,7 @@ func hostileCases(h *hostile) []hostileCase {
 				h.t.Fatalf("first FETCH_ADD: response %+v %v", r, ok)
 			}
 		}, attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.fetchAdd(q, all.RKey(), all.Addr()+8192, 5))
+			return peer(h.fetchAdd(q, all.RKey(), all.Addr()+8192, 5))
 		}, resp: &hostileResp{op: wire.RCAtomicAcknowledge, syn: wire.ACKUnlimited, psn: 0x10, orig: hostileCanaryWord}, counter: "Duplicates", state: verbs.QPSRTS,
 			check: func(h *hostile, q *hostileQP) {
 				if v := binary.NativeEndian.Uint64(all.Buf()[8192:]); v != hostileCanaryWord+5 {
@@ -388,65 +408,75 @@ func hostileCases(h *hostile) []hostileCase {
 				}
 			}},
 		{name: "response_for_a_psn_never_sent", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.RCReadResponseOnly, DestQP: q.qp.num, PSN: 0x60,
+			return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.RCReadResponseOnly, DestQP: q.qp.num, PSN: 0x60,
 				AETH: wire.AETHFields{Syndrome: wire.ACKUnlimited}}, payload16))
 		}, counter: "RxPackets", state: verbs.QPSRTS},
+	}
+}
 
-		// Dropped before any QP sees them.
+// droppedCases: dropped before any QP sees them.
+func (h *hostile) droppedCases() []hostileCase {
+	all, payload16 := h.all, h.payload16
+	return []hostileCase{
 		{name: "bad_icrc", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
 			p := h.write(q, all.RKey(), all.Addr(), 16, payload16)
 			p[len(p)-8] ^= 0x10 // a payload bit
-			return one(none, p)
+			return peer(p)
 		}, counter: "ICRCDrops", state: verbs.QPSRTS},
 		{name: "truncated_bth", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr(), 16, payload16)[:8])
+			return peer(h.write(q, all.RKey(), all.Addr(), 16, payload16)[:8])
 		}, counter: "MalformedDrops", state: verbs.QPSRTS},
 		{name: "truncated_reth", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.write(q, all.RKey(), all.Addr(), 16, payload16)[:wire.BTHLen+8])
+			return peer(h.write(q, all.RKey(), all.Addr(), 16, payload16)[:wire.BTHLen+8])
 		}, counter: "MalformedDrops", state: verbs.QPSRTS},
 		{name: "wrong_pkey", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.RCWriteOnly, DestQP: q.qp.num, PSN: q.epsn, PKey: 0x1234,
+			return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.RCWriteOnly, DestQP: q.qp.num, PSN: q.epsn, PKey: 0x1234,
 				RETH: wire.RETHFields{VA: all.Addr(), RKey: all.RKey(), DMALen: 16}}, payload16))
 		}, counter: "PKeyDrops", state: verbs.QPSRTS},
 		{name: "unknown_qpn", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.RCSendOnly, DestQP: 0xABCDE, PSN: q.epsn}, payload16))
+			return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.RCSendOnly, DestQP: 0xABCDE, PSN: q.epsn}, payload16))
 		}, counter: "UnknownQPDrops", state: verbs.QPSRTS},
 		{name: "qp_in_reset", qp: func(h *hostile, n wire.QPN) *hostileQP {
 			qp, err := h.dev.CreateQP(&QPInit{Type: verbs.QPTRC, PD: h.pd, SendCQ: NewCQ(4), RecvCQ: NewCQ(4), Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: 1}})
 			must(h.t, err)
 			return &hostileQP{qp: qp, peerQPN: n, epsn: 0x10}
 		}, attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.sendOp(q, wire.RCSendOnly, payload16))
+			return peer(h.sendOp(q, wire.RCSendOnly, payload16))
 		}, counter: "UnknownQPDrops", state: verbs.QPSReset},
 		{name: "rc_packet_from_another_address", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
 			return one(hostileIntruder, h.forge(hostileIntruder, wire.Header{Opcode: wire.RCWriteOnly, DestQP: q.qp.num, PSN: q.epsn,
 				RETH: wire.RETHFields{VA: all.Addr(), RKey: all.RKey(), DMALen: 16}}, payload16))
 		}, counter: "WrongPeerDrops", state: verbs.QPSRTS},
 		{name: "ud_opcode_to_an_rc_qp", attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-			return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num, PSN: q.epsn,
+			return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num, PSN: q.epsn,
 				DETH: wire.DETHFields{QKey: 1, SrcQP: 5}}, payload16))
 		}, counter: "MalformedDrops", state: verbs.QPSRTS},
+	}
+}
 
-		// UD.
+// udCases: UD QPs.
+func (h *hostile) udCases() []hostileCase {
+	payload16 := h.payload16
+	return []hostileCase{
 		{name: "rc_opcode_to_a_ud_qp", qp: func(h *hostile, _ wire.QPN) *hostileQP { return h.udQP(0x1111) },
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.sendOp(q, wire.RCSendOnly, payload16))
+				return peer(h.sendOp(q, wire.RCSendOnly, payload16))
 			}, counter: "MalformedDrops", state: verbs.QPSRTS},
 		{name: "ud_wrong_qkey", qp: func(h *hostile, _ wire.QPN) *hostileQP { return h.udQP(0x1111) },
 			prep: func(h *hostile, q *hostileQP) { h.postRecv(q, 0, 128) },
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num,
+				return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num,
 					DETH: wire.DETHFields{QKey: 0x2222, SrcQP: 5}}, payload16))
 			}, counter: "QKeyDrops", state: verbs.QPSRTS},
 		{name: "ud_without_a_receive", qp: func(h *hostile, _ wire.QPN) *hostileQP { return h.udQP(0x1111) },
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num,
+				return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num,
 					DETH: wire.DETHFields{QKey: 0x1111, SrcQP: 5}}, payload16))
 			}, counter: "NoRecvDrops", state: verbs.QPSRTS},
 		{name: "ud_longer_than_the_receive", qp: func(h *hostile, _ wire.QPN) *hostileQP { return h.udQP(0x1111) },
 			prep: func(h *hostile, q *hostileQP) { h.postRecv(q, 0, 40+8) },
 			attack: func(h *hostile, q *hostileQP) ([][]byte, netip.Addr) {
-				return one(none, h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num,
+				return peer(h.forge(hostilePeer, wire.Header{Opcode: wire.UDSendOnly, DestQP: q.qp.num,
 					DETH: wire.DETHFields{QKey: 0x1111, SrcQP: 5}}, payload16))
 			}, counter: "RxPackets", state: verbs.QPSRTS, wcs: []verbs.WCStatus{verbs.WCLocLenErr}},
 	}
@@ -512,24 +542,7 @@ func TestHostileInput(t *testing.T) {
 			if s := q.qp.State(); s != c.state {
 				t.Errorf("QP state %v, want %v", s, c.state)
 			}
-			// The responder's errors raise their asynchronous event, and
-			// nothing else does.
-			var wantEv, gotEv []verbs.EventType
-			switch c.resp {
-			case nakAccess:
-				wantEv = []verbs.EventType{verbs.EventQPAccessErr}
-			case nakInvalid:
-				wantEv = []verbs.EventType{verbs.EventQPReqErr}
-			}
-			for _, ev := range h.events {
-				if ev.QP != q.qp {
-					t.Errorf("event %v of another object: %+v", ev.Type, ev)
-				}
-				gotEv = append(gotEv, ev.Type)
-			}
-			if !reflect.DeepEqual(gotEv, wantEv) {
-				t.Errorf("asynchronous events %v, want %v", gotEv, wantEv)
-			}
+			h.checkEvents(t, c, q)
 		})
 	}
 	h.t = t
@@ -544,5 +557,27 @@ func TestHostileInput(t *testing.T) {
 		if b != hostileCanary {
 			t.Fatalf("byte %d of the last 4 KiB of the MR is %#x", 12<<10+i, b)
 		}
+	}
+}
+
+// checkEvents checks the asynchronous events of case c: the responder's
+// errors raise their event, and nothing else does.
+func (h *hostile) checkEvents(t *testing.T, c hostileCase, q *hostileQP) {
+	t.Helper()
+	var wantEv, gotEv []verbs.EventType
+	switch c.resp {
+	case nakAccess:
+		wantEv = []verbs.EventType{verbs.EventQPAccessErr}
+	case nakInvalid:
+		wantEv = []verbs.EventType{verbs.EventQPReqErr}
+	}
+	for _, ev := range h.events {
+		if ev.QP != q.qp {
+			t.Errorf("event %v of another object: %+v", ev.Type, ev)
+		}
+		gotEv = append(gotEv, ev.Type)
+	}
+	if !reflect.DeepEqual(gotEv, wantEv) {
+		t.Errorf("asynchronous events %v, want %v", gotEv, wantEv)
 	}
 }
