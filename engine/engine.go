@@ -199,36 +199,9 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 		e.stats.MalformedDrops++
 		return
 	}
-	if !e.cfg.SkipICRC {
-		var cerr error
-		from = from.Unmap()
-		if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil && seen {
-			cerr = s.c.CheckID(b, id, df)
-		} else if s != nil {
-			rid, rdf, err := s.c.Check(b)
-			if cerr = err; err == nil {
-				cerr = s.identify(rid, rdf)
-			}
-		} else {
-			fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
-			rid, rdf, err := fl.CheckDatagramICRC(b)
-			if cerr = err; err == nil && seen && from.Is4() && (rid != id || rdf != df) {
-				cerr = wire.ErrICRC
-			}
-		}
-		if cerr != nil {
-			if errors.Is(cerr, wire.ErrICRC) {
-				e.stats.ICRCDrops++
-			} else {
-				e.stats.MalformedDrops++
-			}
-			return
-		}
-		if seen {
-			e.stats.ICRCFullChecks++
-		} else {
-			e.stats.ICRCRecoveredChecks++
-		}
+	from = from.Unmap()
+	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, id, df, seen) {
+		return
 	}
 	bth := p.BTH()
 	if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
@@ -273,45 +246,38 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 	}
 }
 
-// Output writes the next packet to send into buf (which must hold the path
-// MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
-// length and destination, or ok false when there is nothing to send now.
-// The packet is for Config.SourcePort; with Config.PerPacketSourcePort use
-// OutputFrom, which says which source port each packet is for.
-func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
-	n, to, _, ok = e.OutputFrom(now, buf)
-	return n, to, ok
-}
-
-// OutputFrom is Output that also returns the UDP source port the packet's
-// ICRC was computed for, which it must leave from: Config.SourcePort (when
-// that is zero, the QP's flow port), or for a UD send with a flow label
-// under Config.PerPacketSourcePort the port the label maps to.
-func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport uint16, ok bool) {
-	if len(e.overran) > 0 {
-		e.raiseOverruns()
-	}
-	e.now = now
-	if len(e.gsi.queue) > 0 {
-		if n, to, ok := e.gsiOutput(buf); ok {
-			e.stats.TxPackets++
-			e.stats.TxBytes += uint64(n)
-			return n, to, e.lastSport, true
+// checkICRC checks a received packet's ICRC: on all 32 bits when the packet
+// path saw its IPv4 Identification and DF (seen), else solving for them. It
+// counts the check, or the drop and reports false.
+func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool) bool {
+	var cerr error
+	if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil && seen {
+		cerr = s.c.CheckID(b, id, df)
+	} else if s != nil {
+		rid, rdf, err := s.c.Check(b)
+		if cerr = err; err == nil {
+			cerr = s.identify(rid, rdf)
+		}
+	} else {
+		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
+		rid, rdf, err := fl.CheckDatagramICRC(b)
+		if cerr = err; err == nil && seen && from.Is4() && (rid != id || rdf != df) {
+			cerr = wire.ErrICRC
 		}
 	}
-	for tries := len(e.active); tries > 0; tries-- {
-		if e.rr >= len(e.active) {
-			e.rr = 0
-		}
-		qp := e.active[e.rr]
-		if n, ok := qp.output(now, buf); ok {
-			e.stats.TxPackets++
-			e.stats.TxBytes += uint64(n)
-			return n, qp.lastDst, e.lastSport, true
-		}
-		e.rr++
+	switch {
+	case errors.Is(cerr, wire.ErrICRC):
+		e.stats.ICRCDrops++
+		return false
+	case cerr != nil:
+		e.stats.MalformedDrops++
+		return false
+	case seen:
+		e.stats.ICRCFullChecks++
+	default:
+		e.stats.ICRCRecoveredChecks++
 	}
-	return 0, netip.Addr{}, 0, false
+	return true
 }
 
 // NextDeadline returns the earliest time a timer of the engine fires, or 0

@@ -121,14 +121,3 @@ func PerPacketSourcePort(c Conn) bool {
 	s, ok := c.(SourcePorts)
 	return ok && s.PerPacketSourcePort()
 }
-
-// Lend fills the first n of tx (n capped at len(tx)) with empty packets whose
-// buffers are consecutive size-byte slices of mem, for a Conn's TxBatch, and
-// returns them.
-func Lend(tx []Packet, mem []byte, size, n int) []Packet {
-	n = min(n, len(tx))
-	for i := range n {
-		tx[i] = Packet{Buf: mem[i*size : i*size : (i+1)*size]}
-	}
-	return tx[:n]
-}

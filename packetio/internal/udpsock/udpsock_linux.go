@@ -158,3 +158,13 @@ func ParseControl(b []byte) (dst [4]byte, hasDst bool, tos uint8) {
 	}
 	return dst, hasDst, tos
 }
+
+// AsyncErrno tells the errors that report an earlier datagram's fate (an
+// ICMP error the kernel queued on the socket), not the current call's.
+func AsyncErrno(e unix.Errno) bool {
+	switch e {
+	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN, unix.EPROTO:
+		return true
+	}
+	return false
+}
