@@ -1,19 +1,14 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/paths"
-	"github.com/goroce/goroce/packetio/tee"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
@@ -40,122 +35,24 @@ func (c *softConfig) register(fs *flag.FlagSet) {
 // resolve returns the device address and the MTU of its interface (0 when no
 // interface holds it).
 func (c *softConfig) resolve() (netip.Addr, int, error) {
-	ifs, err := net.Interfaces()
+	a, err := soft.ResolveAddr(c.addr)
 	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("listing network interfaces: %w", err)
+		return netip.Addr{}, 0, fmt.Errorf("--addr: %w", err)
 	}
-	if c.addr != "" {
-		a, err := netip.ParseAddr(c.addr)
-		if err != nil {
-			return netip.Addr{}, 0, fmt.Errorf("--addr: %w", err)
-		}
-		a = a.Unmap()
-		if !a.Is4() {
-			return netip.Addr{}, 0, fmt.Errorf("--addr %v: soft devices use IPv4 addresses", a)
-		}
-		for _, ifc := range ifs {
-			for _, x := range ifAddrs(ifc) {
-				if x == a {
-					return a, ifc.MTU, nil
-				}
-			}
-		}
-		return a, 0, nil
-	}
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		for _, x := range ifAddrs(ifc) {
-			if x.Is4() && !x.IsLoopback() {
-				return x, ifc.MTU, nil
-			}
-		}
-	}
-	return netip.Addr{}, 0, errors.New("no IPv4 address on an interface that is up: give one with --addr")
+	mtu, _ := soft.LinkMTU(a)
+	return a, mtu, nil
 }
 
-func ifAddrs(ifc net.Interface) []netip.Addr {
-	as, err := ifc.Addrs()
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, a := range as {
-		if n, ok := a.(*net.IPNet); ok {
-			if x, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, x.Unmap())
-			}
-		}
-	}
-	return out
-}
-
-// open creates the soft device on the packet path --path names. For
-// traffic it listens on UDP port 4791 of the address; for inspection only
-// (devices, devinfo) on a port the kernel chooses, so that it works beside a
-// running goroce (auto then never attaches AF_XDP).
+// open creates the soft device (soft.Open) on the packet path --path names.
+// For traffic it listens on UDP port 4791 of the address; for inspection
+// only (devices, devinfo) on a port the kernel chooses.
 func (c *softConfig) open(traffic bool) (*soft.Device, error) {
-	addr, _, err := c.resolve()
-	if err != nil {
-		return nil, err
-	}
-	conn, ch, err := paths.Open(addr, c.path, paths.Options{Inspect: !traffic})
+	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic})
 	if err != nil {
 		return nil, err
 	}
 	c.chosen = ch
-	if c.pcap != "" && traffic {
-		if conn, err = recordTo(conn, c.pcap); err != nil {
-			return nil, err
-		}
-	}
-	// The device takes its active MTU from the interface and the packet
-	// path (soft.PortMTU, capped by what the path carries).
-	dev, err := soft.New(soft.Options{Name: softName, Conn: conn, Path: ch.String()})
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
 	return dev, nil
-}
-
-// pcapConn records every packet of a Conn to a pcap file, closed with the
-// Conn.
-type pcapConn struct {
-	*tee.Conn
-	f  *os.File
-	pw *tee.PcapWriter
-}
-
-// recordTo wraps conn so that it records to the pcap file at path; on error
-// it closes conn.
-func recordTo(conn packetio.Conn, path string) (packetio.Conn, error) {
-	f, err := os.Create(path)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("--pcap: %w", err)
-	}
-	pw, err := tee.NewPcapWriter(f)
-	if err != nil {
-		f.Close()
-		conn.Close()
-		return nil, fmt.Errorf("--pcap: %w", err)
-	}
-	pw.Incoming = true
-	return &pcapConn{Conn: tee.New(conn, pw.Write), f: f, pw: pw}, nil
-}
-
-// Close closes the Conn, then the file.
-func (c *pcapConn) Close() error {
-	err := c.Conn.Close()
-	if ferr := c.f.Close(); err == nil {
-		err = ferr
-	}
-	if werr := c.pw.Err(); err == nil && werr != nil {
-		err = fmt.Errorf("--pcap: %w", werr)
-	}
-	return err
 }
 
 // hwRegistry is a registry of this build's providers other than the soft
