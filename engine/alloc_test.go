@@ -4,12 +4,14 @@ import (
 	"testing"
 
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // TestPostPollAllocs: posting, moving packets, and polling allocate nothing
 // in steady state.
 func TestPostPollAllocs(t *testing.T) {
 	l := newLink(t)
+	l.a.cfg.Clock, l.b.cfg.Clock = verbs.Now, verbs.Now // stamping completions is on the hot path too
 	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
 	connectRC(t, a, b, verbs.MTU1024)
 	wr := []verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: a.sge(0, 4096), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}}
@@ -41,9 +43,10 @@ func TestPostPollAllocs(t *testing.T) {
 
 // BenchmarkPostPoll measures posting and retiring unsignaled-then-signaled
 // WRITEs through the engine, both ends in one goroutine: the in-process
-// post+poll rate.
+// post+poll rate, completions stamped as a provider stamps them.
 func BenchmarkPostPoll(b *testing.B) {
 	l := newLink(b)
+	l.a.cfg.Clock, l.b.cfg.Clock = verbs.Now, verbs.Now
 	x, y := newSide(b, l.a, verbs.QPTRC, 1<<16), newSide(b, l.b, verbs.QPTRC, 1<<16)
 	connectRC(b, x, y, verbs.MTU4096)
 	const batch = 32
@@ -66,4 +69,48 @@ func BenchmarkPostPoll(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds()/1e6, "MWQE/s")
+}
+
+// TestCompletionClock: with Config.Clock set, every completion carries the
+// clock's reading at the moment the engine produced it (a receive when its
+// packet is input, a send when its acknowledgement is), not a later one;
+// without it, none.
+func TestCompletionClock(t *testing.T) {
+	l := newLink(t)
+	var clock int64 = 1000
+	tick := func() int64 { return clock }
+	l.a.cfg.Clock, l.b.cfg.Clock = tick, tick
+	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	connectRC(t, a, b, verbs.MTU1024)
+	_, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SGList: b.sge(0, 64)}})
+	must(t, err)
+	_, err = a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: a.sge(0, 64)}})
+	must(t, err)
+	buf := make([]byte, wire.MaxPMTU+128)
+	n, _, ok := l.a.Output(l.now, buf)
+	if !ok {
+		t.Fatal("no SEND packet")
+	}
+	clock = 2000 // the receiver processes the SEND
+	l.b.Input(l.now, buf[:n], l.a.Local(), wire.RoCEv2Port)
+	n, _, ok = l.b.Output(l.now, buf)
+	if !ok {
+		t.Fatal("no ACK")
+	}
+	clock = 3000 // the requester takes the ACK
+	l.a.Input(l.now, buf[:n], l.b.Local(), wire.RoCEv2Port)
+	clock = 4000 // the application polls late
+	wc := make([]verbs.WC, 2)
+	if k := b.rcq.Poll(wc); k != 1 || wc[0].Timestamp != 2000 {
+		t.Errorf("receive: %d completions, %+v, want Timestamp 2000", k, wc[0])
+	}
+	if k := a.scq.Poll(wc); k != 1 || wc[0].Timestamp != 3000 {
+		t.Errorf("send: %d completions, %+v, want Timestamp 3000", k, wc[0])
+	}
+	l.a.cfg.Clock = nil
+	_, err = a.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: a.sge(0, 64), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(t, err)
+	if w := collect(l, t, a.scq, 1); w[0].Timestamp != 0 {
+		t.Errorf("without a Clock: Timestamp %d, want 0", w[0].Timestamp)
+	}
 }

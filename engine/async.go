@@ -23,8 +23,12 @@ type AsyncEvent struct {
 // lost silently: each completion the CQ could not take is counted in
 // Stats.CQOverruns.
 
-// pushWC adds a completion to cq, or records its overrun and reports false.
+// pushWC stamps a completion (Config.Clock) and adds it to cq, or records
+// its overrun and reports false.
 func (e *Engine) pushWC(cq *CQ, wc *verbs.WC, solicited bool) bool {
+	if e.cfg.Clock != nil {
+		wc.Timestamp = e.cfg.Clock()
+	}
 	if !cq.failed && cq.push(wc, solicited) {
 		return true
 	}

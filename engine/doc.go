@@ -1,7 +1,8 @@
 // Package engine is goroce's RoCEv2 transport, sans I/O: requester, responder
 // and completer for RC, and UD, after IBA chapter 9 as Linux's rdma_rxe
 // implements it. It never blocks, starts no goroutine, makes no system call
-// and reads no clock: a driver feeds it received packets (Input), asks it for
+// and reads no clock (but the one Config.Clock may give it to stamp work
+// completions): a driver feeds it received packets (Input), asks it for
 // packets to send (Output, writing into buffers the driver lends), and calls
 // it back at NextDeadline for its timers. Everything takes now, in
 // nanoseconds of any monotonic clock.

@@ -48,6 +48,15 @@ type Config struct {
 	// PortMTU is the port's active MTU in bytes: the largest UD message
 	// and the path MTU of an RC QP until Modify sets one (default 1024).
 	PortMTU int
+	// Clock, when set, stamps every work completion: the engine calls it
+	// as it produces the completion (a receive as it processes the packet,
+	// a send as the acknowledgement retires it, a flush as the QP goes to
+	// ERROR) and stores the reading in WC.Timestamp, so the timestamp says
+	// when the work completed, however late the application polls. The
+	// engine calls it for nothing else (its timers run on the now its
+	// callers pass). A provider passes verbs.Now, whose clock WC.Timestamp
+	// is on. Its readings must not decrease; nil leaves WC.Timestamp 0.
+	Clock func() int64
 	// OnAsyncEvent, when set, receives the asynchronous events (a CQ
 	// overrun and the QPs it took to ERROR; a responder error that took a
 	// QP to ERROR), on the goroutine driving the engine, which it must not

@@ -41,8 +41,9 @@ type Options struct {
 	NoInline bool
 	// Batch is the packet batch size (default 32).
 	Batch int
-	// Engine settings (limits, window); Local and SourcePort are set from
-	// the device. Engine.AckDelay defaults to DefaultAckDelay here;
+	// Engine settings (limits, window); Local, SourcePort and Clock are
+	// set by the device (Clock to verbs.Now: every work completion carries
+	// the time the engine produced it, WC.Timestamp). Engine.AckDelay defaults to DefaultAckDelay here;
 	// negative turns it off.
 	Engine engine.Config
 }
@@ -100,6 +101,7 @@ func New(opts Options) (*Device, error) {
 	}
 	cfg.Local = opts.Conn.LocalAddr()
 	cfg.SourcePort = opts.SourcePort
+	cfg.Clock = verbs.Now
 	mtu := opts.ActiveMTU
 	if mtu == 0 {
 		for m := verbs.MTU4096; m >= verbs.MTU256; m-- {

@@ -20,13 +20,15 @@ type Context struct {
 func (c *Context) Device() verbs.Device { return c.d }
 
 // QueryDevice returns the device attributes; the limits are those of
-// Options.Engine (engine.Config), defaults filled in.
+// Options.Engine (engine.Config), defaults filled in. Completions carry
+// software timestamps (verbs.TimestampSoftware): verbs.Now read when the
+// engine produced the completion.
 func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
 	l := c.d.eng.Limits() // set at creation: no lock needed
 	return verbs.DeviceAttr{FWVer: "goroce", NodeGUID: c.d.GUID(), SysImageGUID: c.d.GUID(), VendorID: 0xFFFFFF,
 		HWVer: 1, MaxQP: l.MaxQP, MaxQPWR: l.MaxQPWR, MaxSGE: l.MaxSGE, MaxCQ: l.MaxCQ, MaxCQE: l.MaxCQE, MaxMR: l.MaxMR,
 		MaxMRSize: 1 << 40, MaxPD: l.MaxPD, MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxSRQ: l.MaxSRQ, MaxSRQWR: l.MaxSRQWR,
-		MaxAH: l.MaxAH, AtomicCap: 1, PhysPortCnt: 1}, nil
+		MaxAH: l.MaxAH, AtomicCap: 1, PhysPortCnt: 1, CompletionTimestamps: verbs.TimestampSoftware}, nil
 }
 
 // QueryPort returns the attributes of port 1.

@@ -1,0 +1,256 @@
+package metrics
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/goroce/goroce/probe"
+	"github.com/goroce/goroce/probe/analysis"
+)
+
+// Namespace prefixes every metric name but the build info.
+const Namespace = "goroce_probe"
+
+// Other is the value target and target_group take for results beyond the
+// MaxPairs cap, and reason for reasons beyond MaxReasons.
+const Other = "other"
+
+// Defaults of Options.
+const (
+	DefaultMaxPairs   = 1000
+	DefaultMaxReasons = 32
+	// DefaultMaxComponents bounds the faulty component series.
+	DefaultMaxComponents = 100
+)
+
+// DefaultBuckets are the classic histogram buckets, in seconds: 1 µs
+// doubling up to about 8.4 s (24 buckets).
+func DefaultBuckets() []float64 { return prometheus.ExponentialBuckets(1e-6, 2, 24) }
+
+// Options configure Metrics. Zero values take the defaults.
+type Options struct {
+	// MaxPairs caps the targets with series of their own (default 1000):
+	// results for further targets go to target="other" (and their group
+	// to target_group="other"), and the per-path analysis gauges of
+	// further paths are left out.
+	MaxPairs int
+	// MaxReasons caps the distinct error reasons (default 32); further
+	// ones count as reason="other".
+	MaxReasons int
+	// MaxComponents caps the faulty component series (default 100).
+	MaxComponents int
+	// Buckets are the classic buckets of the three histograms (default
+	// DefaultBuckets()). Native histograms (bucket factor 1.1) are
+	// exposed alongside.
+	Buckets []float64
+	// Version is the goroce_build_info version label (default the main
+	// module's version from runtime/debug, "(devel)" in a work tree).
+	Version string
+}
+
+// Metrics are the prober's Prometheus metrics. Its methods are safe for
+// concurrent use.
+type Metrics struct {
+	o Options
+
+	networkRTT, proberDelay, responderDelay *prometheus.HistogramVec
+	sent, completed, lost, late, errs       *prometheus.CounterVec
+	pairs, capped                           prometheus.Gauge
+	cappedResults                           prometheus.Counter
+	pathLoss, pathP99, pathDegraded         *prometheus.GaugeVec
+	pathsLeftOut                            prometheus.Gauge
+	faulty                                  *prometheus.GaugeVec
+	buildInfo                               *prometheus.GaugeVec
+
+	mu      sync.Mutex
+	targets map[string]bool // targets with series of their own
+	groups  map[string]bool
+	reasons map[string]bool
+}
+
+// pairLabels are the labels of the per-result series.
+var pairLabels = []string{"target", "target_group", "class", "timestamps"}
+
+// New creates the metrics and registers them with reg (nil: not
+// registered, for use with Collectors).
+func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
+	if o.MaxPairs <= 0 {
+		o.MaxPairs = DefaultMaxPairs
+	}
+	if o.MaxReasons <= 0 {
+		o.MaxReasons = DefaultMaxReasons
+	}
+	if o.MaxComponents <= 0 {
+		o.MaxComponents = DefaultMaxComponents
+	}
+	if len(o.Buckets) == 0 {
+		o.Buckets = DefaultBuckets()
+	}
+	if o.Version == "" {
+		o.Version = "(devel)"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			o.Version = bi.Main.Version
+		}
+	}
+	m := &Metrics{o: o, targets: map[string]bool{}, groups: map[string]bool{}, reasons: map[string]bool{}}
+	hist := func(name, help string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace:                       Namespace,
+			Name:                            name,
+			Help:                            help,
+			Buckets:                         o.Buckets,
+			NativeHistogramBucketFactor:     1.1,
+			NativeHistogramMaxBucketNumber:  160,
+			NativeHistogramMinResetDuration: time.Hour,
+		}, pairLabels)
+	}
+	m.networkRTT = hist("network_rtt_seconds", "Network round-trip time of completed probes: (T5-T2)-(T4-T3), host delays excluded.")
+	m.proberDelay = hist("prober_delay_seconds", "Prober host delay of completed probes: (T6-T1)-(T5-T2).")
+	m.responderDelay = hist("responder_delay_seconds", "Responder host delay of completed probes: T4-T3.")
+	counter := func(name, help string, labels []string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: Namespace, Name: name, Help: help}, labels)
+	}
+	m.sent = counter("sent_total", "Probes whose outcome is known (completed or lost), counted with the outcome so that lost/sent is not skewed by probes in flight.", pairLabels)
+	m.completed = counter("completed_total", "Probes answered within the timeout.", pairLabels)
+	m.lost = counter("lost_total", "Probes not answered within the timeout.", pairLabels)
+	m.late = counter("late_total", "Answers that came after their probe was counted lost.", pairLabels)
+	m.errs = counter("errors_total", "Probes that could not be sent or completed with an error, by reason.", append(append([]string(nil), pairLabels...), "reason"))
+	m.pairs = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "pairs", Help: "Targets with series of their own."})
+	m.capped = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "pairs_capped", Help: "1 when the per-target series cap (max_pairs) is reached and further targets aggregate into target=\"other\"."})
+	m.cappedResults = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "capped_results_total", Help: "Results counted under target=\"other\" because of the per-target series cap."})
+	pathLabels := []string{"source", "source_group", "target", "target_group"}
+	m.pathLoss = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "path_loss_ratio", Help: "Loss ratio of the path over the analysis window."}, pathLabels)
+	m.pathP99 = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "path_rtt_p99_seconds", Help: "Network RTT p99 of the path over the analysis window."}, pathLabels)
+	m.pathDegraded = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "path_degraded", Help: "1 when the path is degraded (loss or p99 over the SLA), 0 when healthy; absent when not judged."}, pathLabels)
+	m.pathsLeftOut = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "paths_left_out", Help: "Paths of the last analysis left out of the path gauges by the cap."})
+	m.faulty = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "faulty_component", Help: "1 for each component (kind link, host or group) the last localisation names as faulty."}, []string{"kind", "name"})
+	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goroce_build_info", Help: "1, labelled with goroce's version and the Go version that built it."}, []string{"version", "goversion"})
+	m.buildInfo.WithLabelValues(o.Version, runtime.Version()).Set(1)
+	if reg != nil {
+		for _, c := range m.Collectors() {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+// Collectors returns every collector of m, to register elsewhere.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.networkRTT, m.proberDelay, m.responderDelay,
+		m.sent, m.completed, m.lost, m.late, m.errs,
+		m.pairs, m.capped, m.cappedResults,
+		m.pathLoss, m.pathP99, m.pathDegraded, m.pathsLeftOut, m.faulty,
+		m.buildInfo,
+	}
+}
+
+// admit returns the target and group label values for a result, applying
+// the cap.
+func (m *Metrics) admit(target, group string) (string, string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.targets[target] {
+		if len(m.targets) >= m.o.MaxPairs {
+			m.capped.Set(1)
+			m.cappedResults.Inc()
+			return Other, Other
+		}
+		m.targets[target] = true
+		m.pairs.Set(float64(len(m.targets)))
+	}
+	if !m.groups[group] {
+		if len(m.groups) >= m.o.MaxPairs {
+			return target, Other
+		}
+		m.groups[group] = true
+	}
+	return target, group
+}
+
+func (m *Metrics) reason(r string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.reasons[r] {
+		return r
+	}
+	if len(m.reasons) >= m.o.MaxReasons {
+		return Other
+	}
+	m.reasons[r] = true
+	return r
+}
+
+// TargetName is the target label of a peer: its name, or its address when
+// it has none.
+func TargetName(p probe.Peer) string {
+	if p.Name != "" {
+		return p.Name
+	}
+	if p.Addr.IsValid() {
+		return p.Addr.String()
+	}
+	return ""
+}
+
+// Observe counts one result: ok results in sent and completed and in the
+// three histograms, lost ones in sent and lost, late ones in late, errors
+// in errors by reason.
+func (m *Metrics) Observe(r probe.Result) {
+	target, group := m.admit(TargetName(r.Peer), r.Peer.Group)
+	lv := [4]string{target, group, r.Class, r.Timestamps.String()}
+	switch r.Outcome {
+	case probe.OutcomeOK:
+		m.sent.WithLabelValues(lv[:]...).Inc()
+		m.completed.WithLabelValues(lv[:]...).Inc()
+		m.networkRTT.WithLabelValues(lv[:]...).Observe(r.NetworkRTT.Seconds())
+		m.proberDelay.WithLabelValues(lv[:]...).Observe(r.ProberDelay.Seconds())
+		m.responderDelay.WithLabelValues(lv[:]...).Observe(r.ResponderDelay.Seconds())
+	case probe.OutcomeLost:
+		m.sent.WithLabelValues(lv[:]...).Inc()
+		m.lost.WithLabelValues(lv[:]...).Inc()
+	case probe.OutcomeLate:
+		m.late.WithLabelValues(lv[:]...).Inc()
+	default:
+		reason := r.Reason
+		if reason == "" {
+			reason = "unknown"
+		}
+		m.errs.WithLabelValues(lv[0], lv[1], lv[2], lv[3], m.reason(reason)).Inc()
+	}
+}
+
+// SetAnalysis replaces the per-path gauges with paths (at most MaxPairs of
+// them, the rest counted in goroce_probe_paths_left_out) and the faulty
+// component gauges with faulty (at most MaxComponents). Paths not judged
+// get loss and p99 gauges but no degraded gauge.
+func (m *Metrics) SetAnalysis(paths []analysis.PathStat, faulty []analysis.Component) {
+	m.pathLoss.Reset()
+	m.pathP99.Reset()
+	m.pathDegraded.Reset()
+	n := min(len(paths), m.o.MaxPairs)
+	for _, p := range paths[:n] {
+		lv := []string{p.Src, p.SrcGroup, p.Dst, p.DstGroup}
+		m.pathLoss.WithLabelValues(lv...).Set(p.Loss)
+		m.pathP99.WithLabelValues(lv...).Set(p.P99.Seconds())
+		if !p.Insufficient {
+			d := 0.0
+			if p.Degraded {
+				d = 1
+			}
+			m.pathDegraded.WithLabelValues(lv...).Set(d)
+		}
+	}
+	m.pathsLeftOut.Set(float64(len(paths) - n))
+	m.faulty.Reset()
+	for _, c := range faulty[:min(len(faulty), m.o.MaxComponents)] {
+		m.faulty.WithLabelValues(c.Kind, c.Name).Set(1)
+	}
+}

@@ -1,0 +1,453 @@
+package pinglist
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/netip"
+	"os"
+	"sort"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Class names, the values of Target.Class and of the class label.
+const (
+	ClassToRMesh  = "tor_mesh"
+	ClassInterToR = "inter_tor"
+	ClassStatic   = "static"
+)
+
+// Defaults of the settings and classes, applied to every value the file
+// leaves out (or sets to zero).
+const (
+	DefaultTimeout      = time.Second
+	DefaultPaths        = 16
+	DefaultProbability  = 0.99
+	DefaultHTTPPort     = 9478
+	DefaultWindow       = 30 * time.Second
+	DefaultMaxLoss      = 0.01
+	DefaultMaxP99RTT    = 5 * time.Millisecond
+	DefaultMinProbes    = 20
+	DefaultMaxPairs     = 1000
+	DefaultResponderQPs = 1
+	DefaultRate         = 10.0
+	DefaultStaticRate   = 1.0
+	DefaultSample       = 16
+	DefaultMaxClassRate = 2000.0
+	// MaxLabels bounds the flow labels per target, whatever Paths and
+	// Probability ask for (N=32, P=0.99 needs 255).
+	MaxLabels = 1024
+)
+
+// Errors. Every validation error wraps ErrInvalid and names the node,
+// target or field at fault.
+var (
+	ErrInvalid = errors.New("pinglist: invalid pinglist")
+)
+
+// Settings are the fleet-wide knobs every agent takes from the pinglist.
+type Settings struct {
+	// Timeout after which a probe is lost (default 1 s).
+	Timeout time.Duration
+	// Paths is the number of equal-cost paths N to cover between two
+	// hosts (default 16), Probability the chance P to cover all of them
+	// (default 0.99). Labels is the number of flow labels each target is
+	// probed with: the file's `labels` if given, otherwise the smallest k
+	// that covers N paths with probability P (coupon collector: N=16,
+	// P=0.99 gives 115).
+	Paths       int
+	Probability float64
+	Labels      int
+	// HTTPPort is the agent's HTTP port: /metrics, /probe/v1/self and its
+	// pages (default 9478).
+	HTTPPort int
+	// Window is the analysis's sliding window (default 30 s).
+	Window time.Duration
+	// MaxLoss is the loss ratio above which a path is degraded (default
+	// 0.01), MaxP99RTT the network RTT p99 above which it is (default
+	// 5 ms), MinProbes the probes a window needs before a path is judged
+	// at all (default 20).
+	MaxLoss   float64
+	MaxP99RTT time.Duration
+	MinProbes int
+	// MaxPairs caps the per-target metric series of one agent (default
+	// 1000); beyond it results aggregate into target="other".
+	MaxPairs int
+	// ResponderQPs is the number of UD QPs each responder opens (default
+	// 1); several help fabrics that hash on the destination QPN.
+	ResponderQPs int
+}
+
+// Class is the configuration of one class of targets.
+type Class struct {
+	// Enabled is false when the file says `enabled: false`.
+	Enabled bool
+	// Rate is the probes per second sent to each target of the class
+	// (default 10; 1 for static targets without a rate of their own).
+	Rate float64
+	// MaxRate caps the probes per second of the whole class on one agent
+	// (default 2000): when the targets' rates add up to more, every
+	// target's rate is scaled down by the same factor.
+	MaxRate float64
+	// Sample is, for inter_tor, the number of targets in other groups
+	// each node probes (default 16), Seed the seed of the hash that
+	// chooses them.
+	Sample int
+	Seed   uint64
+}
+
+// Node is one host of the fleet: an agent that probes and answers.
+type Node struct {
+	// Name identifies the node (unique); Addr is its IP address
+	// (unique), where its responder and HTTP server are.
+	Name string
+	Addr netip.Addr
+	// Group is its group, the ToR it hangs under ("" for nodes the file
+	// puts in no group; they form one group together).
+	Group string
+}
+
+// Target is one peer a node probes, and how often.
+type Target struct {
+	Node Node
+	// Class is the class that made it a target (ClassToRMesh,
+	// ClassInterToR, ClassStatic).
+	Class string
+	// Rate is the probes per second to send to it, after the class cap.
+	Rate float64
+}
+
+// List is a parsed and validated pinglist. It is read-only after Parse and
+// safe for concurrent use.
+type List struct {
+	Settings Settings
+	// Classes by name: ClassToRMesh, ClassInterToR and ClassStatic are
+	// always present (possibly disabled).
+	Classes map[string]Class
+	// Nodes in file order; Static the static targets in file order (their
+	// Group is "" when the file gives none, Name the address when it
+	// gives none).
+	Nodes  []Node
+	Static []StaticTarget
+
+	byAddr map[netip.Addr]int32
+	// groups: the group names sorted, and each group's nodes (indices into
+	// Nodes) sorted by name.
+	groupNames []string
+	groupNodes [][]int32
+	groupIndex map[string]int32
+}
+
+// StaticTarget is a target every agent probes, whether or not it runs an
+// agent itself (a storage box, a gateway).
+type StaticTarget struct {
+	Node Node
+	// Rate is its own rate, or the static class's rate.
+	Rate float64
+}
+
+// file is the YAML schema (see the package documentation).
+type file struct {
+	Settings struct {
+		Timeout      time.Duration `yaml:"timeout"`
+		Paths        int           `yaml:"paths"`
+		Probability  float64       `yaml:"probability"`
+		Labels       int           `yaml:"labels"`
+		HTTPPort     int           `yaml:"http_port"`
+		Window       time.Duration `yaml:"window"`
+		ResponderQPs int           `yaml:"responder_qps"`
+		MaxPairs     int           `yaml:"max_pairs"`
+		SLA          struct {
+			MaxLoss   *float64      `yaml:"max_loss"`
+			MaxP99RTT time.Duration `yaml:"max_p99_rtt"`
+			MinProbes int           `yaml:"min_probes"`
+		} `yaml:"sla"`
+	} `yaml:"settings"`
+	Classes map[string]fileClass `yaml:"classes"`
+	Nodes   []fileNode           `yaml:"nodes"`
+	Static  []fileStatic         `yaml:"static"`
+}
+
+type fileClass struct {
+	Enabled *bool    `yaml:"enabled"`
+	Rate    *float64 `yaml:"rate"`
+	MaxRate *float64 `yaml:"max_rate"`
+	Sample  *int     `yaml:"sample"`
+	Seed    uint64   `yaml:"seed"`
+}
+
+type fileNode struct {
+	Name  string `yaml:"name"`
+	Addr  string `yaml:"addr"`
+	Group string `yaml:"group"`
+}
+
+type fileStatic struct {
+	Name  string   `yaml:"name"`
+	Addr  string   `yaml:"addr"`
+	Group string   `yaml:"group"`
+	Rate  *float64 `yaml:"rate"`
+}
+
+// Load reads and parses the pinglist file at path.
+func Load(path string) (*List, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("pinglist: %w", err)
+	}
+	l, err := Parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return l, nil
+}
+
+// Parse parses and validates a pinglist. Unknown fields and unknown
+// classes are errors, so that a typo does not silently fall back to a
+// default.
+func Parse(b []byte) (*List, error) {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return build(&f)
+}
+
+func invalid(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+}
+
+func build(f *file) (*List, error) {
+	l := &List{Classes: make(map[string]Class, 3)}
+	s := &l.Settings
+	fs := &f.Settings
+	s.Timeout = orDuration(fs.Timeout, DefaultTimeout)
+	s.Paths = orInt(fs.Paths, DefaultPaths)
+	s.Probability = fs.Probability
+	if s.Probability == 0 {
+		s.Probability = DefaultProbability
+	}
+	s.HTTPPort = orInt(fs.HTTPPort, DefaultHTTPPort)
+	s.Window = orDuration(fs.Window, DefaultWindow)
+	s.ResponderQPs = orInt(fs.ResponderQPs, DefaultResponderQPs)
+	s.MaxPairs = orInt(fs.MaxPairs, DefaultMaxPairs)
+	s.MaxLoss = DefaultMaxLoss
+	if fs.SLA.MaxLoss != nil {
+		s.MaxLoss = *fs.SLA.MaxLoss
+	}
+	s.MaxP99RTT = orDuration(fs.SLA.MaxP99RTT, DefaultMaxP99RTT)
+	s.MinProbes = orInt(fs.SLA.MinProbes, DefaultMinProbes)
+	switch {
+	case s.Timeout < 0:
+		return nil, invalid("settings.timeout %v is negative", s.Timeout)
+	case s.Paths < 1 || s.Paths > 256:
+		return nil, invalid("settings.paths %d is not in [1, 256]", s.Paths)
+	case !(s.Probability > 0 && s.Probability < 1):
+		return nil, invalid("settings.probability %v is not in (0, 1)", s.Probability)
+	case s.HTTPPort < 1 || s.HTTPPort > 65535:
+		return nil, invalid("settings.http_port %d is not a port", s.HTTPPort)
+	case s.Window < time.Second:
+		return nil, invalid("settings.window %v is shorter than 1s", s.Window)
+	case s.ResponderQPs < 1 || s.ResponderQPs > 64:
+		return nil, invalid("settings.responder_qps %d is not in [1, 64]", s.ResponderQPs)
+	case s.MaxPairs < 1:
+		return nil, invalid("settings.max_pairs %d is not positive", s.MaxPairs)
+	case !(s.MaxLoss >= 0 && s.MaxLoss <= 1):
+		return nil, invalid("settings.sla.max_loss %v is not in [0, 1]", s.MaxLoss)
+	case s.MaxP99RTT < 0:
+		return nil, invalid("settings.sla.max_p99_rtt %v is negative", s.MaxP99RTT)
+	case s.MinProbes < 1:
+		return nil, invalid("settings.sla.min_probes %d is not positive", s.MinProbes)
+	case fs.Labels < 0 || fs.Labels > MaxLabels:
+		return nil, invalid("settings.labels %d is not in [0, %d]", fs.Labels, MaxLabels)
+	}
+	s.Labels = fs.Labels
+	if s.Labels == 0 {
+		s.Labels = min(labelCount(s.Paths, s.Probability), MaxLabels)
+	}
+
+	// Classes.
+	for name := range f.Classes {
+		switch name {
+		case ClassToRMesh, ClassInterToR, ClassStatic:
+		default:
+			return nil, invalid("unknown class %q (the classes are %s, %s and %s)", name, ClassToRMesh, ClassInterToR, ClassStatic)
+		}
+	}
+	for _, name := range []string{ClassToRMesh, ClassInterToR, ClassStatic} {
+		fc := f.Classes[name]
+		c := Class{Enabled: true, Rate: DefaultRate, MaxRate: DefaultMaxClassRate, Seed: fc.Seed}
+		if name == ClassStatic {
+			c.Rate = DefaultStaticRate
+		}
+		if name == ClassInterToR {
+			c.Sample = DefaultSample
+		}
+		if fc.Enabled != nil {
+			c.Enabled = *fc.Enabled
+		}
+		if fc.Rate != nil {
+			c.Rate = *fc.Rate
+		}
+		if fc.MaxRate != nil {
+			c.MaxRate = *fc.MaxRate
+		}
+		if fc.Sample != nil {
+			if name != ClassInterToR {
+				return nil, invalid("classes.%s.sample: only %s takes a sample", name, ClassInterToR)
+			}
+			c.Sample = *fc.Sample
+		}
+		if !validRate(c.Rate) {
+			return nil, invalid("classes.%s.rate %v is not a positive rate", name, c.Rate)
+		}
+		if !validRate(c.MaxRate) {
+			return nil, invalid("classes.%s.max_rate %v is not a positive rate", name, c.MaxRate)
+		}
+		if c.Sample < 0 {
+			return nil, invalid("classes.%s.sample %d is negative", name, c.Sample)
+		}
+		l.Classes[name] = c
+	}
+
+	// Nodes.
+	l.Nodes = make([]Node, 0, len(f.Nodes))
+	l.byAddr = make(map[netip.Addr]int32, len(f.Nodes)+len(f.Static))
+	names := make(map[string]int, len(f.Nodes)+len(f.Static))
+	l.groupIndex = make(map[string]int32)
+	for i, fn := range f.Nodes {
+		if fn.Name == "" {
+			return nil, invalid("nodes[%d]: no name", i)
+		}
+		a, err := parseAddr(fn.Addr)
+		if err != nil {
+			return nil, invalid("node %q: %v", fn.Name, err)
+		}
+		if j, dup := names[fn.Name]; dup {
+			return nil, invalid("node %q: duplicate name (also nodes[%d])", fn.Name, j)
+		}
+		if j, dup := l.byAddr[a]; dup {
+			return nil, invalid("node %q: duplicate address %s (also node %q)", fn.Name, a, l.Nodes[j].Name)
+		}
+		names[fn.Name] = i
+		l.byAddr[a] = int32(len(l.Nodes))
+		l.Nodes = append(l.Nodes, Node{Name: fn.Name, Addr: a, Group: fn.Group})
+	}
+	staticAddrs := make(map[netip.Addr]bool, len(f.Static))
+	for i, fs := range f.Static {
+		a, err := parseAddr(fs.Addr)
+		if err != nil {
+			return nil, invalid("static[%d]: %v", i, err)
+		}
+		name := fs.Name
+		if name == "" {
+			name = a.String()
+		}
+		if _, dup := l.byAddr[a]; dup || staticAddrs[a] {
+			return nil, invalid("static target %q: duplicate address %s", name, a)
+		}
+		if _, dup := names[name]; dup {
+			return nil, invalid("static target %q: duplicate name", name)
+		}
+		staticAddrs[a] = true
+		names[name] = -1
+		rate := l.Classes[ClassStatic].Rate
+		if fs.Rate != nil {
+			rate = *fs.Rate
+		}
+		if !validRate(rate) {
+			return nil, invalid("static target %q: rate %v is not a positive rate", name, rate)
+		}
+		l.Static = append(l.Static, StaticTarget{Node: Node{Name: name, Addr: a, Group: fs.Group}, Rate: rate})
+	}
+
+	// Groups, sorted, each with its nodes sorted by name.
+	for i, n := range l.Nodes {
+		g, ok := l.groupIndex[n.Group]
+		if !ok {
+			g = int32(len(l.groupNames))
+			l.groupIndex[n.Group] = g
+			l.groupNames = append(l.groupNames, n.Group)
+			l.groupNodes = append(l.groupNodes, nil)
+		}
+		l.groupNodes[g] = append(l.groupNodes[g], int32(i))
+	}
+	order := make([]int, len(l.groupNames))
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return l.groupNames[order[a]] < l.groupNames[order[b]] })
+	gn := make([]string, len(order))
+	gm := make([][]int32, len(order))
+	for to, from := range order {
+		gn[to] = l.groupNames[from]
+		gm[to] = l.groupNodes[from]
+		l.groupIndex[gn[to]] = int32(to)
+		m := gm[to]
+		sort.Slice(m, func(a, b int) bool { return l.Nodes[m[a]].Name < l.Nodes[m[b]].Name })
+	}
+	l.groupNames, l.groupNodes = gn, gm
+	return l, nil
+}
+
+func orInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func orDuration(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func validRate(r float64) bool { return r > 0 && !math.IsInf(r, 0) && !math.IsNaN(r) }
+
+func parseAddr(s string) (netip.Addr, error) {
+	if s == "" {
+		return netip.Addr{}, errors.New("no addr")
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("bad addr %q", s)
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("bad addr %q: zones are not supported", s)
+	}
+	if a.IsUnspecified() || a.IsMulticast() {
+		return netip.Addr{}, fmt.Errorf("bad addr %q: not a unicast address", s)
+	}
+	return a.Unmap(), nil
+}
+
+// Self returns the node whose address is addr (IPv4-mapped IPv6
+// addresses match their IPv4 form).
+func (l *List) Self(addr netip.Addr) (Node, bool) {
+	i, ok := l.byAddr[addr.Unmap()]
+	if !ok {
+		return Node{}, false
+	}
+	return l.Nodes[i], true
+}
+
+// Node returns the node named name.
+func (l *List) Node(name string) (Node, bool) {
+	for _, n := range l.Nodes {
+		if n.Name == name {
+			return n, true
+		}
+	}
+	return Node{}, false
+}
+
+// Groups returns the group names, sorted.
+func (l *List) Groups() []string { return append([]string(nil), l.groupNames...) }
