@@ -13,10 +13,19 @@ type Config struct {
 	// Local is the device's IPv4 address: the source of every packet, and
 	// the address its GID maps.
 	Local netip.Addr
-	// SourcePort is the UDP source port of every packet, which the ICRC
-	// covers. A UDP socket bound to 4791 sends from 4791: set it so. Zero
-	// gives each RC QP its flow-entropy port (wire.SourcePort).
+	// SourcePort is the UDP source port of every packet (but those
+	// PerPacketSourcePort gives their own), which the ICRC covers. A UDP
+	// socket bound to 4791 sends from 4791: set it so. Zero gives each RC
+	// QP its flow-entropy port (wire.SourcePort).
 	SourcePort uint16
+	// PerPacketSourcePort says that the packet path can send each packet
+	// from a source port of its own (packetio.SourcePorts). A UD send whose
+	// address handle has a non-zero flow label then leaves from the port
+	// the label maps to, wire.SourcePort, as from rdma_rxe and RoCE NICs,
+	// so that a fabric's multipath hash spreads the labels over its paths:
+	// its ICRC is computed for that port, which OutputFrom returns, and the
+	// driver must send it from there. Other packets use SourcePort.
+	PerPacketSourcePort bool
 	// Device limits, named as in struct ibv_device_attr (see Limits;
 	// defaults DefaultMaxQP and so on).
 	MaxQP         int // max_qp (default 4096)
@@ -102,7 +111,9 @@ type Engine struct {
 	overran []*CQ
 	now     int64 // the time of the current Input, Output or Tick call
 	txFlows flowCache
-	rxFlows flowCache
+	// lastSport is the source port of the last packet finish built.
+	lastSport uint16
+	rxFlows   flowCache
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -226,7 +237,18 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 // Output writes the next packet to send into buf (which must hold the path
 // MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
 // length and destination, or ok false when there is nothing to send now.
+// The packet is for Config.SourcePort; with Config.PerPacketSourcePort use
+// OutputFrom, which says which source port each packet is for.
 func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
+	n, to, _, ok = e.OutputFrom(now, buf)
+	return n, to, ok
+}
+
+// OutputFrom is Output that also returns the UDP source port the packet's
+// ICRC was computed for, which it must leave from: Config.SourcePort (when
+// that is zero, the QP's flow port), or for a UD send with a flow label
+// under Config.PerPacketSourcePort the port the label maps to.
+func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport uint16, ok bool) {
 	if len(e.overran) > 0 {
 		e.raiseOverruns()
 	}
@@ -239,11 +261,11 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 		if n, ok := qp.output(now, buf); ok {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)
-			return n, qp.lastDst, true
+			return n, qp.lastDst, e.lastSport, true
 		}
 		e.rr++
 	}
-	return 0, netip.Addr{}, false
+	return 0, netip.Addr{}, 0, false
 }
 
 // NextDeadline returns the earliest time a timer of the engine fires, or 0
@@ -291,5 +313,6 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	if s := e.txFlows.get(e.cfg.Local, dst, sport); s == nil || s.c.Set(out) != nil {
 		return 0
 	}
+	e.lastSport = sport
 	return len(out)
 }

@@ -459,3 +459,51 @@ func TestDeregRevokes(t *testing.T) {
 		}
 	}
 }
+
+// TestUDSourcePort: with Config.PerPacketSourcePort, a UD send whose AH has
+// a flow label is for the port the label maps to (OutputFrom says so, and
+// its ICRC checks out for that port only); without a label, or without
+// the setting, it is for Config.SourcePort; RC is unchanged.
+func TestUDSourcePort(t *testing.T) {
+	for _, perPacket := range []bool{true, false} {
+		l := newLink(t)
+		l.a.cfg.PerPacketSourcePort = perPacket
+		a, b := newSide(t, l.a, verbs.QPTUD, 8192), newSide(t, l.b, verbs.QPTUD, 8192)
+		for _, s := range []*side{a, b} {
+			must(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, QKey: 0x11111111, PortNum: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey))
+			must(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState))
+			must(t, s.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState|verbs.AttrSQPSN))
+		}
+		buf := make([]byte, wire.MaxPMTU+128)
+		for i, label := range []uint32{0, 1, 0x12345, 0xFFFFF, 0x4000, 0x10_0000 | 7} {
+			want := uint16(wire.RoCEv2Port)
+			if perPacket && label&0xFFFFF != 0 {
+				want = wire.SourcePort(label&0xFFFFF, 0, 0)
+			}
+			ah := testAH{verbs.AHAttr{DGID: verbs.GIDFromAddr(l.b.Local()), FlowLabel: label}}
+			_, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRSend, SGList: a.sge(0, 64), AH: ah, RemoteQPN: b.qp.Num(), RemoteQKey: 0x11111111}})
+			must(t, err)
+			n, to, sport, ok := l.a.OutputFrom(l.now, buf)
+			if !ok || to != l.b.Local() || sport != want {
+				t.Fatalf("per-packet %v, label %#x: OutputFrom = %d, %v, port %#x, %v; want port %#x", perPacket, label, n, to, sport, ok, want)
+			}
+			for _, port := range []uint16{want, want ^ 1} {
+				fl := wire.Flow{Src: l.a.Local(), Dst: l.b.Local(), SrcPort: port}
+				if _, _, err := fl.CheckDatagramICRC(buf[:n]); (err == nil) != (port == want) {
+					t.Errorf("per-packet %v, label %#x: ICRC for port %#x: %v", perPacket, label, port, err)
+				}
+			}
+		}
+	}
+	// RC ignores the flow label: SourcePort.
+	l := newLink(t)
+	l.a.cfg.PerPacketSourcePort = true
+	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	connectRC(t, a, b, verbs.MTU1024)
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, SGList: a.sge(0, 64), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(t, err)
+	buf := make([]byte, wire.MaxPMTU+128)
+	if _, _, sport, ok := l.a.OutputFrom(l.now, buf); !ok || sport != wire.RoCEv2Port {
+		t.Errorf("RC: port %#x, %v; want 4791", sport, ok)
+	}
+}

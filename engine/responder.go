@@ -462,7 +462,12 @@ func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
 	}
 	s := &q.slots[hd&q.mask]
 	wr := &s.wr
-	dst := wr.AH.Attr().DGID.Addr()
+	ah := wr.AH.Attr()
+	dst := ah.DGID.Addr()
+	sport := qp.sport
+	if fl := ah.FlowLabel & 0xFFFFF; fl != 0 && qp.e.cfg.PerPacketSourcePort {
+		sport = wire.SourcePort(fl, qp.num, wire.QPN(wr.RemoteQPN))
+	}
 	h := &qp.e.hdr
 	*h = wire.Header{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: wire.QPN(wr.RemoteQPN), PSN: qp.req.psn,
 		SE: wr.Flags&verbs.SendSolicited != 0}
@@ -483,7 +488,7 @@ func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
 	}
 	n := 0
 	if status == verbs.WCSuccess {
-		n = qp.e.finish(buf, int(s.length), dst, qp.sport)
+		n = qp.e.finish(buf, int(s.length), dst, sport)
 		qp.req.psn = qp.req.psn.Add(1)
 		qp.lastDst = dst
 	}

@@ -23,9 +23,14 @@ type Packet struct {
 	// Addr is the remote IP address: the source on receive, the destination
 	// on send.
 	Addr netip.Addr
-	// Port is the remote UDP port: the source port on receive. On send the
-	// UDP path ignores it: the destination port is the Conn's (4791) and the
-	// source port is the socket's own.
+	// Port is, on receive, the remote UDP port: the packet's source port.
+	// On send it is the UDP source port to send from, which the packet's
+	// ICRC covers: 0 means the Conn's own port (its socket's, or the port
+	// its options set), as does that port itself. A Conn that implements
+	// SourcePorts and reports true sends each packet from its Port (see
+	// SourcePorts for what it does when it cannot); any other Conn sends
+	// every packet from its own port and ignores Port. The destination
+	// port is always the Conn's (4791).
 	Port uint16
 	// Local is, on receive, the local (destination) address the packet
 	// arrived on. Ignored on send.
@@ -84,6 +89,28 @@ type Conn interface {
 	// Close closes the Conn and unblocks a pending Receive, which returns
 	// ErrClosed. Closing twice returns ErrClosed.
 	Close() error
+}
+
+// SourcePorts is implemented by a Conn that can send each packet from a
+// UDP source port of its own (Packet.Port), as RoCE NICs and rdma_rxe send
+// from the port a flow label maps to (wire.SourcePort), so that the
+// equal-cost multipath hash of a fabric spreads flows over its paths.
+type SourcePorts interface {
+	// PerPacketSourcePort reports whether Transmit sends each packet from
+	// the source port in its Port. When it cannot send one from that port
+	// (another socket holds it), it sends it from its own port with the
+	// ICRC recomputed for that port, and counts it in
+	// Stats.SourcePortFallbacks: a packet never leaves with an ICRC for
+	// another port than the one in its header.
+	PerPacketSourcePort() bool
+}
+
+// PerPacketSourcePort reports whether c sends each packet from the source
+// port in its Packet.Port (c implements SourcePorts and says so). A
+// decorator of a Conn (a tee, a fault injector) passes the question on.
+func PerPacketSourcePort(c Conn) bool {
+	s, ok := c.(SourcePorts)
+	return ok && s.PerPacketSourcePort()
 }
 
 // Lend fills the first n of tx (n capped at len(tx)) with empty packets whose

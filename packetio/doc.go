@@ -33,6 +33,22 @@
 // while application goroutines that post work call c.Wake() to end a blocked
 // Receive early.
 //
+// # Source ports
+//
+// On send, Packet.Port is the UDP source port the packet leaves from (0: the
+// Conn's own), which its ICRC covers. RoCE NICs and rdma_rxe derive it from
+// the flow label of the address handle (wire.SourcePort), and fabrics hash
+// it to pick one of their equal-cost paths, so a prober reaches many paths
+// by sending with many flow labels. A Conn that can send from any port
+// implements SourcePorts (PerPacketSourcePort tells): package udp opens an
+// extra socket per port in use (a bounded cache) and falls back to its own
+// port, recomputing the ICRC, when a port is taken; package afxdp writes the
+// port into each frame's UDP header; package pipe hands it to the peer.
+// Package uring sends every packet from its socket's port and ignores Port,
+// so a soft device over it sends every packet from that port. The
+// engine is told which (engine.Config.PerPacketSourcePort) and computes
+// each ICRC for the port the packet will carry.
+//
 // # Concurrency
 //
 // Receive, TxBatch and Transmit are called from one goroutine at a time,

@@ -14,6 +14,13 @@ type Stats struct {
 	AsyncErrors uint64 // asynchronous socket errors (ICMP unreachable, ...) the kernel reported on a receive or send call, skipped
 	TxErrors    uint64 // packets Transmit did not send (EMSGSIZE, bad address, too large, ...)
 	Wakes       uint64 // pending Wakes consumed by Receive
+	// SourcePortFallbacks counts packets sent from the Conn's own port,
+	// their ICRC recomputed, because the source port they asked for
+	// (Packet.Port) could not be bound (see SourcePorts).
+	SourcePortFallbacks uint64
+	// SourcePortSockets counts the sockets opened to send from ports other
+	// than the Conn's own (closed again when the least recently used).
+	SourcePortSockets uint64
 }
 
 // Counters holds the counters behind Stats for an implementation of Conn.
@@ -27,6 +34,8 @@ type Counters struct {
 	RxDrops, AsyncErrors atomic.Uint64
 	TxErrors             atomic.Uint64
 	Wakes                atomic.Uint64
+	SourcePortFallbacks  atomic.Uint64
+	SourcePortSockets    atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Counters updated concurrently
@@ -43,6 +52,9 @@ func (c *Counters) Stats() Stats {
 		AsyncErrors: c.AsyncErrors.Load(),
 		TxErrors:    c.TxErrors.Load(),
 		Wakes:       c.Wakes.Load(),
+
+		SourcePortFallbacks: c.SourcePortFallbacks.Load(),
+		SourcePortSockets:   c.SourcePortSockets.Load(),
 	}
 }
 

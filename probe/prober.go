@@ -209,8 +209,15 @@ func (p *Prober) Stats() ProberStats {
 // (ErrTooManyInFlight), the send queue is full (ErrBusy), or the device
 // refuses the address handle or the post.
 func (p *Prober) Probe(peer Peer, flowLabel uint32, class string) error {
+	_, err := p.ProbeSeq(peer, flowLabel, class)
+	return err
+}
+
+// ProbeSeq is Probe, returning the probe's sequence number (Result.Seq of
+// its outcomes).
+func (p *Prober) ProbeSeq(peer Peer, flowLabel uint32, class string) (uint64, error) {
 	if peer.QPN == 0 || peer.GID == (verbs.GID{}) {
-		return ErrBadPeer
+		return 0, ErrBadPeer
 	}
 	if peer.QKey == 0 {
 		peer.QKey = QKey
@@ -220,15 +227,15 @@ func (p *Prober) Probe(peer Peer, flowLabel uint32, class string) error {
 	defer p.mu.Unlock()
 	switch {
 	case p.closed:
-		return ErrClosed
+		return 0, ErrClosed
 	case len(p.freeE) == 0:
-		return ErrTooManyInFlight
+		return 0, ErrTooManyInFlight
 	case len(p.freeS) == 0:
-		return ErrBusy
+		return 0, ErrBusy
 	}
 	ah, err := p.e.ahs.get(ahKey{gid: peer.GID, label: flowLabel})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	idx := p.freeE[len(p.freeE)-1]
 	si := p.freeS[len(p.freeS)-1]
@@ -243,7 +250,7 @@ func (p *Prober) Probe(peer Peer, flowLabel uint32, class string) error {
 	m.Put(buf)
 	if err := p.e.postSend(0, int(si), ah.ah, peer.QPN, peer.QKey); err != nil {
 		p.e.ahs.put(ah)
-		return err
+		return 0, err
 	}
 	posted := verbs.Now()
 	p.counter++
@@ -260,7 +267,7 @@ func (p *Prober) Probe(peer Peer, flowLabel uint32, class string) error {
 	p.tail = idx
 	p.index[seq] = idx
 	p.stats.Sent++
-	return nil
+	return seq, nil
 }
 
 // Close stops the prober (probes still in flight are reported as

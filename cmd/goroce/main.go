@@ -8,6 +8,7 @@
 //
 //	demo     two soft RDMA devices on loopback: every operation, its packets and completions
 //	decode   decode RoCEv2 packets in a pcap or pcapng file
+//	probe    probe a RoCE fabric: network RTT, host delays and loss over UD
 //
 // Run "goroce <command> -h" for a command's flags.
 package main
@@ -32,6 +33,7 @@ var commands = []command{
 	{"devinfo", "show RDMA devices and ports, as ibv_devinfo", runDevinfo},
 	{"pingpong", "rc|ud ping-pong, as ibv_rc_pingpong / ibv_ud_pingpong, against goroce or rdma-core", runPingpong},
 	{"bench", "perftest's bandwidth and latency tests (ib_write_bw, ib_send_lat, ...), against goroce or perftest", runBench},
+	{"probe", "probe a RoCE fabric: network RTT, host delays and loss over UD (once, responder)", runProbe},
 }
 
 func main() {

@@ -455,8 +455,8 @@ func (c *Conn) takeLoop() int {
 	k := min(c.loop.pending(), c.batch)
 	var bytes uint64
 	for i := range k {
-		b := c.loop.take()
-		c.rx[i] = packetio.Packet{Buf: b, Addr: c.local, Port: c.port, Local: c.local, TOS: c.tos}
+		b, port := c.loop.take()
+		c.rx[i] = packetio.Packet{Buf: b, Addr: c.local, Port: port, Local: c.local, TOS: c.tos}
 		bytes += uint64(len(b))
 	}
 	c.ctr.Received(k, bytes)
@@ -570,12 +570,16 @@ func (c *Conn) reclaim(s *socket) {
 	s.comp.Release(got)
 }
 
+// PerPacketSourcePort reports true: every frame carries the UDP source port
+// of its Packet.Port (packetio.SourcePorts).
+func (c *Conn) PerPacketSourcePort() bool { return true }
+
 // Transmit implements packetio.Conn. For each packet it writes the
 // Ethernet header (the destination MAC from the neighbour table), the IPv4
 // header (DF set, Identification 0, TTL 64, the Conn's TOS) and the UDP
-// header (source port Options.Port, checksum 0) in front of the transport
-// packet in its frame, puts the lot on the TX ring with one store, and
-// kicks the kernel when it asks.
+// header (source port Packet.Port, or Options.Port when it is 0; checksum
+// 0) in front of the transport packet in its frame, puts the lot on the TX
+// ring with one store, and kicks the kernel when it asks.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	c.inUse.Add(1)
 	defer c.inUse.Add(-1)
@@ -597,6 +601,10 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		p := &pkts[i]
 		a := p.Addr.Unmap()
 		n := len(p.Buf)
+		sport := p.Port
+		if sport == 0 {
+			sport = c.port
+		}
 		switch {
 		case !a.Is4() || a.IsUnspecified():
 			fail.Add(i, packetio.ErrAddress)
@@ -605,7 +613,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			fail.Add(i, packetio.ErrTooLarge)
 			continue
 		case a == c.local:
-			if !c.loop.push(p.Buf) {
+			if !c.loop.push(p.Buf, sport) {
 				fail.Add(i, errLoopFull)
 				continue
 			}
@@ -627,7 +635,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			copy(frame[hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
 		}
 		wire.Ethernet(frame).Set(mac, c.srcMAC, wire.EtherTypeIPv4)
-		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: c.port, DstPort: c.dstPort, TrafficClass: c.tos}
+		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: c.tos}
 		if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
 			fail.Add(i, err)
 			continue

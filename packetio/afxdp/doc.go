@@ -94,11 +94,13 @@
 // kernel asks (in copy mode: always; the sending happens in the sendto
 // call, at most 32 frames per call), kicks it with sendto.
 //
-// The UDP source port of every packet is Options.Port (4791 by default),
-// like the UDP path's: the engine's ICRC covers the source port, and
-// provider/soft computes it for Options.SourcePort, which must equal it.
-// Packet.Port is ignored on send. (Per-queue-pair entropy ports, which
-// whole-frame transmit could carry, need the engine to choose them.)
+// The UDP source port of a packet is its Packet.Port, or Options.Port (4791
+// by default) when that is 0: the Conn implements packetio.SourcePorts, so
+// a soft device over it sends a UD packet whose address handle has a flow
+// label from the port the label maps to (wire.SourcePort), as RoCE NICs
+// do, and everything else from Options.Port, for which it computes the
+// ICRC (provider/soft Options.SourcePort must equal it). Packets to the
+// Conn's own address are looped back with their source port.
 //
 // The destination MAC comes from the kernel: the route to the destination
 // (it must leave through this interface; otherwise the packet fails with

@@ -11,21 +11,25 @@ package afxdp
 type loopback struct {
 	mem              []byte
 	lens             []int
+	ports            []uint16 // each packet's UDP source port
 	slots, size      int
 	head, tail, held int
 }
 
-// push copies p into a free slot; false when every slot is in use.
-func (l *loopback) push(p []byte) bool {
+// push copies p, sent from UDP port port, into a free slot; false when
+// every slot is in use.
+func (l *loopback) push(p []byte, port uint16) bool {
 	if l.mem == nil {
 		l.mem = make([]byte, l.slots*l.size)
 		l.lens = make([]int, l.slots)
+		l.ports = make([]uint16, l.slots)
 	}
 	if l.head-l.held == l.slots || len(p) > l.size {
 		return false
 	}
 	i := l.head % l.slots
 	l.lens[i] = copy(l.mem[i*l.size:(i+1)*l.size], p)
+	l.ports[i] = port
 	l.head++
 	return true
 }
@@ -36,9 +40,10 @@ func (l *loopback) release() { l.held = l.tail }
 // pending returns how many packets wait.
 func (l *loopback) pending() int { return l.head - l.tail }
 
-// take returns the next waiting packet; call it at most pending times.
-func (l *loopback) take() []byte {
+// take returns the next waiting packet and its source port; call it at
+// most pending times.
+func (l *loopback) take() ([]byte, uint16) {
 	i := l.tail % l.slots
 	l.tail++
-	return l.mem[i*l.size : i*l.size+l.lens[i] : i*l.size+l.lens[i]]
+	return l.mem[i*l.size : i*l.size+l.lens[i] : i*l.size+l.lens[i]], l.ports[i]
 }

@@ -47,7 +47,8 @@ var (
 // Options configures Listen. The zero value gives the defaults.
 type Options struct {
 	// Port is the local UDP port: the port packets are received on and
-	// the UDP source port of every transmitted packet. Default 4791. The
+	// the UDP source port of every transmitted packet whose Packet.Port is
+	// 0. Default 4791. The
 	// engine's ICRC covers the source port, so a device on this Conn must
 	// use the same (provider/soft Options.SourcePort).
 	Port uint16

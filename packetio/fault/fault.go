@@ -95,6 +95,11 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 	return c.lent
 }
 
+// PerPacketSourcePort reports whether the wrapped Conn sends each packet
+// from its Packet.Port (packetio.SourcePorts); the faults keep each
+// packet's port.
+func (c *Conn) PerPacketSourcePort() bool { return packetio.PerPacketSourcePort(c.Conn) }
+
 // Transmit applies the faults and sends what survives.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	now := time.Now()

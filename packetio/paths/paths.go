@@ -5,6 +5,11 @@
 // passed over the others. Every goroce command that opens a device takes
 // --path.
 //
+// The udp and afxdp paths send each packet from the source port its
+// Packet.Port asks for (packetio.SourcePorts), so a soft device over them
+// sends UD packets with a flow label from the label's port; uring sends
+// everything from its socket's port.
+//
 // AF_XDP attaches an XDP program to the interface that has the address (it
 // redirects UDP port 4791 to the device and passes everything else on), and
 // the frames it sends bypass the interface's packet taps: tcpdump on that

@@ -76,6 +76,10 @@ func TestOpenLoopback(t *testing.T) {
 			if name == Uring && ca.Detail == "" {
 				t.Errorf("uring path reports no features")
 			}
+			// udp sends from per-packet source ports, uring from its own.
+			if got, want := packetio.PerPacketSourcePort(a), ca.Path == UDP; got != want {
+				t.Errorf("%s: PerPacketSourcePort %v, want %v", ca.Path, got, want)
+			}
 			t.Logf("%s: %v", name, ca)
 			exchange(t, a, b)
 			exchange(t, b, a)

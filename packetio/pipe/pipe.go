@@ -72,6 +72,7 @@ type Conn struct {
 type slot struct {
 	buf  []byte // len = packet length, cap = MaxPacket
 	from netip.Addr
+	port uint16 // source port
 }
 
 var _ packetio.Conn = (*Conn)(nil)
@@ -158,7 +159,7 @@ func (c *Conn) take() []packetio.Packet {
 	var bytes uint64
 	for i := range k {
 		s := &c.slots[(c.head+i)%len(c.slots)]
-		c.rx[i] = packetio.Packet{Buf: s.buf, Addr: s.from, Port: wire.RoCEv2Port, Local: c.local}
+		c.rx[i] = packetio.Packet{Buf: s.buf, Addr: s.from, Port: s.port, Local: c.local}
 		bytes += uint64(len(s.buf))
 	}
 	c.held = k
@@ -176,6 +177,10 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 	c.lent = len(tx)
 	return tx
 }
+
+// PerPacketSourcePort reports true: a packet arrives with the source port
+// its Packet.Port gave (packetio.SourcePorts).
+func (c *Conn) PerPacketSourcePort() bool { return true }
 
 // Transmit implements packetio.Conn. The packets are copied into the peer's
 // queue before it returns.
@@ -224,7 +229,10 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		default:
 			s := &p.slots[(p.head+p.count)%len(p.slots)]
 			s.buf = append(s.buf[:0], pk.Buf...)
-			s.from = c.local
+			s.from, s.port = c.local, pk.Port
+			if s.port == 0 {
+				s.port = wire.RoCEv2Port
+			}
 			p.count++
 		}
 	}

@@ -29,22 +29,28 @@ func TestMetadata(t *testing.T) {
 	a, b := pipe.New(addrA, addrB, pipe.Options{})
 	defer a.Close()
 	defer b.Close()
-	batch := a.TxBatch(1)
-	batch[0].Buf = append(batch[0].Buf[:0], "hello"...)
-	batch[0].Addr = addrB
-	batch[0].Port = 1234 // ignored
-	if _, err := a.Transmit(batch); err != nil {
-		t.Fatal(err)
+	if !packetio.PerPacketSourcePort(a) {
+		t.Error("a pipe end does not say it sends from each packet's source port")
 	}
-	// The sender may reuse its buffer at once.
-	copy(batch[0].Buf, "XXXXX")
-	pkts, err := b.Receive(time.Now().Add(time.Second))
-	if err != nil || len(pkts) != 1 {
-		t.Fatalf("Receive = %d, %v", len(pkts), err)
-	}
-	want := packetio.Packet{Buf: []byte("hello"), Addr: addrA, Port: 4791, Local: addrB}
-	if p := pkts[0]; !bytes.Equal(p.Buf, want.Buf) || p.Addr != want.Addr || p.Port != want.Port || p.Local != want.Local || p.TOS != 0 {
-		t.Fatalf("got %+v, want %+v", p, want)
+	// Port 0 arrives as 4791 (the UDP path's own port), another as itself.
+	for _, c := range []struct{ send, want uint16 }{{0, 4791}, {0xC123, 0xC123}} {
+		batch := a.TxBatch(1)
+		batch[0].Buf = append(batch[0].Buf[:0], "hello"...)
+		batch[0].Addr = addrB
+		batch[0].Port = c.send
+		if _, err := a.Transmit(batch); err != nil {
+			t.Fatal(err)
+		}
+		// The sender may reuse its buffer at once.
+		copy(batch[0].Buf, "XXXXX")
+		pkts, err := b.Receive(time.Now().Add(time.Second))
+		if err != nil || len(pkts) != 1 {
+			t.Fatalf("Receive = %d, %v", len(pkts), err)
+		}
+		want := packetio.Packet{Buf: []byte("hello"), Addr: addrA, Port: c.want, Local: addrB}
+		if p := pkts[0]; !bytes.Equal(p.Buf, want.Buf) || p.Addr != want.Addr || p.Port != want.Port || p.Local != want.Local || p.TOS != 0 {
+			t.Fatalf("sent from port %d: got %+v, want %+v", c.send, p, want)
+		}
 	}
 }
 

@@ -63,14 +63,25 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	return pkts, err
 }
 
-// Transmit shows the packets, then sends them.
+// Transmit shows the packets, then sends them. A packet's source port is
+// its Packet.Port, or 4791 when that is 0 (the wrapped Conn's own port,
+// which tee does not know; the soft device's is 4791 unless configured
+// otherwise).
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	now := time.Now()
 	for i := range pkts {
-		c.f(now, Out, c.LocalAddr(), pkts[i].Addr, wire.RoCEv2Port, pkts[i].Buf)
+		sport := pkts[i].Port
+		if sport == 0 {
+			sport = wire.RoCEv2Port
+		}
+		c.f(now, Out, c.LocalAddr(), pkts[i].Addr, sport, pkts[i].Buf)
 	}
 	return c.Conn.Transmit(pkts)
 }
+
+// PerPacketSourcePort reports whether the wrapped Conn sends each packet
+// from its Packet.Port (packetio.SourcePorts).
+func (c *Conn) PerPacketSourcePort() bool { return packetio.PerPacketSourcePort(c.Conn) }
 
 // PcapWriter writes packets as Ethernet frames with the IPv4 and UDP headers
 // Linux gives datagrams sent on an unconnected socket with IP_PMTUDISC_DO

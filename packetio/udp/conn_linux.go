@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -53,6 +54,17 @@ type Conn struct {
 	txEnd   int
 	txN     int // send's results
 	txErrno unix.Errno
+
+	// Extra source ports (ports_linux.go). portsMu serialises the cache
+	// between Transmit and Close; txGroupOf[i] is the group of packet i of
+	// a Transmit (-1: not sent), groups the sockets it sends on, the main
+	// socket's first.
+	perPort   bool
+	portsMu   sync.Mutex
+	ports     portCache
+	txGen     uint64
+	txGroupOf []int
+	txGroups  []txGroup
 
 	waking atomic.Bool // a Wake is pending
 	parked atomic.Bool // Receive may be waiting in the netpoller
@@ -105,7 +117,18 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	}
 	c.initRx(o.Batch)
 	c.initTx(o.Batch)
+	if o.SourcePorts > 0 {
+		c.perPort = true
+		c.ports.init(o.SourcePorts, fd, o.TOS)
+	}
 	return c, nil
+}
+
+// txGroup is the packets of one Transmit that leave from one socket:
+// txHdrs[start:start+n].
+type txGroup struct {
+	raw      syscall.RawConn
+	start, n int
 }
 
 func (c *Conn) initRx(batch int) {
@@ -133,6 +156,8 @@ func (c *Conn) initTx(batch int) {
 	c.txIovs = make([]unix.Iovec, batch)
 	c.txNames = make([]sockaddrInet4, batch)
 	c.txIdx = make([]int, batch)
+	c.txGroupOf = make([]int, batch)
+	c.txGroups = make([]txGroup, 0, batch+1)
 	for i := range c.txHdrs {
 		c.txNames[i] = sockaddrInet4{family: unix.AF_INET, port: c.dstPort}
 		c.txHdrs[i].setName(&c.txNames[i])
@@ -274,6 +299,11 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 // the path MTU, ...) is skipped, counted and reported, and the rest of the
 // batch is sent. A pending asynchronous error (ICMP unreachable reported on
 // this call) is counted in AsyncErrors and the packet retried once.
+//
+// A packet whose Port is neither 0 nor the socket's port leaves from an
+// extra socket bound to that port (see PerPacketSourcePort); the packets of
+// a batch are grouped by socket, in order within each, one sendmmsg per
+// group as far as the kernel takes them.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if c.closed.Load() {
 		return 0, packetio.ErrClosed
@@ -283,9 +313,14 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	}
 	c.lent = 0
 	var fail packetio.TxFailures
-	m := 0
+	own := c.local.Port()
+	c.txGen++
+	groups := append(c.txGroups[:0], txGroup{raw: c.raw})
+	locked := false
+	var fallbacks, opened uint64
 	for i := range pkts {
 		p := &pkts[i]
+		c.txGroupOf[i] = -1
 		a := p.Addr.Unmap()
 		switch {
 		case !a.Is4() || a.IsUnspecified():
@@ -295,20 +330,94 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			fail.Add(i, packetio.ErrTooLarge)
 			continue
 		}
-		c.txNames[m].addr = a.As4()
-		setBuf(&c.txIovs[m], p.Buf)
-		c.txIdx[m] = i
-		m++
+		g := 0
+		if port := p.Port; c.perPort && port != 0 && port != own {
+			if !locked {
+				c.portsMu.Lock()
+				locked = true
+			}
+			e, op := c.ports.get(c, port, c.txGen)
+			if op {
+				opened++
+			}
+			if e == nil || e.f == nil {
+				// Not bound (or no room left in this batch): from the
+				// main socket's port, with the ICRC for it.
+				if err := c.refit(p.Buf, a); err != nil {
+					fail.Add(i, err)
+					continue
+				}
+				fallbacks++
+			} else {
+				if e.gen != c.txGen {
+					e.gen, e.group = c.txGen, len(groups)
+					groups = append(groups, txGroup{raw: e.raw})
+				}
+				g = e.group
+			}
+		}
+		c.txGroupOf[i] = g
+		groups[g].n++
+	}
+	m := 0
+	for g := range groups {
+		groups[g].start, m = m, m+groups[g].n
+		groups[g].n = 0
+	}
+	for i := range pkts {
+		if c.txGroupOf[i] < 0 {
+			continue
+		}
+		g := &groups[c.txGroupOf[i]]
+		k := g.start + g.n
+		g.n++
+		c.txNames[k].addr = pkts[i].Addr.Unmap().As4()
+		setBuf(&c.txIovs[k], pkts[i].Buf)
+		c.txIdx[k] = i
 	}
 	sent := 0
 	var bytes uint64
+	for g := range groups {
+		if groups[g].n > 0 {
+			s, b := c.sendGroup(groups[g].raw, groups[g].start, groups[g].start+groups[g].n, pkts, &fail)
+			sent += s
+			bytes += b
+		}
+	}
+	if locked {
+		c.portsMu.Unlock()
+	}
+	c.txGroups = groups[:0]
+	for i := range m {
+		c.txIovs[i].Base = nil // do not keep the caller's buffers alive
+	}
+	if fallbacks > 0 {
+		c.ctr.SourcePortFallbacks.Add(fallbacks)
+	}
+	if opened > 0 {
+		c.ctr.SourcePortSockets.Add(opened)
+	}
+	if sent > 0 {
+		c.ctr.PacketsOut.Add(uint64(sent))
+		c.ctr.BytesOut.Add(bytes)
+	}
+	if fail.Len() > 0 {
+		c.ctr.TxErrors.Add(uint64(fail.Len()))
+		return sent, fail.Err(pkts)
+	}
+	return sent, nil
+}
+
+// sendGroup sends txHdrs[off:end] on the socket of raw and returns how many
+// packets and bytes it sent, recording the others in fail.
+func (c *Conn) sendGroup(raw syscall.RawConn, off, end int, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64) {
 	retried := -1
-	for off := 0; off < m; {
-		c.txOff, c.txEnd = off, m
+	for off < end {
+		c.txOff, c.txEnd = off, end
 		c.txN, c.txErrno = 0, 0
-		if err := c.raw.Write(c.sendFn); err != nil {
+		if err := raw.Write(c.sendFn); err != nil {
 			err = c.opErr("transmit", err)
-			for j := off; j < m; j++ {
+			for j := off; j < end; j++ {
 				fail.Add(c.txIdx[j], err)
 			}
 			break
@@ -330,19 +439,16 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		off += c.txN
 		c.ctr.TxBatches.Add(1)
 	}
-	for i := range m {
-		c.txIovs[i].Base = nil // do not keep the caller's buffers alive
-	}
-	if sent > 0 {
-		c.ctr.PacketsOut.Add(uint64(sent))
-		c.ctr.BytesOut.Add(bytes)
-	}
-	if fail.Len() > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.Len()))
-		return sent, fail.Err(pkts)
-	}
-	return sent, nil
+	return sent, bytes
 }
+
+// PerPacketSourcePort implements packetio.SourcePorts: it reports true
+// unless Options.SourcePorts was negative. A packet whose Port is another
+// than the socket's leaves from an extra socket bound to the Conn's address
+// and that port; when the port cannot be bound (another socket holds it),
+// from the socket's own port with its ICRC recomputed for that port, counted
+// in Stats().SourcePortFallbacks.
+func (c *Conn) PerPacketSourcePort() bool { return c.perPort }
 
 // send is the netpoller callback of Transmit.
 func (c *Conn) send(fd uintptr) bool {
@@ -420,7 +526,11 @@ func (c *Conn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return packetio.ErrClosed
 	}
-	if err := c.f.Close(); err != nil {
+	err := c.f.Close()
+	c.portsMu.Lock()
+	c.ports.close()
+	c.portsMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("packetio/udp: close: %w", err)
 	}
 	return nil

@@ -32,6 +32,9 @@ func (c *Conn) TxBatch(n int) []packetio.Packet { return nil }
 // Transmit implements packetio.Conn.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) { return 0, packetio.ErrClosed }
 
+// PerPacketSourcePort implements packetio.SourcePorts.
+func (c *Conn) PerPacketSourcePort() bool { return false }
+
 // Wake implements packetio.Conn.
 func (c *Conn) Wake() {}
 

@@ -24,14 +24,31 @@
 //
 // # Ports and flow entropy
 //
-// Every datagram leaves from the socket's own port (4791), to the Conn's
-// destination port (4791 by default). RoCEv2 puts flow entropy in the UDP
-// source port (rdma_rxe and NICs derive it from the QP numbers, see
-// wire.QPSourcePort) so that ECMP spreads queue pairs over paths; a UDP
-// socket cannot choose a source port per datagram, so all of a Conn's queue
-// pairs take one path and receivers that expect the entropy port see 4791.
-// Paths that write whole frames (AF_XDP) set the source port per packet.
-// Packet.Port is ignored on send.
+// Datagrams go to the Conn's destination port (4791 by default) and leave
+// from the socket's own port (4791), unless Packet.Port asks for another
+// source port. RoCEv2 puts flow entropy in the UDP source port: RoCE NICs
+// and rdma_rxe derive it from the address handle's flow label
+// (wire.SourcePort), and fabrics hash it to choose one of their equal-cost
+// paths. A socket cannot choose its source port per datagram, so the Conn
+// keeps extra sockets bound to the local address and the other ports asked
+// for (Options.SourcePorts of them, default 256, the least recently used
+// closed to make room), opened on first use in the main socket's network
+// namespace. They are set up as the main socket is for sending (DF and
+// Identification 0, which the ICRC covers; UDP checksum 0; the TOS), keep
+// the smallest receive buffer and drop everything that reaches them with a
+// socket filter. A batch is sent with one sendmmsg per socket, in order
+// within each. The Conn implements packetio.SourcePorts, so a soft device
+// over it sends UD packets with a flow label from the port the label maps
+// to, and everything else from 4791.
+//
+// A port that cannot be bound (another socket on the machine holds it) is
+// tried again a second later; meanwhile its packets leave from the
+// socket's own port with their ICRC recomputed for that port (the sender
+// computed it for the port it asked for), so that no packet carries an ICRC
+// for a header it does not have. They are counted in
+// Stats().SourcePortFallbacks, the extra sockets opened in
+// SourcePortSockets. A batch with more distinct ports than
+// Options.SourcePorts sends the excess the same way.
 //
 // # Batches, buffers and waiting
 //

@@ -41,7 +41,18 @@ type Options struct {
 	// TOS is the IPv4 TOS byte (DSCP << 2 | ECN) of transmitted packets
 	// (IP_TOS). Default 0.
 	TOS uint8
+	// SourcePorts is the most extra sockets kept open to send packets from
+	// source ports other than Port (Packet.Port; see the package
+	// documentation), the least recently used closed to make room. Default
+	// DefaultSourcePorts; negative: none, every packet leaves from Port and
+	// Packet.Port is ignored (the Conn then reports false from
+	// PerPacketSourcePort).
+	SourcePorts int
 }
+
+// DefaultSourcePorts is the default Options.SourcePorts: room for the 115
+// flow labels that cover 16 equal-cost paths with probability 0.99, twice.
+const DefaultSourcePorts = 256
 
 func (o Options) withDefaults() Options {
 	if o.Port == 0 {
@@ -60,5 +71,9 @@ func (o Options) withDefaults() Options {
 	if o.SendBuffer == 0 {
 		o.SendBuffer = DefaultSocketBuffer
 	}
+	if o.SourcePorts == 0 {
+		o.SourcePorts = DefaultSourcePorts
+	}
+	o.SourcePorts = min(o.SourcePorts, 1<<15-1)
 	return o
 }

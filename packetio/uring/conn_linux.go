@@ -676,7 +676,8 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 // completions; a packet the kernel refuses (EMSGSIZE, ...) is counted and
 // reported and the others are sent. A packet that met an asynchronous error
 // (an ICMP error of an earlier datagram, reported on this send) is counted
-// in AsyncErrors and sent once more.
+// in AsyncErrors and sent once more. Every packet leaves from the socket's
+// port; Packet.Port is ignored.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if c.closed.Load() {
 		return 0, packetio.ErrClosed

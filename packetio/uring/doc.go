@@ -50,6 +50,12 @@
 // packet's fate (EMSGSIZE, ...) is reported as package udp reports it;
 // receive completions met meanwhile are set aside for Receive.
 //
+// Every packet leaves from the socket's own port: Packet.Port is ignored on
+// send and the Conn does not implement packetio.SourcePorts, so a soft
+// device over it computes every ICRC for that port and sends UD packets
+// with a flow label from it too (package udp sends them from the port the
+// label maps to).
+//
 // # Threads
 //
 // The kernel completes socket requests with task work run by the thread

@@ -10,8 +10,9 @@
 // to within about 9 %. Per flow label it keeps resolved and lost counts over
 // two half windows, so that a lossy ECMP member shows as loss on some labels
 // only (LossyLabels) while a dead host loses on all. Memory is bounded:
-// about 4 KiB per path plus 16 bytes per label, for at most MaxPaths paths
-// and MaxLabels labels per path.
+// about 4 KiB per path plus 70 bytes per label (12 KiB for a path probed
+// with 115 labels, TestWindowMemory), for at most MaxPaths paths and
+// MaxLabels labels per path.
 //
 // A path is judged once it has MinProbes resolved probes in the window; it
 // is then degraded when its loss ratio is above MaxLoss or its RTT p99 above

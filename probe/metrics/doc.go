@@ -18,6 +18,7 @@
 //	goroce_probe_path_degraded             gauge      1 degraded, 0 healthy, absent if not judged
 //	goroce_probe_paths_left_out            gauge      paths beyond the cap
 //	goroce_probe_faulty_component          gauge      1 per component named faulty {kind, name}
+//	goroce_probe_source_info               gauge      1 {source, source_group}: the prober itself
 //	goroce_build_info                      gauge      1 {version, goversion}
 //
 // The per-result series carry {target, target_group, class, timestamps}

@@ -48,6 +48,9 @@ type Options struct {
 	// DefaultBuckets()). Native histograms (bucket factor 1.1) are
 	// exposed alongside.
 	Buckets []float64
+	// Source and SourceGroup are the node and group of the prober, the
+	// labels of goroce_probe_source_info (SetSource changes them).
+	Source, SourceGroup string
 	// Version is the goroce_build_info version label (default the main
 	// module's version from runtime/debug, "(devel)" in a work tree).
 	Version string
@@ -66,6 +69,7 @@ type Metrics struct {
 	pathsLeftOut                            prometheus.Gauge
 	faulty                                  *prometheus.GaugeVec
 	buildInfo                               *prometheus.GaugeVec
+	sourceInfo                              *prometheus.GaugeVec
 
 	mu      sync.Mutex
 	targets map[string]bool // targets with series of their own
@@ -131,6 +135,8 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 	m.faulty = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "faulty_component", Help: "1 for each component (kind link, host or group) the last localisation names as faulty."}, []string{"kind", "name"})
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goroce_build_info", Help: "1, labelled with goroce's version and the Go version that built it."}, []string{"version", "goversion"})
 	m.buildInfo.WithLabelValues(o.Version, runtime.Version()).Set(1)
+	m.sourceInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "source_info", Help: "1, labelled with the prober's node and group: join on instance to give per-target series their source group."}, []string{"source", "source_group"})
+	m.sourceInfo.WithLabelValues(o.Source, o.SourceGroup).Set(1)
 	if reg != nil {
 		for _, c := range m.Collectors() {
 			if err := reg.Register(c); err != nil {
@@ -148,8 +154,15 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.sent, m.completed, m.lost, m.late, m.errs,
 		m.pairs, m.capped, m.cappedResults,
 		m.pathLoss, m.pathP99, m.pathDegraded, m.pathsLeftOut, m.faulty,
-		m.buildInfo,
+		m.buildInfo, m.sourceInfo,
 	}
+}
+
+// SetSource changes the labels of goroce_probe_source_info (after a
+// pinglist reload moved the node to another group).
+func (m *Metrics) SetSource(name, group string) {
+	m.sourceInfo.Reset()
+	m.sourceInfo.WithLabelValues(name, group).Set(1)
 }
 
 // admit returns the target and group label values for a result, applying

@@ -1,7 +1,6 @@
 package pinglist
 
 import (
-	"math"
 	"sort"
 )
 
@@ -191,35 +190,23 @@ func hash(seed uint64, a, b string) uint64 {
 // equal-cost paths with probability p, hashing uniformly (coupon
 // collector): the smallest k with
 // sum_{i=1..n} (-1)^(i+1) C(n,i) (1-i/n)^k <= 1-p. n=16, p=0.99 gives 115.
-// It is the same as probe.LabelCount.
+// It is the same as probe.LabelCount. It computes the distribution of the
+// number of distinct paths hit after k labels step by step (a Markov
+// chain), which, unlike the alternating sum, stays exact for large n.
 func labelCount(n int, p float64) int {
 	if n <= 1 {
 		return 1
 	}
-	for k := n; k < 1<<16; k++ {
-		// Probability that some path is missed, by inclusion-exclusion,
-		// with binomials computed in log space to stay finite.
-		miss := 0.0
-		for i := 1; i <= n; i++ {
-			lc := lgammaInt(n+1) - lgammaInt(i+1) - lgammaInt(n-i+1)
-			term := math.Exp(lc + float64(k)*math.Log1p(-float64(i)/float64(n)))
-			if i == n {
-				term = 0
-			}
-			if i%2 == 1 {
-				miss += term
-			} else {
-				miss -= term
-			}
+	dist := make([]float64, n+1) // dist[j]: probability that j paths are hit
+	dist[0] = 1
+	for k := 1; k < 1<<20; k++ {
+		for j := n; j >= 1; j-- {
+			dist[j] = dist[j]*float64(j)/float64(n) + dist[j-1]*float64(n-j+1)/float64(n)
 		}
-		if miss <= 1-p {
+		dist[0] = 0
+		if dist[n] >= p {
 			return k
 		}
 	}
-	return 1 << 16
-}
-
-func lgammaInt(n int) float64 {
-	v, _ := math.Lgamma(float64(n))
-	return v
+	return 1 << 20
 }

@@ -22,7 +22,12 @@ type Options struct {
 	// Conn is the packet path. Required.
 	Conn packetio.Conn
 	// SourcePort of the packets the engine builds, which the ICRC covers:
-	// the UDP path sends from its socket's port (default 4791).
+	// the UDP path sends from its socket's port (default 4791). When the
+	// Conn can send each packet from a port of its own
+	// (packetio.PerPacketSourcePort), a UD send whose address handle has a
+	// non-zero flow label leaves from the port the label maps to
+	// (wire.SourcePort), as from rdma_rxe and RoCE NICs; everything else
+	// from SourcePort.
 	SourcePort uint16
 	// ActiveMTU is the port's MTU (default from Conn.MaxPacket: the largest
 	// IB MTU that fits, at most 4096).
@@ -101,6 +106,7 @@ func New(opts Options) (*Device, error) {
 	}
 	cfg.Local = opts.Conn.LocalAddr()
 	cfg.SourcePort = opts.SourcePort
+	cfg.PerPacketSourcePort = packetio.PerPacketSourcePort(opts.Conn)
 	cfg.Clock = verbs.Now
 	mtu := opts.ActiveMTU
 	if mtu == 0 {
@@ -308,11 +314,14 @@ func (d *Device) flushBatches(now int64, batches int) int {
 		k := 0
 		for k < len(batch) {
 			b := batch[k].Buf[:cap(batch[k].Buf)]
-			n, to, ok := d.eng.Output(now, b)
+			n, to, sport, ok := d.eng.OutputFrom(now, b)
 			if !ok {
 				break
 			}
-			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, wire.RoCEv2Port
+			if sport == d.opts.SourcePort {
+				sport = 0 // the Conn's own port
+			}
+			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, sport
 			k++
 		}
 		if k > 0 {

@@ -30,6 +30,17 @@
 // IBV_EVENT_QP_FATAL, IBV_EVENT_QP_ACCESS_ERR, IBV_EVENT_QP_REQ_ERR) reach
 // the context that created the object through Context.GetAsyncEvent.
 //
+// Every work completion carries the time the engine produced it
+// (WC.Timestamp, on verbs.Now's clock; QueryDevice reports
+// verbs.TimestampSoftware): a receive is stamped as its packet is
+// processed, however late the application polls.
+//
+// Source ports: every packet leaves from Options.SourcePort (4791) but UD
+// sends whose address handle has a flow label, which leave from the port
+// the label maps to (wire.SourcePort), as from rdma_rxe and RoCE NICs, when
+// the packet path can send each packet from a port of its own
+// (packetio.SourcePorts: udp, afxdp and pipe can, uring cannot).
+//
 // Registered memory: an MR holds the []byte it covers; the slice keeps the
 // memory alive and Go does not move heap memory, so the MR's address (that
 // of its first byte, as ibv_reg_mr reports) stays valid for the engine until
