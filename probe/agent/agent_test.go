@@ -127,7 +127,7 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 
 // start runs the agent of node i of the pinglist at path until the test
 // ends (or stop is called).
-func start(t *testing.T, path string, i, port int) *running {
+func start(t testing.TB, path string, i, port int) *running {
 	t.Helper()
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr(i), uint16(port)).String())
 	if err != nil {
