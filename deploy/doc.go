@@ -25,7 +25,10 @@
 // PodMonitor) and import the dashboard into Grafana.
 //
 // The tests parse every file; run promtool check and test on the rules
-// and configurations (skipping when promtool is missing); and check that
-// every metric a rule or a panel queries is one package probe/metrics
-// exposes or a rule records.
+// and configurations (skipping when promtool is missing); check that every
+// metric a rule or a panel queries is one package probe/metrics exposes or
+// a rule records; and run the Prometheus server with the rules, scraping
+// probe/metrics over HTTP, to read back the loss of a lossy and a healthy
+// pair, their groups' loss and the pending alert (skipping when prometheus
+// is missing).
 package deploy

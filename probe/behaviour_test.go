@@ -108,7 +108,7 @@ func TestProbeLoopback(t *testing.T) {
 	if ps.Sent != 200 || ps.Completed != 200 || ps.Lost+ps.Errors+ps.Invalid+ps.Mismatched+ps.Unmatched+ps.Duplicates != 0 || ps.InFlight != 0 {
 		t.Fatalf("prober stats %+v", ps)
 	}
-	if rsst.Received != 200 || rsst.Answered != 200 || rsst.Completed != 200 || rsst.Invalid+rsst.Dropped != 0 || rsst.AHs != 1 {
+	if rsst.Received != 200 || rsst.Answered != 200 || rsst.Completed != 200 || rsst.Invalid+rsst.Dropped != 0 || rsst.AHs != 4 { // one per responder QP: the ACKs' label follows the QP pair
 		t.Fatalf("responder stats %+v", rsst)
 	}
 	if ps.AHs != 16 {

@@ -15,7 +15,9 @@
 // the sender's GID (read from the GRH area of the receive buffer) and
 // source QPN, with two ACKs: the first at once, echoing seq and T1 and
 // carrying T3; the second once the first's send completion gave T4,
-// carrying T1, T3 and T4. The flags byte, ignored by rpingmesh, carries
+// carrying T1, T3 and T4. The ACKs carry the flow label the kernel derives
+// for their QP pair (rdma_calc_flow_label), so that they leave from a RoCEv2
+// source port. The flags byte, ignored by rpingmesh, carries
 // FlagHardwareTimestamps when the sender's completion times are its
 // device's hardware timestamps. Malformed or foreign payloads (too short,
 // another version, the wrong type) are dropped and counted, on both sides.

@@ -540,7 +540,7 @@ func (p *Prober) result(idx int32, o Outcome) Result {
 	e := &p.entries[idx]
 	r := Result{Peer: e.peer, Class: e.class, Seq: e.seq, FlowLabel: e.label, SrcPort: SourcePort(e.label),
 		ResponderQPN: e.peer.QPN, Sent: time.Unix(0, e.t1), T1: e.t1, T2: e.t2, T3: e.t3, T4: e.t4, T5: e.t5, T6: e.t6,
-		Outcome: o, Timestamps: TimestampsSoftware}
+		Outcome: o, Timestamps: p.Timestamps()} // the prober's own until an ACK tells the responder's
 	if e.t5 != 0 {
 		var f uint8
 		if e.respHW {

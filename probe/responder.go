@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // ResponderOptions configures a Responder.
@@ -53,7 +54,8 @@ type ResponderStats struct {
 	Dropped uint64
 	// RecvErrors and SendErrors count completions with an error status.
 	RecvErrors, SendErrors uint64
-	// AHs is the number of address handles cached (at most 1024).
+	// AHs is the number of address handles cached (at most 1024): one
+	// per prober GID, QP and responder QP.
 	AHs int
 }
 
@@ -227,7 +229,14 @@ func (r *Responder) receive(qi, s int, wc *verbs.WC) {
 		r.dropped.Add(1)
 		return
 	}
-	ah, err := r.e.ahs.get(ahKey{gid: gid})
+	// The ACKs carry the flow label the kernel derives for a QP pair
+	// (rdma_calc_flow_label), so that they leave from a RoCEv2 source
+	// port (0xC000-0xFFFF) rather than the device's own.
+	label := wire.FlowLabel(wire.QPN(r.e.qps[qi].qp.Num()), wire.QPN(wc.SrcQP))
+	if label == 0 {
+		label = 1
+	}
+	ah, err := r.e.ahs.get(ahKey{gid: gid, label: label})
 	if err != nil {
 		r.dropped.Add(1)
 		return

@@ -94,6 +94,11 @@ func newEndpoint(vctx verbs.Context, nqp, depth, sendDepth, gidIndex int) (e *en
 	if da.MaxQPWR > 0 {
 		depth, sendDepth = min(depth, da.MaxQPWR), min(sendDepth, da.MaxQPWR)
 	}
+	// The one CQ takes every queue's completions: keep it within the
+	// device's limit (rdma_rxe: 32767 entries).
+	for da.MaxCQE > 0 && nqp*(depth+sendDepth) > da.MaxCQE && depth+sendDepth > 2 {
+		depth, sendDepth = max(depth/2, 1), max(sendDepth/2, 1)
+	}
 	if e.ch, err = vctx.CreateCompChannel(); err != nil {
 		return nil, fmt.Errorf("probe: create completion channel: %w", err)
 	}

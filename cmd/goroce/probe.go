@@ -155,7 +155,8 @@ type onceConfig struct {
 // onceHost is one HOST of goroce probe once and what became of its probes.
 type onceHost struct {
 	arg       string
-	peer      probe.Peer
+	peer      probe.Peer // the responder's first QP
+	qpns      []uint32   // all its QPs: probes rotate over them
 	sent      int
 	notSent   int
 	results   []probe.Result // OK, lost and error outcomes, in arrival order
@@ -188,7 +189,8 @@ func runProbeOnce(ctx context.Context, args []string, stdout, stderr io.Writer) 
                         [--labels N | --paths N --prob P] [--qpn Q] [--http-port N] [--json] HOST...
 
 Probes the responder of each HOST (goroce probe responder, goroce probe agent or rpingmesh's),
-found at http://HOST:PORT`+probe.SelfPath+` unless --qpn is given; prints a line per probe and a
+found at http://HOST:PORT`+probe.SelfPath+` unless --qpn is given (probes rotate over its QPs and
+the flow labels); prints a line per probe and a
 summary per host. Exit status 1 when a probe was lost or failed, 2 on usage or setup errors.
 
 flags:`)
@@ -257,8 +259,12 @@ flags:`)
 	defer p.Close()
 	if !c.json {
 		for _, h := range hs {
-			fmt.Fprintf(stdout, "PROBE %s (%s) GID %s QPN 0x%06x: %d probes over %d flow labels, from %s (%s) GID %s QPN 0x%06x\n",
-				h.arg, h.peer.Addr, h.peer.GID, h.peer.QPN, c.count, len(labels), dev.name, dev.provider, p.GID(), p.QPN())
+			qs := make([]string, len(h.qpns))
+			for i, q := range h.qpns {
+				qs[i] = fmt.Sprintf("0x%06x", q)
+			}
+			fmt.Fprintf(stdout, "PROBE %s (%s) GID %s QPN %s: %d probes over %d flow labels, from %s (%s) GID %s QPN 0x%06x\n",
+				h.arg, h.peer.Addr, h.peer.GID, strings.Join(qs, ","), c.count, len(labels), dev.name, dev.provider, p.GID(), p.QPN())
 		}
 	}
 
@@ -305,7 +311,9 @@ flags:`)
 			}
 		}
 		for _, h := range hs {
-			seq, err := p.ProbeSeq(h.peer, labels[i%len(labels)], "")
+			peer := h.peer
+			peer.QPN = h.qpns[i%len(h.qpns)]
+			seq, err := p.ProbeSeq(peer, labels[i%len(labels)], "")
 			if err != nil {
 				h.notSent++
 				h.sendError = err.Error()
@@ -379,6 +387,7 @@ func (c *onceConfig) resolve(ctx context.Context, h *onceHost) error {
 		}
 		g := verbs.GIDFromAddr(a)
 		h.peer = probe.Peer{Name: h.arg, Addr: a, GID: g, QPN: uint32(c.qpn), QKey: probe.QKey}
+		h.qpns = []uint32{h.peer.QPN}
 		return nil
 	}
 	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -392,6 +401,14 @@ func (c *onceConfig) resolve(ctx context.Context, h *onceHost) error {
 		return err
 	}
 	h.peer.Name = h.arg
+	for _, q := range s.QPNs {
+		if q != 0 && q <= 0xFFFFFF {
+			h.qpns = append(h.qpns, q)
+		}
+	}
+	if len(h.qpns) == 0 {
+		h.qpns = []uint32{h.peer.QPN}
+	}
 	return nil
 }
 
@@ -461,6 +478,7 @@ func (q *quantiles) MarshalJSON() ([]byte, error) {
 
 type probeRecord struct {
 	Seq            uint64   `json:"seq"`
+	ResponderQPN   uint32   `json:"responder_qpn"`
 	Outcome        string   `json:"outcome"`
 	Reason         string   `json:"reason,omitempty"`
 	FlowLabel      uint32   `json:"flow_label"`
@@ -491,7 +509,7 @@ func summarize(h *onceHost, provider string, local probe.Timestamps) onceSummary
 	var rtt, pd, rd []time.Duration
 	kind := local
 	for _, r := range h.results {
-		s.Probes = append(s.Probes, probeRecord{Seq: r.Seq, Outcome: r.Outcome.String(), Reason: r.Reason, FlowLabel: r.FlowLabel,
+		s.Probes = append(s.Probes, probeRecord{Seq: r.Seq, ResponderQPN: r.ResponderQPN, Outcome: r.Outcome.String(), Reason: r.Reason, FlowLabel: r.FlowLabel,
 			SrcPort: r.SrcPort, NetworkRTT: int64(r.NetworkRTT), ProberDelay: int64(r.ProberDelay), ResponderDelay: int64(r.ResponderDelay),
 			T: [6]int64{r.T1, r.T2, r.T3, r.T4, r.T5, r.T6}})
 		switch r.Outcome {

@@ -114,6 +114,9 @@ func TestProbeCommand(t *testing.T) {
 	if len(ports) != 4 {
 		t.Fatalf("source ports %v, want 4", ports)
 	}
+	if !regexp.MustCompile(`(?m)^PROBE 127\.0\.45\.2 \(127\.0\.45\.2\) GID \S+ QPN 0x[0-9a-f]{6},0x[0-9a-f]{6}: 8 probes over 4 flow labels`).MatchString(out) {
+		t.Fatalf("no PROBE line naming the responder's 2 QPs:\n%s", out)
+	}
 	s := summaryRE.FindStringSubmatch(out)
 	if s == nil || s[1] != "8" || s[2] != "8" || s[3] != "0" || s[4] != "0" || s[5] != "0" || s[6] != "0" || s[7] != "software" {
 		t.Fatalf("summary %q in:\n%s", s, out)
@@ -143,7 +146,10 @@ func TestProbeCommand(t *testing.T) {
 			Sent, Completed, Lost int
 			Timestamps            string
 			NetworkRTT            map[string]int64 `json:"network_rtt_ns"`
-			Probes                []struct{ Outcome string }
+			Probes                []struct {
+				Outcome      string
+				ResponderQPN uint32 `json:"responder_qpn"`
+			}
 		}
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
@@ -152,6 +158,13 @@ func TestProbeCommand(t *testing.T) {
 	if len(doc.Hosts) != 1 || doc.Hosts[0].Sent != 13 || doc.Hosts[0].Completed != 13 || len(doc.Hosts[0].Probes) != 13 ||
 		doc.Hosts[0].NetworkRTT["p50"] <= 0 {
 		t.Fatalf("json %+v", doc)
+	}
+	qpns := map[uint32]int{}
+	for _, pr := range doc.Hosts[0].Probes {
+		qpns[pr.ResponderQPN]++
+	}
+	if len(qpns) != 2 {
+		t.Fatalf("probes went to the responder QPs %v, want both", qpns)
 	}
 
 	// Usage and setup errors: 2.

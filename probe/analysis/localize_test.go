@@ -207,3 +207,42 @@ func TestFleetMerge(t *testing.T) {
 		t.Errorf("fleet-wide Localize = %v, want host c2", got)
 	}
 }
+
+// BenchmarkLocalize1k: a fleet of 1000 hosts (25 groups of 40), each
+// probing its 39 neighbours and 16 hosts elsewhere, with one dead host.
+func BenchmarkLocalize1k(b *testing.B) {
+	var paths []PathStat
+	host := func(g, h int) string { return fmt.Sprintf("g%02d-h%02d", g, h) }
+	for g := 0; g < 25; g++ {
+		for h := 0; h < 40; h++ {
+			src := host(g, h)
+			if src == "g03-h07" {
+				continue // dead: reports nothing
+			}
+			var dsts []string
+			for k := 0; k < 40; k++ {
+				if k != h {
+					dsts = append(dsts, host(g, k))
+				}
+			}
+			for k := 0; k < 16; k++ {
+				dsts = append(dsts, host((g+1+k)%25, (h+k)%40))
+			}
+			for _, d := range dsts {
+				p := PathStat{Src: src, Dst: d, SrcGroup: src[:3], DstGroup: d[:3], Sent: 300, Completed: 300}
+				if d == "g03-h07" {
+					p.Completed, p.Lost, p.Loss, p.Degraded = 0, 300, 1, true
+				}
+				paths = append(paths, p)
+			}
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		got := Localize(paths)
+		if len(got) != 1 || got[0].String() != "host g03-h07" {
+			b.Fatalf("Localize = %v", got)
+		}
+	}
+	b.ReportMetric(float64(len(paths)), "paths")
+}

@@ -65,9 +65,7 @@ type Metrics struct {
 	sent, completed, lost, late, errs       *prometheus.CounterVec
 	pairs, capped                           prometheus.Gauge
 	cappedResults                           prometheus.Counter
-	pathLoss, pathP99, pathDegraded         *prometheus.GaugeVec
-	pathsLeftOut                            prometheus.Gauge
-	faulty                                  *prometheus.GaugeVec
+	analysis                                *analysisCollector
 	buildInfo                               *prometheus.GaugeVec
 	sourceInfo                              *prometheus.GaugeVec
 
@@ -75,6 +73,7 @@ type Metrics struct {
 	targets map[string]bool // targets with series of their own
 	groups  map[string]bool
 	reasons map[string]bool
+	series  map[[4]string]struct{} // label sets whose counters exist
 }
 
 // pairLabels are the labels of the per-result series.
@@ -101,7 +100,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 			o.Version = bi.Main.Version
 		}
 	}
-	m := &Metrics{o: o, targets: map[string]bool{}, groups: map[string]bool{}, reasons: map[string]bool{}}
+	m := &Metrics{o: o, targets: map[string]bool{}, groups: map[string]bool{}, reasons: map[string]bool{}, series: map[[4]string]struct{}{}}
 	hist := func(name, help string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace:                       Namespace,
@@ -127,12 +126,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 	m.pairs = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "pairs", Help: "Targets with series of their own."})
 	m.capped = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "pairs_capped", Help: "1 when the per-target series cap (max_pairs) is reached and further targets aggregate into target=\"other\"."})
 	m.cappedResults = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "capped_results_total", Help: "Results counted under target=\"other\" because of the per-target series cap."})
-	pathLabels := []string{"source", "source_group", "target", "target_group"}
-	m.pathLoss = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "path_loss_ratio", Help: "Loss ratio of the path over the analysis window."}, pathLabels)
-	m.pathP99 = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "path_rtt_p99_seconds", Help: "Network RTT p99 of the path over the analysis window."}, pathLabels)
-	m.pathDegraded = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "path_degraded", Help: "1 when the path is degraded (loss or p99 over the SLA), 0 when healthy; absent when not judged."}, pathLabels)
-	m.pathsLeftOut = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "paths_left_out", Help: "Paths of the last analysis left out of the path gauges by the cap."})
-	m.faulty = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "faulty_component", Help: "1 for each component (kind link, host or group) the last localisation names as faulty."}, []string{"kind", "name"})
+	m.analysis = newAnalysisCollector(o)
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goroce_build_info", Help: "1, labelled with goroce's version and the Go version that built it."}, []string{"version", "goversion"})
 	m.buildInfo.WithLabelValues(o.Version, runtime.Version()).Set(1)
 	m.sourceInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "source_info", Help: "1, labelled with the prober's node and group: join on instance to give per-target series their source group."}, []string{"source", "source_group"})
@@ -153,7 +147,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.networkRTT, m.proberDelay, m.responderDelay,
 		m.sent, m.completed, m.lost, m.late, m.errs,
 		m.pairs, m.capped, m.cappedResults,
-		m.pathLoss, m.pathP99, m.pathDegraded, m.pathsLeftOut, m.faulty,
+		m.analysis,
 		m.buildInfo, m.sourceInfo,
 	}
 }
@@ -219,6 +213,20 @@ func TargetName(p probe.Peer) string {
 func (m *Metrics) Observe(r probe.Result) {
 	target, group := m.admit(TargetName(r.Peer), r.Peer.Group)
 	lv := [4]string{target, group, r.Class, r.Timestamps.String()}
+	m.mu.Lock()
+	_, known := m.series[lv]
+	if !known {
+		m.series[lv] = struct{}{}
+	}
+	m.mu.Unlock()
+	if !known {
+		// Every counter of a label set exists from its first result on,
+		// at 0: a pair that never loses has lost_total 0, not no series,
+		// so that its loss ratio is 0 rather than absent.
+		for _, c := range []*prometheus.CounterVec{m.sent, m.completed, m.lost, m.late} {
+			c.WithLabelValues(lv[:]...)
+		}
+	}
 	switch r.Outcome {
 	case probe.OutcomeOK:
 		m.sent.WithLabelValues(lv[:]...).Inc()
@@ -242,28 +250,9 @@ func (m *Metrics) Observe(r probe.Result) {
 
 // SetAnalysis replaces the per-path gauges with paths (at most MaxPairs of
 // them, the rest counted in goroce_probe_paths_left_out) and the faulty
-// component gauges with faulty (at most MaxComponents). Paths not judged
-// get loss and p99 gauges but no degraded gauge.
+// component gauges with faulty (at most MaxComponents), at once: a scrape
+// sees the last analysis whole. Paths not judged get loss and p99 gauges but
+// no degraded gauge.
 func (m *Metrics) SetAnalysis(paths []analysis.PathStat, faulty []analysis.Component) {
-	m.pathLoss.Reset()
-	m.pathP99.Reset()
-	m.pathDegraded.Reset()
-	n := min(len(paths), m.o.MaxPairs)
-	for _, p := range paths[:n] {
-		lv := []string{p.Src, p.SrcGroup, p.Dst, p.DstGroup}
-		m.pathLoss.WithLabelValues(lv...).Set(p.Loss)
-		m.pathP99.WithLabelValues(lv...).Set(p.P99.Seconds())
-		if !p.Insufficient {
-			d := 0.0
-			if p.Degraded {
-				d = 1
-			}
-			m.pathDegraded.WithLabelValues(lv...).Set(d)
-		}
-	}
-	m.pathsLeftOut.Set(float64(len(paths) - n))
-	m.faulty.Reset()
-	for _, c := range faulty[:min(len(faulty), m.o.MaxComponents)] {
-		m.faulty.WithLabelValues(c.Kind, c.Name).Set(1)
-	}
+	m.analysis.set(paths, faulty)
 }

@@ -79,6 +79,16 @@ func TestObserve(t *testing.T) {
 	if got := testutil.ToFloat64(m.completed.WithLabelValues("b2", "tor-b", "inter_tor", "hardware")); got != 1 {
 		t.Errorf("hardware completed = %v", got)
 	}
+	// A pair that never lost has a lost counter at 0, not no series.
+	want0 := `
+# HELP goroce_probe_lost_total Probes not answered within the timeout.
+# TYPE goroce_probe_lost_total counter
+goroce_probe_lost_total{class="inter_tor",target="b2",target_group="tor-b",timestamps="hardware"} 0
+goroce_probe_lost_total{class="tor_mesh",target="b1",target_group="tor-b",timestamps="software"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want0), "goroce_probe_lost_total"); err != nil {
+		t.Error(err)
+	}
 
 	// The whole exposition of the sent counter and the RTT histogram's
 	// count and sum, as Prometheus reads them.
@@ -287,4 +297,51 @@ goroce_probe_source_info{source="a1",source_group="tor-a"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(strings.ReplaceAll(want, "tor-a", "tor-b")), "goroce_probe_source_info"); err != nil {
 		t.Error(err)
 	}
+}
+
+func TestObserveAllocs(t *testing.T) {
+	m, _ := newMetrics(t, Options{})
+	ok := result("b1", "tor-b", probe.OutcomeOK)
+	lost := result("b1", "tor-b", probe.OutcomeLost)
+	m.Observe(ok)
+	m.Observe(lost)
+	if n := testing.AllocsPerRun(1000, func() { m.Observe(ok); m.Observe(lost) }); n != 0 {
+		t.Errorf("Observe allocates %v times for a known target", n)
+	}
+}
+
+// TestSetAnalysisWhole: duplicate paths or components do not break a
+// scrape, and scrapes concurrent with updates always see one whole
+// analysis.
+func TestSetAnalysisWhole(t *testing.T) {
+	m, reg := newMetrics(t, Options{})
+	p := analysis.PathStat{Src: "a1", Dst: "b1", Sent: 100}
+	c := analysis.Component{Kind: "host", Name: "b1"}
+	m.SetAnalysis([]analysis.PathStat{p, p}, []analysis.Component{c, c})
+	if _, err := reg.Gather(); err != nil {
+		t.Fatalf("gather after duplicates: %v", err)
+	}
+	sets := [][]analysis.PathStat{make([]analysis.PathStat, 10), make([]analysis.PathStat, 20)}
+	for k, set := range sets {
+		for i := range set {
+			set[i] = analysis.PathStat{Src: "a1", Dst: fmt.Sprintf("b%d", i), Sent: 100, Loss: float64(k)}
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 200; i++ {
+			m.SetAnalysis(sets[i%2], nil)
+		}
+	}()
+	for i := 0; i < 50; i++ {
+		n, err := testutil.GatherAndCount(reg, "goroce_probe_path_loss_ratio")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 && n != 10 && n != 20 { // 1: the duplicates' analysis, before the first update
+			t.Fatalf("a scrape saw %d paths: half an analysis", n)
+		}
+	}
+	<-done
 }

@@ -79,7 +79,7 @@
 // probes of the targets evenly in time with a heap, for one goroutine: no
 // goroutine and no timer per target.
 //
-// Memory: a 10,000-node list takes about 2 MB and a node's targets are
-// computed in well under a millisecond (TestLargeList and
-// BenchmarkTargets10k measure both).
+// Memory: a 10,000-node list (250 groups of 40) takes about 1 MiB, and a
+// node's 55 targets about 6 KiB, computed in well under a millisecond
+// (TestLargeList and BenchmarkTargets10k measure both).
 package pinglist

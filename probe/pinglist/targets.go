@@ -16,8 +16,8 @@ import (
 // first of tor_mesh, inter_tor, static. When a class's rates add up to more
 // than its MaxRate, each of its targets' rates is scaled down to fit. The
 // result is sorted by class (tor_mesh, inter_tor, static), then by name.
-// self need not be a node of the list (an agent outside it probes only the
-// static targets).
+// self is found in the list by its address; a node that is not in the list
+// probes only the static targets.
 func (l *List) Targets(self Node) []Target {
 	var out []Target
 	seen := make(map[netip4or6]bool)
@@ -30,9 +30,13 @@ func (l *List) Targets(self Node) []Target {
 		seen[k] = true
 		out = append(out, Target{Node: n, Class: class, Rate: rate})
 	}
-	gi, member := l.groupIndex[self.Group]
-	if _, ok := l.byAddr[self.Addr.Unmap()]; !ok {
-		member = false
+	// A node of the list is taken as the list has it (its group), found by
+	// its address.
+	member := false
+	var gi int32
+	if i, ok := l.byAddr[self.Addr.Unmap()]; ok {
+		self = l.Nodes[i]
+		gi, member = l.groupIndex[self.Group]
 	}
 	if c := l.Classes[ClassToRMesh]; c.Enabled && member {
 		start := len(out)

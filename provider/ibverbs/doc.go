@@ -66,4 +66,11 @@
 // (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) each completion carries the
 // device's timestamp. A device without them (rdma_rxe has none) makes
 // CreateCQEx return an error matching verbs.ErrNotSupported.
+//
+// Completion timestamps: on a device that has them (ibv_query_device_ex
+// reports a non-zero completion_timestamp_mask, and an extended CQ with
+// wall-clock timestamps can be made) CreateCQ makes every CQ that way, Poll
+// fills WC.Timestamp with the completion's wall-clock nanoseconds and
+// QueryDevice reports verbs.TimestampHardware; elsewhere (rdma_rxe)
+// verbs.TimestampNone and WC.Timestamp 0.
 package ibverbs

@@ -69,6 +69,24 @@ static uint64_t g_ts_mask(struct ibv_context *c, uint64_t *clock, int *err) {
 	return a.completion_timestamp_mask;
 }
 
+// g_wallclock_cqs reports whether the device stamps completions
+// (completion_timestamp_mask non-zero) and makes extended CQs whose
+// completions carry the wall-clock time, as CreateCQ makes them then: it
+// creates one and destroys it.
+static int g_wallclock_cqs(struct ibv_context *c, uint64_t flags) {
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof a);
+	if (ibv_query_device_ex(c, NULL, &a) != 0 || a.completion_timestamp_mask == 0) return 0;
+	struct ibv_cq_init_attr_ex ia;
+	memset(&ia, 0, sizeof ia);
+	ia.cqe = 1;
+	ia.wc_flags = flags;
+	struct ibv_cq_ex *cq = ibv_create_cq_ex(c, &ia);
+	if (cq == NULL) return 0;
+	ibv_destroy_cq(ibv_cq_ex_to_cq(cq));
+	return 1;
+}
+
 // A work completion, flat: libibverbs' struct ibv_wc has a union.
 struct gwc {
 	uint64_t wr_id;
@@ -115,6 +133,7 @@ static int g_poll_ex(struct ibv_cq_ex *cq, int n, uint64_t flags, struct gwc *ou
 		o->wc_flags = ibv_wc_read_wc_flags(cq);
 		if (flags & IBV_WC_EX_WITH_BYTE_LEN) o->byte_len = ibv_wc_read_byte_len(cq);
 		if ((flags & IBV_WC_EX_WITH_IMM) && (o->wc_flags & IBV_WC_WITH_IMM)) o->imm = ntohl(ibv_wc_read_imm_data(cq));
+		else if ((flags & IBV_WC_EX_WITH_IMM) && (o->wc_flags & IBV_WC_WITH_INV)) o->imm = ibv_wc_read_invalidated_rkey(cq);
 		if (flags & IBV_WC_EX_WITH_QP_NUM) o->qp_num = ibv_wc_read_qp_num(cq);
 		if (flags & IBV_WC_EX_WITH_SRC_QP) o->src_qp = ibv_wc_read_src_qp(cq);
 		if (flags & IBV_WC_EX_WITH_SLID) o->slid = ibv_wc_read_slid(cq);
@@ -384,8 +403,12 @@ func Open(name string) (*Context, error) {
 	}
 	ctx := &Context{c: c, dev: &Device{name: name, guid: uint64(C.g_guid(c.device))},
 		qps: map[*C.struct_ibv_qp]*QP{}, cqs: map[*C.struct_ibv_cq]*CQ{}, srqs: map[*C.struct_ibv_srq]*SRQ{}}
+	ctx.wallclock = C.g_wallclock_cqs(c, cqExFlags|C.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK) != 0
 	return ctx, nil
 }
+
+// cqExFlags are the fields every extended CQ's completions carry.
+const cqExFlags = C.IBV_WC_EX_WITH_BYTE_LEN | C.IBV_WC_EX_WITH_IMM | C.IBV_WC_EX_WITH_QP_NUM | C.IBV_WC_EX_WITH_SRC_QP
 
 // Context is an open device (struct ibv_context). It implements
 // verbs.Context.
@@ -398,16 +421,28 @@ type Context struct {
 	cqs   map[*C.struct_ibv_cq]*CQ
 	srqs  map[*C.struct_ibv_srq]*SRQ
 	async *os.File
+	// wallclock: the device stamps completions and makes extended CQs
+	// with wall-clock timestamps, so CreateCQ makes those (WC.Timestamp).
+	wallclock bool
 }
 
 // Device returns the device.
 func (c *Context) Device() verbs.Device { return c.dev }
 
 // QueryDevice returns the device attributes (ibv_query_device).
+// CompletionTimestamps is verbs.TimestampHardware when the device stamps
+// completions (ibv_query_device_ex reports a non-zero
+// completion_timestamp_mask) and makes CQs that carry the stamp as
+// wall-clock time (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK); else
+// verbs.TimestampNone.
 func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
 	var a C.struct_ibv_device_attr
 	if rc := C.g_query_device(c.c, &a); rc != 0 {
 		return verbs.DeviceAttr{}, verbErr("ibv_query_device", int(rc), c.dev.name)
+	}
+	ts := verbs.TimestampNone
+	if c.wallclock {
+		ts = verbs.TimestampHardware
 	}
 	return verbs.DeviceAttr{
 		FWVer:           C.GoString(&a.fw_ver[0]),
@@ -431,6 +466,8 @@ func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
 		MaxAH:           int(a.max_ah),
 		AtomicCap:       int(a.atomic_cap),
 		PhysPortCnt:     int(a.phys_port_cnt),
+
+		CompletionTimestamps: ts,
 	}, nil
 }
 
@@ -667,9 +704,19 @@ type CQExOptions struct {
 }
 
 // CreateCQ creates a completion queue of at least cqe entries
-// (ibv_create_cq), reporting events to ch when armed.
+// (ibv_create_cq), reporting events to ch when armed. On a device that
+// stamps completions (QueryDevice's CompletionTimestamps is
+// TimestampHardware) it is an extended CQ (ibv_create_cq_ex) with
+// IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, and Poll fills
+// WC.Timestamp with the device's wall-clock nanoseconds, which
+// verbs.Now's clock (Unix time carried by the monotonic clock) follows to
+// within the wall clock's drift since the process started.
 func (c *Context) CreateCQ(cqe int, ch verbs.CompChannel) (verbs.CQ, error) {
-	q, err := c.createCQ(cqe, ch, nil)
+	var ex *CQExOptions
+	if c.wallclock {
+		ex = &CQExOptions{Wallclock: true}
+	}
+	q, err := c.createCQ(cqe, ch, ex)
 	if err != nil {
 		return nil, err
 	}
@@ -716,7 +763,7 @@ func (c *Context) createCQ(cqe int, ch verbs.CompChannel, ex *CQExOptions) (*CQ,
 			return nil, verbErr("ibv_create_cq", int(C.g_errno()), "")
 		}
 	} else {
-		q.flags = C.IBV_WC_EX_WITH_BYTE_LEN | C.IBV_WC_EX_WITH_IMM | C.IBV_WC_EX_WITH_QP_NUM | C.IBV_WC_EX_WITH_SRC_QP
+		q.flags = cqExFlags
 		if ex.Timestamp {
 			q.flags |= C.IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
 		}
@@ -996,9 +1043,11 @@ type CQ struct {
 	out     *C.struct_gwc
 }
 
-// Poll moves up to len(wc) completions into wc (ibv_poll_cq, one cgo call
-// per 64) and returns how many. It does not allocate. A polling error (the
-// CQ is in error) reads as no completions.
+// Poll moves up to len(wc) completions into wc (ibv_poll_cq, or
+// ibv_start_poll and ibv_next_poll on an extended CQ; one cgo call per 64)
+// and returns how many. It does not allocate. A polling error (the CQ is in
+// error) reads as no completions. WC.Timestamp is the completion's
+// wall-clock time when the CQ carries it (see CreateCQ), else 0.
 func (q *CQ) Poll(wc []verbs.WC) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -1035,7 +1084,7 @@ func toWC(o *C.struct_gwc, w *verbs.WC) {
 	*w = verbs.WC{WRID: uint64(o.wr_id), Status: verbs.WCStatus(o.status), Opcode: verbs.WCOpcode(o.opcode),
 		VendorErr: uint32(o.vendor_err), ByteLen: uint32(o.byte_len), QPNum: uint32(o.qp_num), SrcQP: uint32(o.src_qp),
 		Flags: verbs.WCFlags(o.wc_flags), PKeyIndex: uint16(o.pkey_index), SLID: uint16(o.slid), SL: uint8(o.sl),
-		DLIDPathBits: uint8(o.dlid_path_bits)}
+		DLIDPathBits: uint8(o.dlid_path_bits), Timestamp: int64(o.wallclock)}
 	if w.Flags&verbs.WCFlagWithInv != 0 {
 		w.InvalidatedRKey = uint32(o.imm)
 	} else if w.Flags&verbs.WCFlagWithImm != 0 {

@@ -226,14 +226,71 @@ func TestCQEx(t *testing.T) {
 		t.Errorf("extended CQ completions %+v", byID)
 	}
 
+	// CreateCQ makes a plain CQ, unless the device stamps completions:
+	// then an extended one with wall-clock timestamps.
+	da, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
 	plain, err := ctx.CreateCQ(4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer plain.Destroy()
-	if _, err := plain.(*ibverbs.CQ).PollEx(wc); !errors.Is(err, verbs.ErrInvalidAttr) {
+	_, err = plain.(*ibverbs.CQ).PollEx(wc)
+	if hw := da.CompletionTimestamps == verbs.TimestampHardware; hw && err != nil {
+		t.Errorf("PollEx on CreateCQ's CQ of a device with completion timestamps: %v", err)
+	} else if !hw && !errors.Is(err, verbs.ErrInvalidAttr) {
 		t.Errorf("PollEx on a plain CQ: %v, want ErrInvalidAttr", err)
 	}
+}
+
+// TestCompletionTimestamps: a device reports hardware completion
+// timestamps or none (never software); with them every completion of a
+// CreateCQ CQ carries a time on verbs.Now's clock (the device's wall clock:
+// within a second of the host's), non-decreasing; without them 0.
+func TestCompletionTimestamps(t *testing.T) {
+	ctx, _ := device(t)
+	da, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hw := da.CompletionTimestamps == verbs.TimestampHardware
+	if !hw && da.CompletionTimestamps != verbs.TimestampNone {
+		t.Fatalf("CompletionTimestamps %v, want hardware or none", da.CompletionTimestamps)
+	}
+	cq, err := ctx.CreateCQ(256, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newLoopCQ(t, ctx, 32, cq)
+	before := verbs.Now()
+	if _, err := l.qa.PostSend(l.wrs); err != nil {
+		t.Fatal(err)
+	}
+	var got []verbs.WC
+	for deadline := time.Now().Add(10 * time.Second); len(got) < len(l.wrs) && time.Now().Before(deadline); {
+		n := cq.Poll(l.wc)
+		got = append(got, l.wc[:n]...)
+		if n == 0 {
+			runtime.Gosched()
+		}
+	}
+	after := verbs.Now()
+	if len(got) != len(l.wrs) {
+		t.Fatalf("%d of %d completions", len(got), len(l.wrs))
+	}
+	last := int64(0)
+	for i, w := range got {
+		switch {
+		case !hw && w.Timestamp != 0:
+			t.Fatalf("completion %d: Timestamp %d from a device without completion timestamps", i, w.Timestamp)
+		case hw && (w.Timestamp < before-int64(time.Second) || w.Timestamp > after+int64(time.Second) || w.Timestamp < last):
+			t.Fatalf("completion %d: Timestamp %d, previous %d, want non-decreasing within a second of [%d, %d]", i, w.Timestamp, last, before, after)
+		}
+		last = w.Timestamp
+	}
+	t.Logf("%s: completion timestamps %v", ctx.Device().Name(), da.CompletionTimestamps)
 }
 
 // TestErrors checks that failing verbs name the verb, carry the errno and

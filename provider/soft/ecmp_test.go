@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/packetio/afxdp"
 	"github.com/goroce/goroce/packetio/tee"
 	"github.com/goroce/goroce/packetio/udp"
+	"github.com/goroce/goroce/packetio/uring"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
@@ -37,20 +38,26 @@ type ecmpArrival struct {
 // UDP path a port that another socket in the sender's namespace holds falls
 // back to 4791 (its ICRC recomputed, counted) and is still delivered. The
 // arrivals are written to a pcap the wire checker (GOROCE_WIRE_CHECK)
-// judges when set. Once over packetio/udp and once over packetio/afxdp.
+// judges when set. Once over packetio/udp and once over packetio/afxdp;
+// over packetio/uring, which sends every packet from its socket's port,
+// everything leaves from 4791 with its ICRC for 4791.
 func TestNetnsUDSourcePorts(t *testing.T) {
 	netns.Require(t)
 	t.Run("udp", func(t *testing.T) { ecmpRun(t, "udp", "10.79.31.0/24") })
 	t.Run("afxdp", func(t *testing.T) { ecmpRun(t, "afxdp", "10.79.32.0/24") })
+	t.Run("uring", func(t *testing.T) { ecmpRun(t, "uring", "10.79.33.0/24") })
 }
 
 func ecmpRun(t *testing.T, path, prefix string) {
 	pair := netns.NewPair(t, netns.Options{Prefix: netip.MustParsePrefix(prefix), MTU: 1500})
 	listen := func(ns *netns.NS, addr netip.Addr) (c packetio.Conn) {
 		err := ns.Do(func() (err error) {
-			if path == "udp" {
+			switch path {
+			case "udp":
 				c, err = udp.Listen(addr, udp.Options{})
-			} else {
+			case "uring":
+				c, err = uring.Listen(addr, uring.Options{})
+			default:
 				c, err = afxdp.Listen(addr, afxdp.Options{})
 			}
 			return err
@@ -65,10 +72,11 @@ func ecmpRun(t *testing.T, path, prefix string) {
 	}
 	ca := listen(pair.A, pair.AddrA)
 	cb := listen(pair.B, pair.AddrB)
-	if !packetio.PerPacketSourcePort(ca) {
+	perPacket := path != "uring"
+	if packetio.PerPacketSourcePort(ca) != perPacket {
 		ca.Close()
 		cb.Close()
-		t.Fatalf("the %s path does not say it sends from per-packet source ports", path)
+		t.Fatalf("the %s path says PerPacketSourcePort %v", path, !perPacket)
 	}
 
 	// 16 labels with 16 distinct ports.
@@ -196,7 +204,7 @@ func ecmpRun(t *testing.T, path, prefix string) {
 	want := map[uint16]int{}
 	for _, l := range labels {
 		p := wire.SourcePort(l, 0, 0)
-		if path == "udp" && p == held {
+		if (path == "udp" && p == held) || !perPacket {
 			p = wire.RoCEv2Port
 		}
 		want[p] += rounds
