@@ -33,11 +33,13 @@ import (
 
 // The fleet test's pinglist: two groups of two hosts, every host probing
 // the three others (tor_mesh and inter_tor) 20 times a second with 16 flow
-// labels. The SLA's RTT threshold is set far above anything a shared
+// labels. The timeout is 2 s rather than the default 1 s, so that no probe
+// is lost to a stall of this shared machine (the lossy path's count must
+// equal the router's counter exactly). The SLA's RTT threshold is set far above anything a shared
 // 2-core machine shows (scheduling noise reaches milliseconds), so that
 // only loss judges a path: the test is about finding the lossy path.
 const fleetPinglist = `settings:
-  timeout: 1s
+  timeout: 2s
   labels: 16
   http_port: 9478
   window: 30s
@@ -249,13 +251,16 @@ func TestFleetNetns(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	// The page first: its data is the agents' 30 s window, which the
+	// lossy probes leave 30 s after the rule went; Prometheus's loss rule
+	// looks back a minute.
+	t.Run("page", func(t *testing.T) { f.page(t, counted) })
 	t.Run("prometheus", func(t *testing.T) {
 		if prom == nil {
 			t.Skip(promSkip)
 		}
 		prom.checkAlerts(t, f)
 	})
-	t.Run("page", func(t *testing.T) { f.page(t, counted) })
 }
 
 // echoEnv names the address TestUDPEchoHelper serves when the test binary
@@ -475,7 +480,7 @@ func (f *fleet) clean(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("ping-pong: 12 pairs x 200 round trips in %v", time.Since(start).Round(time.Millisecond))
-	time.Sleep(1500 * time.Millisecond) // the last probes' timeout
+	time.Sleep(2500 * time.Millisecond) // the last probes' timeout
 
 	d := f.fleetDoc(t, 1)
 	if len(d.Paths) != 12 || len(d.Faulty) != 0 {
@@ -570,7 +575,7 @@ func (f *fleet) lossy(t *testing.T) (dropped uint64) {
 	if dropped < 10 {
 		t.Fatalf("the rule dropped only %d probes in 10 s", dropped)
 	}
-	time.Sleep(1500 * time.Millisecond) // the timeout (1 s) of the last dropped probe
+	time.Sleep(2500 * time.Millisecond) // the timeout (2 s) of the last dropped probe
 
 	for i := range 4 {
 		lost := f.metricSum(t, i, "goroce_probe_lost_total", "target")
@@ -663,7 +668,10 @@ scrape_configs:
 }
 
 // checkAlerts waits for GoroceProbePairLoss to fire for h0 -> h1 and
-// checks that it is pending or firing for no other pair.
+// checks that it is pending or firing for no other pair, and that
+// GoroceProbeFaultyComponent names no other component than the link
+// h0->h1. (GoroceProbeHostRTTHigh, p99 over 5 ms, may fire for any host:
+// this shared machine's stalls reach tens of milliseconds.)
 func (p *promServer) checkAlerts(t *testing.T, f *fleet) {
 	type alert struct {
 		Labels map[string]string `json:"labels"`
@@ -695,6 +703,9 @@ func (p *promServer) checkAlerts(t *testing.T, f *fleet) {
 		t.Logf("alert %s %v", a.State, a.Labels)
 		if a.Labels["alertname"] == "GoroceProbePairLoss" && (a.Labels["instance"] != h0 || a.Labels["target"] != "h1") {
 			t.Errorf("GoroceProbePairLoss %s for another pair: %v", a.State, a.Labels)
+		}
+		if a.Labels["alertname"] == "GoroceProbeFaultyComponent" && (a.Labels["kind"] != "link" || a.Labels["name"] != "h0->h1") {
+			t.Errorf("GoroceProbeFaultyComponent %s for another component: %v", a.State, a.Labels)
 		}
 	}
 }
@@ -762,14 +773,19 @@ func (f *fleet) page(t *testing.T, dropped uint64) {
 		b, _ := os.ReadFile(shot)
 		os.WriteFile(dst, b, 0o644)
 	}
+	// The lossy cell is red; the others green, or yellow if a stall of
+	// this machine put their p99 over half the (generous) threshold, but
+	// never red or grey.
 	for k, r := range rects {
 		c := dominant(img, r)
-		want := "green"
 		if k == [2]string{"h0", "h1"} {
-			want = "red"
+			if c != "red" {
+				t.Errorf("cell h0->h1 at %v is %s in the screenshot, want red", r, c)
+			}
+			continue
 		}
-		if c != want {
-			t.Errorf("cell %s->%s at %v is %s in the screenshot, want %s", k[0], k[1], r, c, want)
+		if c != "green" && c != "yellow" {
+			t.Errorf("cell %s->%s at %v is %s in the screenshot, want green", k[0], k[1], r, c)
 		}
 	}
 }
