@@ -91,8 +91,10 @@ func (a *Agent) discover(ctx context.Context) {
 			return
 		case set := <-a.peerSet:
 			// A reload: keep the peers that stay (with what they know).
+			// A peer whose node changed (renamed, regrouped) is a new
+			// record.
 			for addr, p := range peers {
-				if _, ok := set[addr]; !ok {
+				if set[addr] != p {
 					p.gone = true
 					delete(peers, addr)
 				}

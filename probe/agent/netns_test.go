@@ -133,17 +133,6 @@ func (f *fleet) metricSum(t testing.TB, i int, name, by string) map[string]float
 	return out
 }
 
-// buildGoroce builds the goroce command once for the test.
-func buildGoroce(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "goroce")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/goroce/goroce/cmd/goroce").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
-	}
-	return bin
-}
-
 // startProcess runs args inside ns (ip netns exec, which execs the
 // command: the PID is the command's), its output to log, and stops it by
 // its PID (SIGTERM, then SIGKILL after 10 s) at the end of the test.
