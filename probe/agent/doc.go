@@ -70,7 +70,8 @@
 // yellow some loss or p99 above half the threshold, red degraded, grey too
 // few probes), the worst paths, the faulty components, and a path's RTT
 // history (p50 and maximum per slot, lost probes as red bars) when its cell
-// or row is clicked. It refreshes every 2 s. Each matrix cell carries its
+// or row is clicked. A fleet of more than 48 nodes shows the host matrix of
+// one group pair at a time (the worst, or the group cell clicked). It refreshes every 2 s. Each matrix cell carries its
 // position in a data-rect attribute, for tests that check screenshots.
 //
 // # The probe log

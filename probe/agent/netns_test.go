@@ -736,6 +736,10 @@ func (f *fleet) page(t *testing.T, dropped uint64) {
 	dom := f.chromium(t, bin, "--dump-dom")
 	shot := filepath.Join(f.dir, "page.png")
 	f.chromium(t, bin, "--screenshot="+shot)
+	if dst := os.Getenv("GOROCE_PAGE_PNG"); dst != "" { // a copy of the screenshot to look at
+		b, _ := os.ReadFile(shot)
+		os.WriteFile(dst, b, 0o644)
+	}
 	if !bytes.Contains(dom, []byte("h0-&gt;h1")) && !bytes.Contains(dom, []byte("h0->h1")) {
 		t.Errorf("the page does not name the faulty link h0->h1")
 	}
@@ -757,10 +761,6 @@ func (f *fleet) page(t *testing.T, dropped uint64) {
 	fh.Close()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if dst := os.Getenv("GOROCE_PAGE_PNG"); dst != "" {
-		b, _ := os.ReadFile(shot)
-		os.WriteFile(dst, b, 0o644)
 	}
 	// The lossy cell is red; the others green, or yellow if a stall of
 	// this machine put their p99 over half the (generous) threshold, but
