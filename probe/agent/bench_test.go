@@ -50,9 +50,9 @@ func heapInUse() uint64 {
 // the other nodes answers, so discovery keeps retrying them): 100 groups
 // of 100 (115 targets: its group and 16 others), and the worst case of one
 // group of 10,000 (9,999 targets; the window tracks at most 4,096 paths).
-// The difference between the two gives the cost per target; what is left
-// is fixed (the parsed 10,000-node list, the prober's and responder's
-// buffers, the registry).
+// MiB/new is the heap after New (the parsed list, the targets, the prober's
+// and responder's buffers, the registry); KiB/target what running and the
+// results add per target (window, history, metric series, discovery).
 func BenchmarkAgentMemory10k(b *testing.B) {
 	for _, shape := range []struct {
 		name             string
@@ -63,7 +63,7 @@ func BenchmarkAgentMemory10k(b *testing.B) {
 			path := filepath.Join(dir, "pinglist.yaml")
 			port := freePort(b, 1)
 			write(b, path, bigPinglist(port, shape.groups, shape.perGroup))
-			var perAgent, targets float64
+			var perAgent, fixed, targets float64
 			for range b.N {
 				dev := softContext(b, addr(0))
 				base := heapInUse()
@@ -76,6 +76,7 @@ func BenchmarkAgentMemory10k(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+				fixed = float64(heapInUse() - base)
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				go func() { done <- a.Run(ctx) }()
@@ -95,7 +96,8 @@ func BenchmarkAgentMemory10k(b *testing.B) {
 				<-done
 			}
 			b.ReportMetric(perAgent/(1<<20), "MiB/agent")
-			b.ReportMetric(perAgent/targets/1024, "KiB/target")
+			b.ReportMetric(fixed/(1<<20), "MiB/new")
+			b.ReportMetric((perAgent-fixed)/targets/1024, "KiB/target")
 			b.ReportMetric(targets, "targets")
 		})
 	}
