@@ -337,8 +337,9 @@ func (a *Agent) install(cfg *config) {
 	}
 	if old != nil {
 		was, now := old.list.Settings, cfg.list.Settings
-		if was.Timeout != now.Timeout || was.ResponderQPs != now.ResponderQPs || was.Window != now.Window || was.MaxPairs != now.MaxPairs {
-			a.log.Warn("pinglist settings timeout, responder_qps, window and max_pairs take effect at the next start")
+		if was.Timeout != now.Timeout || was.ResponderQPs != now.ResponderQPs || was.Window != now.Window || was.MaxPairs != now.MaxPairs ||
+			was.MaxLoss != now.MaxLoss || was.MaxP99RTT != now.MaxP99RTT || was.MinProbes != now.MinProbes {
+			a.log.Warn("pinglist settings timeout, responder_qps, window, sla and max_pairs take effect at the next start")
 		}
 	}
 }

@@ -41,8 +41,8 @@
 //     in the label cycle and what was discovered of them. A file that does
 //     not parse, or no longer lists this node, is logged, counted in
 //     goroce_probe_agent_reloads_total{result="error"}, and the old
-//     pinglist stays. The settings timeout, responder_qps, window and
-//     max_pairs take effect at the next start.
+//     pinglist stays. The settings timeout, responder_qps, window, sla
+//     and max_pairs take effect at the next start.
 //
 // Memory and goroutines are bounded whatever the pinglist's size: a
 // scheduling, a discovery, an analysis and a watching goroutine, at most

@@ -37,22 +37,30 @@ var web embed.FS
 // PathsDoc is the document at PathsPath: one agent's view of its paths.
 // It reads as an analysis.Report.
 type PathsDoc struct {
-	Source     string               `json:"source"`
-	Group      string               `json:"group"`
-	Addr       string               `json:"addr"`
-	Timestamps string               `json:"timestamps"`
-	Generated  time.Time            `json:"generated"`
-	Window     float64              `json:"window_seconds"`
-	Paths      []analysis.PathStat  `json:"paths"`
-	Faulty     []analysis.Component `json:"faulty"`
+	// Source, Group and Addr are this node's name, group and address.
+	Source string `json:"source"`
+	Group  string `json:"group"`
+	Addr   string `json:"addr"`
+	// Timestamps is the kind of this node's completion timestamps.
+	Timestamps string `json:"timestamps"`
+	// Generated is when the document was made; Window the analysis
+	// window the statistics cover.
+	Generated time.Time `json:"generated"`
+	Window    float64   `json:"window_seconds"`
+	// Paths are this agent's paths, Faulty what analysis.Localize makes
+	// of them alone (the fleet view localises over every agent's paths).
+	Paths  []analysis.PathStat  `json:"paths"`
+	Faulty []analysis.Component `json:"faulty"`
 }
 
 // FleetNode is one node of the fleet view and whether its paths could be
 // fetched.
 type FleetNode struct {
+	// Name, Group and Addr are as the pinglist gives them.
 	Name  string `json:"name"`
 	Group string `json:"group"`
 	Addr  string `json:"addr"`
+	// OK says its paths were fetched; Error why not.
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
 }
@@ -61,17 +69,21 @@ type FleetNode struct {
 // the components the analysis finds faulty.
 type FleetDoc struct {
 	// Served is the node that answered.
-	Served    string      `json:"served_by"`
-	Generated time.Time   `json:"generated"`
-	Groups    []string    `json:"groups"`
-	Nodes     []FleetNode `json:"nodes"`
+	Served string `json:"served_by"`
+	// Generated is when the view was made (it is reused for FleetTTL).
+	Generated time.Time `json:"generated"`
+	// Groups are the pinglist's groups, sorted; Nodes its nodes.
+	Groups []string    `json:"groups"`
+	Nodes  []FleetNode `json:"nodes"`
 	// MaxLoss and MaxP99 are the pinglist's thresholds (the page's
 	// colours).
-	MaxLoss   float64              `json:"max_loss"`
-	MaxP99    time.Duration        `json:"max_p99_ns"`
-	MinProbes int                  `json:"min_probes"`
-	Paths     []analysis.PathStat  `json:"paths"`
-	Faulty    []analysis.Component `json:"faulty"`
+	MaxLoss   float64       `json:"max_loss"`
+	MaxP99    time.Duration `json:"max_p99_ns"`
+	MinProbes int           `json:"min_probes"`
+	// Paths are every agent's paths (analysis.Merge), Faulty the
+	// components analysis.Localize names on them.
+	Paths  []analysis.PathStat  `json:"paths"`
+	Faulty []analysis.Component `json:"faulty"`
 }
 
 // Handler returns the agent's HTTP handler: the page at /, MetricsPath,
@@ -80,7 +92,7 @@ type FleetDoc struct {
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, promhttp.HandlerFor(a.opts.Registry, promhttp.HandlerOpts{
-		EnableOpenMetrics: true, ErrorLog: nil, Registry: a.opts.Registry,
+		EnableOpenMetrics: true, Registry: a.opts.Registry,
 	}))
 	mux.Handle(probe.SelfPath, probe.SelfHandler(a.Self))
 	mux.HandleFunc("GET "+PathsPath, func(w http.ResponseWriter, r *http.Request) {

@@ -14,19 +14,22 @@ import (
 // for.
 const jsonlQueue = 8192
 
-// appendJSONL appends r as one JSON object and a newline. The fields:
+// appendJSONL appends r as one JSON object and a newline, allocating
+// nothing when b has room. The fields:
 // time (T1, RFC 3339 with nanoseconds), src, dst, dst_addr, group,
 // dst_group, class, seq, label, sport, qpn, outcome, reason, t1..t6 (ns),
 // rtt_ns, prober_delay_ns, responder_delay_ns, timestamps.
 func appendJSONL(b []byte, src, srcGroup string, r *probe.Result) []byte {
-	b = append(b, `{"time":`...)
-	b = strconv.AppendQuote(b, r.Sent.UTC().Format(time.RFC3339Nano))
+	b = append(b, `{"time":"`...)
+	b = r.Sent.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
 	b = append(b, `,"src":`...)
 	b = strconv.AppendQuote(b, src)
 	b = append(b, `,"dst":`...)
 	b = strconv.AppendQuote(b, r.Peer.Name)
-	b = append(b, `,"dst_addr":`...)
-	b = strconv.AppendQuote(b, r.Peer.Addr.String())
+	b = append(b, `,"dst_addr":"`...)
+	b = r.Peer.Addr.AppendTo(b)
+	b = append(b, '"')
 	b = append(b, `,"group":`...)
 	b = strconv.AppendQuote(b, srcGroup)
 	b = append(b, `,"dst_group":`...)
@@ -41,8 +44,9 @@ func appendJSONL(b []byte, src, srcGroup string, r *probe.Result) []byte {
 	b = strconv.AppendUint(b, uint64(r.SrcPort), 10)
 	b = append(b, `,"qpn":`...)
 	b = strconv.AppendUint(b, uint64(r.ResponderQPN), 10)
-	b = append(b, `,"outcome":`...)
-	b = strconv.AppendQuote(b, r.Outcome.String())
+	b = append(b, `,"outcome":"`...)
+	b = append(b, r.Outcome.String()...)
+	b = append(b, '"')
 	if r.Reason != "" {
 		b = append(b, `,"reason":`...)
 		b = strconv.AppendQuote(b, r.Reason)
@@ -59,8 +63,9 @@ func appendJSONL(b []byte, src, srcGroup string, r *probe.Result) []byte {
 	b = strconv.AppendInt(b, int64(r.ProberDelay), 10)
 	b = append(b, `,"responder_delay_ns":`...)
 	b = strconv.AppendInt(b, int64(r.ResponderDelay), 10)
-	b = append(b, `,"timestamps":`...)
-	b = strconv.AppendQuote(b, r.Timestamps.String())
+	b = append(b, `,"timestamps":"`...)
+	b = append(b, r.Timestamps.String()...)
+	b = append(b, '"')
 	return append(b, "}\n"...)
 }
 
