@@ -1,6 +1,7 @@
 package probe_test
 
 import (
+	"errors"
 	"sort"
 	"testing"
 	"time"
@@ -101,7 +102,7 @@ func TestProbeLoopback(t *testing.T) {
 	var rs []probe.Result
 	for q := 0; q < 4; q++ {
 		rs = append(rs, x.run(t, 50, 200*time.Microsecond, q)...)
-		x.col.rs = nil
+		x.col.reset()
 	}
 	checkOK(t, rs)
 	ps, rsst := x.p.Stats(), x.r.Stats()
@@ -132,11 +133,11 @@ func TestResponderStall(t *testing.T) {
 	}
 }
 
-// TestProberStall: a prober stalled 50 ms before each poll shows in
+// TestProberStall: a prober stalled 100 ms before each poll shows in
 // ProberDelay, not in NetworkRTT. This needs completions stamped when they
 // are produced, not when polled.
 func TestProberStall(t *testing.T) {
-	const stall = 50 * time.Millisecond
+	const stall = 100 * time.Millisecond
 	var stalling atomicBool
 	x := newPair(t, probe.ProberOptions{BeforePoll: func() {
 		if stalling.Load() {
@@ -149,8 +150,10 @@ func TestProberStall(t *testing.T) {
 	stalling.Store(true)
 	rs := x.run(t, 8, stall+10*time.Millisecond, 0)
 	checkOK(t, rs)
-	if m := median(rs, func(r probe.Result) time.Duration { return r.ProberDelay }); m < stall/2 {
-		t.Errorf("median prober delay %v with a %v stall", m, stall)
+	pd := median(rs, func(r probe.Result) time.Duration { return r.ProberDelay })
+	rtt := median(rs, func(r probe.Result) time.Duration { return r.NetworkRTT })
+	if pd < stall/2 || rtt >= stall/4 {
+		t.Errorf("median prober delay %v, network RTT %v with the prober stalled %v before each poll", pd, rtt, stall)
 	}
 	for _, r := range rs {
 		if r.NetworkRTT >= stall/2 {
@@ -314,4 +317,190 @@ func TestResponderGarbage(t *testing.T) {
 		}
 	}
 	checkOK(t, x.run(t, 10, 0, 0))
+}
+
+// TestProberLimits: the in-flight bound, bad peers, Close reporting the
+// probes in flight, Probe after Close; and the address handle cache
+// bounded while probing more labels than it holds.
+func TestProberLimits(t *testing.T) {
+	release := make(chan struct{})
+	x := newPair(t, probe.ProberOptions{MaxInFlight: 4, Timeout: 10 * time.Second},
+		probe.ResponderOptions{BeforeACK1: func() { <-release }})
+	peer := peerOf(x.r, 0)
+	if err := x.p.Probe(probe.Peer{GID: peer.GID}, 1, ""); !errors.Is(err, probe.ErrBadPeer) {
+		t.Fatalf("peer without QPN: %v", err)
+	}
+	if err := x.p.Probe(probe.Peer{QPN: peer.QPN}, 1, ""); !errors.Is(err, probe.ErrBadPeer) {
+		t.Fatalf("peer without GID: %v", err)
+	}
+	for i := 0; i < 4; i++ {
+		if err := x.p.Probe(peer, 1, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := x.p.Probe(peer, 1, ""); !errors.Is(err, probe.ErrTooManyInFlight) {
+		t.Fatalf("fifth probe with MaxInFlight 4: %v", err)
+	}
+	if s := x.p.Stats(); s.InFlight != 4 || s.Sent != 4 {
+		t.Fatalf("stats %+v", s)
+	}
+	x.p.Close()
+	close(release)
+	rs := x.col.wait(t, time.Second, count(4))
+	if len(rs) != 4 {
+		t.Fatalf("%d results after Close, want 4", len(rs))
+	}
+	for _, r := range rs {
+		if r.Outcome != probe.OutcomeError || r.Reason != probe.ReasonClosed {
+			t.Fatalf("%+v", r)
+		}
+	}
+	if err := x.p.Probe(peer, 1, ""); !errors.Is(err, probe.ErrClosed) {
+		t.Fatalf("Probe after Close: %v", err)
+	}
+	if err := x.p.Close(); !errors.Is(err, probe.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestAHCacheBound: 3000 labels, more than the 1024 address handles a
+// prober keeps: the cache stays bounded, handles are evicted (and destroyed
+// once their sends completed) and every probe completes.
+func TestAHCacheBound(t *testing.T) {
+	// At most 256 in flight: the responder's 256 ACK slots answer them all.
+	x := newPair(t, probe.ProberOptions{MaxInFlight: 256}, probe.ResponderOptions{})
+	labels := probe.FlowLabels(5, 3000)
+	peer := peerOf(x.r, 0)
+	sent := 0
+	for i, l := range labels {
+		for {
+			err := x.p.Probe(peer, l, "t")
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, probe.ErrBusy) && !errors.Is(err, probe.ErrTooManyInFlight) {
+				t.Fatalf("probe %d: %v", i, err)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		sent++
+		if s := x.p.Stats(); s.AHs > 1024 {
+			t.Fatalf("%d AHs cached", s.AHs)
+		}
+	}
+	rs := x.col.wait(t, 20*time.Second, count(sent))
+	if len(rs) != sent {
+		t.Fatalf("%d results of %d", len(rs), sent)
+	}
+	for _, r := range rs {
+		if r.Outcome != probe.OutcomeOK {
+			t.Fatalf("%+v; prober %+v, responder %+v", r, x.p.Stats(), x.r.Stats())
+		}
+	}
+	if s := x.p.Stats(); s.AHs != 1024 {
+		t.Fatalf("%d AHs cached after 3000 labels", s.AHs)
+	}
+}
+
+// TestValidity: a fake responder answers with timestamps rpingmesh would
+// refuse; each probe ends OutcomeError with the reason.
+func TestValidity(t *testing.T) {
+	_, ca := softContext(t, addrA)
+	_, cc := softContext(t, addrC)
+	fake := newRawUD(t, cc)
+	col := newCollector()
+	p, err := probe.NewProber(ca, probe.ProberOptions{OnResult: col.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	peer := probe.Peer{GID: verbs.GIDFromAddr(addrC), QPN: fake.qp.Num()}
+	for i, tc := range []struct {
+		name   string
+		t3, t4 func(now uint64) uint64
+		reason string
+	}{
+		{"good", func(n uint64) uint64 { return n }, func(n uint64) uint64 { return n + 1000 }, ""},
+		{"zero T3", func(uint64) uint64 { return 0 }, func(n uint64) uint64 { return n }, probe.ReasonZeroTimestamp},
+		{"zero T4", func(n uint64) uint64 { return n }, func(uint64) uint64 { return 0 }, probe.ReasonZeroTimestamp},
+		{"T4 before T3", func(n uint64) uint64 { return n }, func(n uint64) uint64 { return n - 1000 }, probe.ReasonInvalidDelay},
+		{"responder delay 2 s", func(n uint64) uint64 { return n - 2e9 }, func(n uint64) uint64 { return n }, probe.ReasonInvalidRTT},
+		{"responder delay longer than the round trip", func(n uint64) uint64 { return n - 5e8 }, func(n uint64) uint64 { return n }, probe.ReasonInvalidRTT},
+	} {
+		if err := p.Probe(peer, uint32(i+1), "t"); err != nil {
+			t.Fatal(err)
+		}
+		b, _, ok := fake.recv(5 * time.Second)
+		if !ok {
+			t.Fatal("no probe")
+		}
+		m, err := probe.ParseMessage(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := uint64(verbs.Now())
+		t3, t4 := tc.t3(now), tc.t4(now)
+		a1 := probe.Message{Version: 1, Type: probe.TypeAck, AckType: probe.AckFirst, Seq: m.Seq, T1: m.T1, T3: t3}
+		a2 := a1
+		a2.AckType, a2.T4 = probe.AckSecond, t4
+		fake.send(a1.Append(nil), p.GID(), p.QPN())
+		fake.send(a2.Append(nil), p.GID(), p.QPN())
+		rs := col.wait(t, 5*time.Second, count(i+1))
+		if len(rs) != i+1 {
+			t.Fatalf("%s: no result", tc.name)
+		}
+		r := rs[i]
+		want := probe.OutcomeError
+		if tc.reason == "" {
+			want = probe.OutcomeOK
+		}
+		if r.Outcome != want || r.Reason != tc.reason {
+			t.Errorf("%s: outcome %v reason %q, want %v %q (%+v)", tc.name, r.Outcome, r.Reason, want, tc.reason, r)
+		}
+	}
+	if s := p.Stats(); s.Completed != 1 || s.Errors != 5 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestNoTimestamps: on devices without completion timestamps (libibverbs'
+// providers, rdma_rxe), T2 and T4 are read before the posts and T3 and T5
+// at poll: probes complete with a positive network RTT, T2 is T1, and a
+// responder stall still lands in the responder's delay.
+func TestNoTimestamps(t *testing.T) {
+	const stall = 30 * time.Millisecond
+	var stalling atomicBool
+	x := &pair{col: newCollector()}
+	_, ca := softContext(t, addrA)
+	_, cb := softContext(t, addrB)
+	x.ca, x.cb = noStamps{ca}, noStamps{cb}
+	var err error
+	if x.r, err = probe.NewResponder(x.cb, probe.ResponderOptions{BeforeACK1: func() {
+		if stalling.Load() {
+			time.Sleep(stall)
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	defer x.r.Close()
+	if x.p, err = probe.NewProber(x.ca, probe.ProberOptions{OnResult: x.col.add}); err != nil {
+		t.Fatal(err)
+	}
+	defer x.p.Close()
+	rs := x.run(t, 50, 500*time.Microsecond, 0)
+	checkOK(t, rs)
+	for _, r := range rs {
+		if r.T2 != r.T1 {
+			t.Fatalf("T2 %d, T1 %d: want T1 without completion timestamps", r.T2, r.T1)
+		}
+	}
+	x.col.reset()
+	stalling.Store(true)
+	rs = x.run(t, 5, stall+5*time.Millisecond, 0)
+	checkOK(t, rs)
+	for _, r := range rs {
+		if r.ResponderDelay < stall || r.NetworkRTT >= stall/2 {
+			t.Errorf("responder delay %v (stall %v), network RTT %v", r.ResponderDelay, stall, r.NetworkRTT)
+		}
+	}
 }

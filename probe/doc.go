@@ -49,18 +49,23 @@
 //
 // T2..T5 are the work completions' timestamps (verbs.WC.Timestamp) when the
 // device gives them, else the host clock read by the prober or responder:
-// T3 and T5 when their receive completion is polled, T2 and T4 when the
-// send's PostSend returned (a send completion polled later could be polled
-// together with the ACK's receive and put T2 after it). Each Result says
-// which kind it used: TimestampsHardware when both sides' devices stamp
-// completions in hardware (verbs.TimestampHardware; the ACK's flags tell
-// the responder's), so that the network RTT is the time between the
-// devices, wire and switches only. TimestampsSoftware otherwise: with a
+// T3 and T5 when their receive completion is polled (no earlier than the
+// arrival), T2 and T4 just before the PostSend of the probe and the first
+// ACK (no later than the departure; T2 is then T1). A post may return, and
+// its completion be polled, long after the packet left (after the ACK came
+// back, on a busy or virtual host), so these bounds keep the network RTT
+// from reading less than it was: without completion timestamps it is an
+// upper bound that includes the posts and polls of both hosts.
+//
+// Each Result says which kind it used: TimestampsHardware when both sides'
+// devices stamp completions in hardware (verbs.TimestampHardware; the ACK's
+// flags tell the responder's), so that the network RTT is the time between
+// the devices, wire and switches only. TimestampsSoftware otherwise: with a
 // provider that stamps completions when it produces them
-// (verbs.TimestampSoftware, goroce's soft device) the network RTT also
-// holds the providers' packet processing and the kernel's UDP paths; with
-// times read at poll it also holds the wait between a completion and its
-// poll, so a stalled prober inflates it.
+// (verbs.TimestampSoftware, goroce's soft device) the network RTT also holds
+// the providers' packet processing and the kernel's UDP paths; with times
+// read by the host it also holds the posts and the waits between a
+// completion and its poll, so a stalled prober inflates it.
 //
 // # Matching and timeouts
 //

@@ -204,3 +204,60 @@ func (u *rawUD) recv(d time.Duration) ([]byte, uint32, bool) {
 }
 
 type atomicBool = atomic.Bool
+
+// noStamps wraps a verbs.Context as a device without completion
+// timestamps (as libibverbs' providers are): its CQs' completions carry
+// WC.Timestamp 0 and QueryDevice says TimestampNone.
+type noStamps struct{ verbs.Context }
+
+func (c noStamps) QueryDevice() (verbs.DeviceAttr, error) {
+	a, err := c.Context.QueryDevice()
+	a.CompletionTimestamps = verbs.TimestampNone
+	return a, err
+}
+
+func (c noStamps) CreateCQ(n int, ch verbs.CompChannel) (verbs.CQ, error) {
+	cq, err := c.Context.CreateCQ(n, ch)
+	if err != nil {
+		return nil, err
+	}
+	return noStampCQ{cq}, nil
+}
+
+func (c noStamps) AllocPD() (verbs.PD, error) {
+	pd, err := c.Context.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return noStampPD{pd}, nil
+}
+
+type noStampCQ struct{ verbs.CQ }
+
+func (q noStampCQ) Poll(wc []verbs.WC) int {
+	n := q.CQ.Poll(wc)
+	for i := range wc[:n] {
+		wc[i].Timestamp = 0
+	}
+	return n
+}
+
+type noStampPD struct{ verbs.PD }
+
+func (p noStampPD) CreateQP(a *verbs.QPInitAttr) (verbs.QP, error) {
+	b := *a
+	if q, ok := b.SendCQ.(noStampCQ); ok {
+		b.SendCQ = q.CQ
+	}
+	if q, ok := b.RecvCQ.(noStampCQ); ok {
+		b.RecvCQ = q.CQ
+	}
+	return p.PD.CreateQP(&b)
+}
+
+// reset forgets the results so far.
+func (c *collector) reset() {
+	c.mu.Lock()
+	c.rs = nil
+	c.mu.Unlock()
+}

@@ -44,8 +44,11 @@ type ProberOptions struct {
 	// GIDIndex is the source GID index of the probes (default 0: the
 	// port's first IPv4-mapped GID).
 	GIDIndex int
-	// Depth is the receive depth of the prober's QP (default 512): the
-	// ACKs that can arrive between two polls.
+	// Depth is the receive depth of the prober's QP: the ACKs that can
+	// arrive between two polls, two per probe in flight (default
+	// 2 x MaxInFlight, at most 1024; each a path MTU and the GRH, so that
+	// no UD message overflows it). ACKs beyond it are dropped by the
+	// device and their probes lost.
 	Depth int
 }
 
@@ -57,7 +60,7 @@ func (o ProberOptions) withDefaults() ProberOptions {
 		o.MaxInFlight = 4096
 	}
 	if o.Depth <= 0 {
-		o.Depth = 512
+		o.Depth = min(2*o.MaxInFlight, 1024)
 	}
 	o.Depth = min(o.Depth, 8192)
 	return o
@@ -123,8 +126,8 @@ type entry struct {
 	class                  string
 	label                  uint32
 	t1, t2, t3, t4, t5, t6 int64
-	posted                 int64 // when PostSend returned
 	deadline               int64
+	acked1, acked2         bool // the first and second ACKs came
 	respHW                 bool
 	used                   bool
 	prev, next             int32
@@ -252,12 +255,11 @@ func (p *Prober) ProbeSeq(peer Peer, flowLabel uint32, class string) (uint64, er
 		p.e.ahs.put(ah)
 		return 0, err
 	}
-	posted := verbs.Now()
 	p.counter++
 	p.freeE = p.freeE[:len(p.freeE)-1]
 	p.freeS = p.freeS[:len(p.freeS)-1]
 	p.slots[si] = sendSlot{entry: idx, seq: seq, ah: ah}
-	p.entries[idx] = entry{seq: seq, peer: peer, class: class, label: flowLabel, t1: t1, posted: posted, deadline: t1 + p.timeout,
+	p.entries[idx] = entry{seq: seq, peer: peer, class: class, label: flowLabel, t1: t1, deadline: t1 + p.timeout,
 		used: true, prev: p.tail, next: -1}
 	if p.tail >= 0 {
 		p.entries[p.tail].next = idx
@@ -446,20 +448,22 @@ func (p *Prober) ack(m *Message, gid verbs.GID, srcQP uint32, ts int64) {
 	}
 	switch m.AckType {
 	case AckFirst:
-		if e.t5 != 0 {
+		if e.acked1 {
 			p.stats.Duplicates++
 			return
 		}
+		e.acked1 = true
 		e.t5, e.t6 = ts, verbs.Now()
 		e.t3 = int64(m.T3)
 		e.respHW = m.Flags&FlagHardwareTimestamps != 0
 	case AckSecond:
-		if e.t4 != 0 {
+		if e.acked2 {
 			p.stats.Duplicates++
 			return
 		}
+		e.acked2 = true
 		e.t4 = int64(m.T4)
-		if e.t3 == 0 {
+		if !e.acked1 {
 			e.t3 = int64(m.T3)
 		}
 	}
@@ -490,11 +494,13 @@ func (p *Prober) sent(wc *verbs.WC) {
 		p.out = append(p.out, r)
 		return
 	}
-	// Without a completion timestamp, T2 is when PostSend returned: the
-	// send completion may sit in the CQ until the ACK's is polled with it.
+	// Without a completion timestamp, T2 is T1, read just before
+	// PostSend: the probe cannot leave earlier, whereas the post may
+	// return (and its completion be polled, perhaps with the ACK's) after
+	// the ACK came back.
 	e.t2 = wc.Timestamp
 	if e.t2 == 0 {
-		e.t2 = e.posted
+		e.t2 = e.t1
 	}
 	p.complete(sl.entry)
 }
@@ -511,7 +517,7 @@ func (p *Prober) kind(respFlags uint8) Timestamps {
 // complete finishes probe idx when its send completed and both ACKs came.
 func (p *Prober) complete(idx int32) {
 	e := &p.entries[idx]
-	if e.t2 == 0 || e.t5 == 0 || e.t4 == 0 {
+	if e.t2 == 0 || !e.acked1 || !e.acked2 {
 		return
 	}
 	r := p.result(idx, OutcomeOK)
@@ -541,7 +547,7 @@ func (p *Prober) result(idx int32, o Outcome) Result {
 	r := Result{Peer: e.peer, Class: e.class, Seq: e.seq, FlowLabel: e.label, SrcPort: SourcePort(e.label),
 		ResponderQPN: e.peer.QPN, Sent: time.Unix(0, e.t1), T1: e.t1, T2: e.t2, T3: e.t3, T4: e.t4, T5: e.t5, T6: e.t6,
 		Outcome: o, Timestamps: p.Timestamps()} // the prober's own until an ACK tells the responder's
-	if e.t5 != 0 {
+	if e.acked1 {
 		var f uint8
 		if e.respHW {
 			f = FlagHardwareTimestamps

@@ -80,7 +80,7 @@ type ackSlot struct {
 	ah      *ahEntry
 	qpn     uint32
 	m       Message
-	posted  int64 // when the first ACK's PostSend returned
+	posted  int64 // read just before the first ACK's PostSend
 	pending bool
 }
 
@@ -247,11 +247,11 @@ func (r *Responder) receive(qi, s int, wc *verbs.WC) {
 	a := &r.slots[qi][slot]
 	*a = ackSlot{ah: ah, qpn: wc.SrcQP, pending: true,
 		m: Message{Version: Version1, Type: TypeAck, AckType: AckFirst, Flags: r.flags(), Seq: m.Seq, T1: m.T1, T3: uint64(t3)}}
+	a.posted = verbs.Now()
 	if !r.post(qi, slot) {
 		r.dropped.Add(1)
 		return
 	}
-	a.posted = verbs.Now()
 	r.answered.Add(1)
 }
 
@@ -305,9 +305,11 @@ func (r *Responder) sent(qi, s int, wc *verbs.WC) {
 		r.release(qi, s)
 		return
 	}
-	// Without a completion timestamp, T4 is when the first ACK's PostSend
-	// returned rather than when its completion was polled, which may be
-	// later.
+	// Without a completion timestamp, T4 is read just before the first
+	// ACK's PostSend: the ACK cannot leave earlier, whereas the post may
+	// return (and its completion be polled) long after it left, which
+	// would take more than the responder's share out of the network RTT
+	// and could make it negative.
 	t4 := wc.Timestamp
 	if t4 == 0 {
 		t4 = a.posted

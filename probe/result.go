@@ -12,8 +12,10 @@ type Timestamps uint8
 
 // Timestamp kinds.
 const (
-	// TimestampsSoftware: T2..T5 were read from the host clock when the
-	// completion was polled (every soft provider, rdma_rxe).
+	// TimestampsSoftware: T2..T5 come from the host clock: read by the
+	// provider when it produced the completion (the soft device), or by
+	// the prober and responder around their posts and polls (rdma_rxe,
+	// RNICs without completion timestamps); see the package documentation.
 	TimestampsSoftware Timestamps = iota
 	// TimestampsHardware: T2..T5 are the device's completion timestamps
 	// (libibverbs extended CQs on an RNIC that has them).
