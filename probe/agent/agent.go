@@ -231,7 +231,9 @@ func New(o Options) (*Agent, error) {
 		peerSet:    make(chan map[netip.Addr]*peer, 1),
 		rediscover: make(chan *peer, 64),
 	}
-	a.registerOwn(o.Registry)
+	if err := a.registerOwn(o.Registry); err != nil {
+		return nil, err
+	}
 	s := cfg.list.Settings
 	a.httpPort.Store(int32(s.HTTPPort))
 	a.window = analysis.NewWindow(analysis.Options{
@@ -432,8 +434,9 @@ func (a *Agent) onResult(r probe.Result) {
 }
 
 // Run probes, serves HTTP and watches the pinglist until ctx ends, then
-// stops everything and closes the prober and the responder (not the
-// device). It returns an error only when the HTTP server cannot listen.
+// stops everything, waits up to the timeout for the probes in flight, and
+// closes the prober and the responder (not the device). It returns an
+// error only when the HTTP server cannot listen or fails. Call it once.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.close()
 	ln := a.opts.Listener
@@ -565,7 +568,7 @@ func (a *Agent) Paths() []analysis.PathStat {
 }
 
 // registerOwn creates and registers the agent's own metrics.
-func (a *Agent) registerOwn(reg prometheus.Registerer) {
+func (a *Agent) registerOwn(reg prometheus.Registerer) error {
 	a.targetsGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "goroce_probe_agent_targets", Help: "Targets of this agent in the current pinglist."})
 	a.unresolved = prometheus.NewGauge(prometheus.GaugeOpts{Name: "goroce_probe_agent_targets_unresolved", Help: "Target nodes whose responder has not been found yet (their /probe/v1/self not fetched); they are not probed."})
 	disc := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "goroce_probe_agent_discoveries_total", Help: "Fetches of target nodes' /probe/v1/self, by result."}, []string{"result"})
@@ -576,5 +579,10 @@ func (a *Agent) registerOwn(reg prometheus.Registerer) {
 	a.reloadTime.SetToCurrentTime()
 	a.scheduleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "goroce_probe_agent_schedule_errors_total", Help: "Scheduled probes the prober refused (too many in flight, closed)."})
 	a.jsonlDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "goroce_probe_agent_jsonl_dropped_total", Help: "Results left out of the JSON-lines probe log because its writer fell behind."})
-	reg.MustRegister(a.targetsGauge, a.unresolved, disc, rel, a.reloadTime, a.scheduleErrors, a.jsonlDropped)
+	for _, c := range []prometheus.Collector{a.targetsGauge, a.unresolved, disc, rel, a.reloadTime, a.scheduleErrors, a.jsonlDropped} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("agent: registering metrics: %w", err)
+		}
+	}
+	return nil
 }
