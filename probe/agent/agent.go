@@ -495,8 +495,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	return err
 }
 
-// close releases the responder (the prober is closed by Run).
+// close releases the prober (unless Run closed it already) and the
+// responder.
 func (a *Agent) close() {
+	a.prober.Close()
 	a.responder.Close()
 }
 

@@ -427,3 +427,38 @@ func TestDiscoveryAndReload(t *testing.T) {
 		t.Errorf("after removing b: b %d -> %d, c %d -> %d", b0, b1, c0, c1)
 	}
 }
+
+// Bad options and a listener that cannot be had are errors, not panics,
+// and Run returns.
+func TestErrors(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinglist.yaml")
+	port := freePort(t, 2)
+	write(t, path, pinglist(port, "a/0/g1", "b/1/g1"))
+	dev := softContext(t, addr(0))
+	for _, tt := range []struct {
+		name string
+		o    agent.Options
+	}{
+		{"no device", agent.Options{Pinglist: path, Self: addr(0)}},
+		{"no pinglist", agent.Options{Device: dev, Self: addr(0)}},
+		{"no self", agent.Options{Device: dev, Pinglist: path}},
+		{"not in the pinglist", agent.Options{Device: dev, Pinglist: path, Self: addr(3)}},
+		{"missing file", agent.Options{Device: dev, Pinglist: path + ".none", Self: addr(0)}},
+	} {
+		if _, err := agent.New(tt.o); err == nil {
+			t.Errorf("%s: no error", tt.name)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	a, err := agent.New(agent.Options{Device: dev, Pinglist: path, Self: addr(0), Registry: reg, Listen: "256.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Run(context.Background()); err == nil {
+		t.Error("Run listened on 256.0.0.1")
+	}
+	if _, err := agent.New(agent.Options{Device: dev, Pinglist: path, Self: addr(0), Registry: reg}); err == nil {
+		t.Error("a second agent registered the same metrics")
+	}
+}
