@@ -376,14 +376,19 @@ func (f *fleet) jsonlRTTs(t testing.TB, i int) (map[string][]time.Duration, map[
 // jsonlDetail is jsonlRTTs with, per destination, the medians of the
 // prober's post-to-send-completion time (T2-T1), the responder's delay
 // (T4-T3) and the prober's receive-to-processing time (T6-T5).
-func (f *fleet) jsonlDetail(t testing.TB, i int) (map[string][]time.Duration, map[string]map[string]int, map[string][3]time.Duration) {
+//
+// The namespaces share the host's monotonic clock (verbs.Now), so T3-T2 (the
+// way out: the prober's send to the responder's receive completion) and
+// T5-T4 (the way back) are meaningful here too, as they are not between
+// two machines.
+func (f *fleet) jsonlDetail(t testing.TB, i int) (map[string][]time.Duration, map[string]map[string]int, map[string][5]time.Duration) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(f.dir, f.names[i]+".jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rtts := map[string][]time.Duration{}
-	parts := map[string][][3]time.Duration{}
+	parts := map[string][][5]time.Duration{}
 	outcomes := map[string]map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -401,12 +406,13 @@ func (f *fleet) jsonlDetail(t testing.TB, i int) (map[string][]time.Duration, ma
 		outcomes[l.Dst][l.Outcome]++
 		if l.Outcome == "ok" {
 			rtts[l.Dst] = append(rtts[l.Dst], time.Duration(l.RTT))
-			parts[l.Dst] = append(parts[l.Dst], [3]time.Duration{time.Duration(l.T2 - l.T1), time.Duration(l.T4 - l.T3), time.Duration(l.T6 - l.T5)})
+			parts[l.Dst] = append(parts[l.Dst], [5]time.Duration{time.Duration(l.T2 - l.T1), time.Duration(l.T4 - l.T3), time.Duration(l.T6 - l.T5),
+				time.Duration(l.T3 - l.T2), time.Duration(l.T5 - l.T4)})
 		}
 	}
-	med := map[string][3]time.Duration{}
+	med := map[string][5]time.Duration{}
 	for dst, ps := range parts {
-		var m [3]time.Duration
+		var m [5]time.Duration
 		for k := range m {
 			var col []time.Duration
 			for _, p := range ps {
@@ -421,22 +427,35 @@ func (f *fleet) jsonlDetail(t testing.TB, i int) (map[string][]time.Duration, ma
 
 // rttFactor is how much larger than the UDP ping-pong's median a probe's
 // median network RTT may be. Compared strictly (factor 1), the probes came
-// out 1.0 to 1.8 times the ping-pong on this 2-core machine when quiet, up
-// to 2.0 times when other work loaded it, and the reason was measured, not
-// guessed: with tshark in the router, a soft responder turned a probe
-// around (probe in, ACK1 out, on the wire) in a median 213 µs, of which
-// only 27 µs were its responder delay (T4-T3), while a Go UDP echo process
-// in the same namespace turned a datagram around in 106 µs. The soft
-// provider's software timestamps are taken when its engine processes a
-// packet, after its driver goroutine was woken and read the batch with
-// recvmmsg; that receive path, on the responder (before T3) and on the
-// prober (before T5), costs about 80 µs more than a plain socket read on
-// an idle host, more under contention, and the network RTT, by its
-// definition, contains it (hardware timestamps would not). The factor 2.5
-// allows for those two receive paths on a loaded machine; it still fails a
-// network RTT that counted the host delays around a probe (a stalled
-// responder or prober adds milliseconds) or a path with queueing.
-const rttFactor = 2.5
+// out 0.7 to 2 times the ping-pong on this 2-core machine, and the reasons
+// were measured, not guessed:
+//
+//   - With tshark in the router, a soft responder turned a probe around
+//     (probe in, ACK1 out, on the wire) in a median 213 µs, of which only
+//     27 µs were its responder delay (T4-T3), while a Go UDP echo process
+//     in the same namespace turned a datagram around in 106 µs. The soft
+//     provider's software timestamps are taken when its engine processes
+//     a packet, after its driver goroutine was woken and read the batch;
+//     that receive path, on the responder (before T3) and on the prober
+//     (before T5), costs about 80 µs more than a plain socket read on an
+//     idle host, more under contention, and the network RTT, by its
+//     definition, contains it (hardware timestamps would not).
+//   - At times (about one run in five when other tests load the machine)
+//     one agent's probes read 2.5 to 3.6 times the ping-pong on every path
+//     it probes, for the whole run, while the same responders answer the
+//     other agents' probes as fast as usual. The legs, on the clock the
+//     namespaces share, say where: both the way out (T3-T2: 540-740 µs
+//     against about 200) and the way back (T5-T4: 280-360 µs against
+//     about 130) of that prober's probes are slow, so its own packet I/O
+//     runs late (the send leaves after T2 was taken, the ACKs are read
+//     late); its host delays (T2-T1, T6-T5) stay normal. That is the soft
+//     provider's software timestamping on a starved host, not a host delay
+//     leaking into the network RTT.
+//
+// The factor 4 allows for both; it still fails a network RTT taken on the
+// wrong timestamps (a poll interval or a stalled host adds milliseconds)
+// or in the wrong unit.
+const rttFactor = 4
 
 // clean: no fault. Every ordered pair completes its probes with no loss,
 // the analysis names nothing, and each pair's median network RTT is no
@@ -496,7 +515,7 @@ func (f *fleet) clean(t *testing.T) {
 		}
 	}
 	probeRTT := map[[2]int][]time.Duration{}
-	parts := map[[2]int][3]time.Duration{}
+	parts := map[[2]int][5]time.Duration{}
 	for i := range 4 {
 		rtts, outcomes, med := f.jsonlDetail(t, i)
 		for j, dst := range f.names {
@@ -518,8 +537,8 @@ func (f *fleet) clean(t *testing.T) {
 		}
 		pm, um := median(pr), median(p.rtts)
 		pt := parts[[2]int{p.i, p.j}]
-		t.Logf("%s->%s: probe network RTT p50 %v (%d probes), UDP ping-pong p50 %v (%d); medians T2-T1 %v, T4-T3 %v, T6-T5 %v",
-			f.names[p.i], f.names[p.j], pm, len(pr), um, len(p.rtts), pt[0], pt[1], pt[2])
+		t.Logf("%s->%s: probe network RTT p50 %v (%d probes), UDP ping-pong p50 %v (%d); medians T2-T1 %v, T3-T2 %v, T4-T3 %v, T5-T4 %v, T6-T5 %v",
+			f.names[p.i], f.names[p.j], pm, len(pr), um, len(p.rtts), pt[0], pt[3], pt[1], pt[4], pt[2])
 		if float64(pm) > rttFactor*float64(um) {
 			t.Errorf("%s->%s: probe network RTT p50 %v > %v x UDP ping-pong p50 %v", f.names[p.i], f.names[p.j], pm, rttFactor, um)
 		}
