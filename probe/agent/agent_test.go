@@ -407,7 +407,7 @@ func TestDiscoveryAndReload(t *testing.T) {
 		return counter(t, a.reg, "goroce_probe_agent_reloads_total", map[string]string{"result": "error"}) == 3
 	})
 
-	// Remove b, with Reload (as on SIGHUP) before the watcher sees it.
+	// Remove b, with Reload (as on SIGHUP), racing the watcher.
 	os.WriteFile(path, []byte(pinglist(port, "a/0/g1", "c/2/g2")), 0o644)
 	if err := a.a.Reload(); err != nil {
 		t.Fatal(err)
@@ -415,8 +415,10 @@ func TestDiscoveryAndReload(t *testing.T) {
 	if ts := a.a.Targets(); len(ts) != 1 || ts[0].Node.Name != "c" {
 		t.Fatalf("targets after removing b: %+v", ts)
 	}
-	if got := counter(t, a.reg, "goroce_probe_agent_reloads_total", map[string]string{"result": "ok"}); got != okBefore+1 {
-		t.Errorf("reloads ok = %v, want %v", got, okBefore+1)
+	// Reload counts one; the watcher may have seen the file first and
+	// counted another.
+	if got := counter(t, a.reg, "goroce_probe_agent_reloads_total", map[string]string{"result": "ok"}); got != okBefore+1 && got != okBefore+2 {
+		t.Errorf("reloads ok = %v, want %v or %v", got, okBefore+1, okBefore+2)
 	}
 	// No more probes go to b: its count stops growing (the window still
 	// holds the old ones), c's keeps growing.
