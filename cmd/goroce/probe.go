@@ -36,8 +36,7 @@ func runProbe(args []string, stdout, stderr io.Writer) int {
 		defer stop()
 		return runProbeResponder(ctx, args[1:], stdout, stderr)
 	case "agent":
-		fmt.Fprintln(stderr, "goroce probe agent: not in this build")
-		return 2
+		return runProbeAgent(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		probeUsage(stdout)
 		return 0
