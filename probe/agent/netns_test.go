@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"image"
 	"image/png"
 	"io"
@@ -249,7 +250,7 @@ func TestFleetNetns(t *testing.T) {
 	t.Run("page", func(t *testing.T) { f.page(t, counted) })
 	t.Run("prometheus", func(t *testing.T) {
 		if prom == nil {
-			t.Skip(promSkip)
+			testenv.Skip(t, testenv.Prometheus, promSkip)
 		}
 		prom.checkAlerts(t, f)
 	})
@@ -753,7 +754,7 @@ func (f *fleet) chromium(t *testing.T, bin string, extra ...string) []byte {
 func (f *fleet) page(t *testing.T, dropped uint64) {
 	bin, err := exec.LookPath("chromium")
 	if err != nil {
-		t.Skip("chromium is not installed (Debian's chromium package)")
+		testenv.Skip(t, testenv.Chromium, "chromium is not installed (Debian's chromium package)")
 	}
 	dom := f.chromium(t, bin, "--dump-dom")
 	shot := filepath.Join(f.dir, "page.png")
