@@ -105,7 +105,11 @@ func (c *CQ) Arm(solicitedOnly bool) {
 // its overrun and reports false.
 func (e *Engine) pushWC(cq *CQ, wc *verbs.WC, solicited bool) bool {
 	if e.cfg.Clock != nil {
-		wc.Timestamp = e.cfg.Clock()
+		// A completion caused by a received packet carries the time the
+		// kernel received it, when the packet path knows it.
+		if wc.Timestamp = e.rxTime; wc.Timestamp == 0 {
+			wc.Timestamp = e.cfg.Clock()
+		}
 	}
 	if !cq.failed && cq.push(wc, solicited) {
 		return true

@@ -104,6 +104,8 @@ type Stats struct {
 
 // Engine is a RoCEv2 transport for the queue pairs of one device.
 type Engine struct {
+	rxTime int64 // the kernel receive time of the packet being input, 0 if unknown
+
 	cfg    Config
 	MRs    *MRTable
 	qps    []*QP // indexed by QPN - firstQPN
@@ -171,6 +173,21 @@ func (e *Engine) qp(n wire.QPN) *QP {
 	return e.qps[i]
 }
 
+// RxInfo is what the packet path learnt of a received packet beyond its
+// bytes and source.
+type RxInfo struct {
+	// IPv4ID and IPv4DF are the datagram's IPv4 Identification and DF flag,
+	// valid when SeenIPv4 (paths that see whole frames). The ICRC covers
+	// them: with them it is checked on all 32 bits.
+	IPv4ID   uint16
+	IPv4DF   bool
+	SeenIPv4 bool
+	// Time is when the kernel received the packet, on Config.Clock's clock
+	// (0: unknown). Completions the packet causes carry it as their
+	// timestamp instead of the time the engine processed it.
+	Time int64
+}
+
 // Input processes one received transport packet (a UDP payload) that came
 // from the address and UDP port given. Malformed packets, packets failing the
 // ICRC and packets for unknown QPs are dropped and counted. The IPv4
@@ -187,6 +204,13 @@ func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 // a packet with any bit of those fields flipped is dropped.
 func (e *Engine) InputIPv4(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df bool) {
 	e.input(now, b, from, fromPort, id, df, true)
+}
+
+// InputPacket is Input with what the packet path learnt of the packet.
+func (e *Engine) InputPacket(now int64, b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) {
+	e.rxTime = rx.Time
+	e.input(now, b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4)
+	e.rxTime = 0
 }
 
 func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool) {

@@ -47,6 +47,10 @@ type Packet struct {
 	IPv4ID    uint16
 	IPv4DF    bool
 	HasIPv4ID bool
+	// RxTime is, on receive, when the kernel received the datagram (Unix
+	// time in nanoseconds, SO_TIMESTAMPNS: the clock of verbs.Now) if the
+	// Conn learns it (udp, uring), else 0. Ignored on send.
+	RxTime int64
 }
 
 // Conn moves batches of RoCEv2 transport packets between a driver goroutine

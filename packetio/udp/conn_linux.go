@@ -227,11 +227,11 @@ func (c *Conn) collect(n int) []packetio.Packet {
 		p.Addr = netip.AddrFrom4(sa.addr)
 		p.Port = uint16(sa.port[0])<<8 | uint16(sa.port[1])
 		p.Local = c.local.Addr()
-		dst, ok, tos := udpsock.ParseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
-		if ok {
-			p.Local = netip.AddrFrom4(dst)
+		cm := udpsock.ParseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
+		if cm.HasDst {
+			p.Local = netip.AddrFrom4(cm.Dst)
 		}
-		p.TOS = tos
+		p.TOS, p.RxTime = cm.TOS, cm.RxTime
 		bytes += uint64(ln)
 		k++
 	}

@@ -324,11 +324,11 @@ func (c *Conn) recvCompletion(e cqe, p *packetio.Packet) (ok, drop bool, err err
 	p.Addr = netip.AddrFrom4(name.Addr)
 	p.Port = uint16(name.Port[0])<<8 | uint16(name.Port[1])
 	p.Local = c.local.Addr()
-	dst, hasDst, tos := udpsock.ParseControl(c.rxMem[base+slotControl : base+slotControl+controllen])
-	if hasDst {
-		p.Local = netip.AddrFrom4(dst)
+	cm := udpsock.ParseControl(c.rxMem[base+slotControl : base+slotControl+controllen])
+	if cm.HasDst {
+		p.Local = netip.AddrFrom4(cm.Dst)
 	}
-	p.TOS = tos
+	p.TOS, p.RxTime = cm.TOS, cm.RxTime
 	c.rxSlots = append(c.rxSlots, uint16(slot))
 	return true, false, nil
 }

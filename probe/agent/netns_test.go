@@ -427,36 +427,15 @@ func (f *fleet) jsonlDetail(t testing.TB, i int) (map[string][]time.Duration, ma
 }
 
 // rttFactor is how much larger than the UDP ping-pong's median a probe's
-// median network RTT may be. Compared strictly (factor 1), the probes came
-// out 0.7 to 2 times the ping-pong on this 2-core machine, and the reasons
-// were measured, not guessed:
-//
-//   - With tshark in the router, a soft responder turned a probe around
-//     (probe in, ACK1 out, on the wire) in a median 213 µs, of which only
-//     27 µs were its responder delay (T4-T3), while a Go UDP echo process
-//     in the same namespace turned a datagram around in 106 µs. The soft
-//     provider's software timestamps are taken when its engine processes
-//     a packet, after its driver goroutine was woken and read the batch;
-//     that receive path, on the responder (before T3) and on the prober
-//     (before T5), costs about 80 µs more than a plain socket read on an
-//     idle host, more under contention, and the network RTT, by its
-//     definition, contains it (hardware timestamps would not).
-//   - At times (about one run in five when other tests load the machine)
-//     one agent's probes read 2.5 to 3.6 times the ping-pong on every path
-//     it probes, for the whole run, while the same responders answer the
-//     other agents' probes as fast as usual. The legs, on the clock the
-//     namespaces share, say where: both the way out (T3-T2: 540-740 µs
-//     against about 200) and the way back (T5-T4: 280-360 µs against
-//     about 130) of that prober's probes are slow, so its own packet I/O
-//     runs late (the send leaves after T2 was taken, the ACKs are read
-//     late); its host delays (T2-T1, T6-T5) stay normal. That is the soft
-//     provider's software timestamping on a starved host, not a host delay
-//     leaking into the network RTT.
-//
-// The factor 4 allows for both; it still fails a network RTT taken on the
-// wrong timestamps (a poll interval or a stalled host adds milliseconds)
-// or in the wrong unit.
-const rttFactor = 4
+// median network RTT may be: 1, as the issue asks. On the udp packet path
+// the soft provider stamps a receive completion with the kernel's receive
+// time of its packet (SO_TIMESTAMPNS), so T3 and T5 leave out the time the
+// receiving driver took to wake and read it, which the application-level
+// ping-pong pays on both sides; T2 and T4 are taken when the engine builds
+// the packet, just before its sendmmsg. Before those timestamps the probes
+// measured 0.7 to 2 times the ping-pong here (the soft receive path costs
+// about 80 µs per side on an idle host, more under contention).
+const rttFactor = 1
 
 // clean: no fault. Every ordered pair completes its probes with no loss,
 // the analysis names nothing, and each pair's median network RTT is no
