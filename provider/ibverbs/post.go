@@ -50,13 +50,50 @@ func (s *scratch) free() {
 	s.g, s.sges, s.wrs = nil, nil, nil
 }
 
+// sgeBatch is the scatter/gather scratch of the batch being filled: the
+// lists of its work requests, one after another.
+type sgeBatch struct {
+	sges []C.struct_ibv_sge // the scratch's maxBatchSGE elements
+	n    int                // how many are placed
+}
+
+// sgeBatch returns the scratch's scatter/gather memory, empty.
+func (s *scratch) sgeBatch() sgeBatch {
+	return sgeBatch{sges: unsafe.Slice(s.sges, maxBatchSGE)}
+}
+
+// place copies a work request's scatter/gather list behind the lists
+// already placed and returns the request's num_sge and sge_off. When the
+// list does not fit in what is left, it places nothing and returns false:
+// the request starts the next batch.
+func (b *sgeBatch) place(l []verbs.SGE) (num, off C.uint32_t, ok bool) {
+	if b.n+len(l) > len(b.sges) {
+		return 0, 0, false
+	}
+	num, off = C.uint32_t(len(l)), C.uint32_t(b.n)
+	for _, e := range l {
+		b.sges[b.n] = C.struct_ibv_sge{addr: C.uint64_t(e.Addr), length: C.uint32_t(e.Length), lkey: C.uint32_t(e.LKey)}
+		b.n++
+	}
+	return num, off, true
+}
+
+// checkSGL says what is wrong with a work request's scatter/gather list
+// (more elements than a batch holds, so it would never fit), or nil.
+func checkSGL(l []verbs.SGE) error {
+	if len(l) > maxBatchSGE {
+		return fmt.Errorf("ibverbs: %d SGEs, at most %d: %w", len(l), maxBatchSGE, verbs.ErrInvalidWR)
+	}
+	return nil
+}
+
 // checkSend says what is wrong with a send work request, or nil.
 func (q *QP) checkSend(w *verbs.SendWR) error {
 	if w.Opcode > verbs.WRSendWithInv {
 		return fmt.Errorf("ibverbs: opcode %d: %w", w.Opcode, verbs.ErrInvalidWR)
 	}
-	if len(w.SGList) > maxBatchSGE {
-		return fmt.Errorf("ibverbs: %d SGEs, at most %d: %w", len(w.SGList), maxBatchSGE, verbs.ErrInvalidWR)
+	if err := checkSGL(w.SGList); err != nil {
+		return err
 	}
 	if q.typ == verbs.QPTUD {
 		ah, ok := w.AH.(*AH)
@@ -78,17 +115,17 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		return 0, fmt.Errorf("ibverbs: post_send: %w", verbs.ErrDestroyed)
 	}
 	gs := unsafe.Slice((*C.struct_gsend)(s.g), batch)
-	sges := unsafe.Slice(s.sges, maxBatchSGE)
 	posted := 0
 	for posted < len(wrs) {
-		n, ns := 0, 0
+		n, sg := 0, s.sgeBatch()
 		var bad error
 		for posted+n < len(wrs) && n < batch {
 			w := &wrs[posted+n]
 			if bad = q.checkSend(w); bad != nil {
 				break
 			}
-			if ns+len(w.SGList) > maxBatchSGE {
+			num, off, ok := sg.place(w.SGList)
+			if !ok {
 				break
 			}
 			g := &gs[n]
@@ -107,12 +144,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 			g.remote_qpn = C.uint32_t(w.RemoteQPN)
 			g.remote_qkey = C.uint32_t(w.RemoteQKey)
 			g.inv_rkey = C.uint32_t(w.InvalidateRKey)
-			g.num_sge = C.uint32_t(len(w.SGList))
-			g.sge_off = C.uint32_t(ns)
-			for _, e := range w.SGList {
-				sges[ns] = C.struct_ibv_sge{addr: C.uint64_t(e.Addr), length: C.uint32_t(e.Length), lkey: C.uint32_t(e.LKey)}
-				ns++
-			}
+			g.num_sge, g.sge_off = num, off
 			n++
 		}
 		if n > 0 {
@@ -149,28 +181,22 @@ func postRecv(s *scratch, wrs []verbs.RecvWR, qp *C.struct_ibv_qp, srq *C.struct
 		verb = "ibv_post_srq_recv"
 	}
 	gs := unsafe.Slice((*C.struct_grecv)(s.g), batch)
-	sges := unsafe.Slice(s.sges, maxBatchSGE)
 	posted := 0
 	for posted < len(wrs) {
-		n, ns := 0, 0
+		n, sg := 0, s.sgeBatch()
 		var bad error
 		for posted+n < len(wrs) && n < batch {
 			w := &wrs[posted+n]
-			if len(w.SGList) > maxBatchSGE {
-				bad = fmt.Errorf("ibverbs: %d SGEs, at most %d: %w", len(w.SGList), maxBatchSGE, verbs.ErrInvalidWR)
+			if bad = checkSGL(w.SGList); bad != nil {
 				break
 			}
-			if ns+len(w.SGList) > maxBatchSGE {
+			num, off, ok := sg.place(w.SGList)
+			if !ok {
 				break
 			}
 			g := &gs[n]
 			g.wr_id = C.uint64_t(w.WRID)
-			g.num_sge = C.uint32_t(len(w.SGList))
-			g.sge_off = C.uint32_t(ns)
-			for _, e := range w.SGList {
-				sges[ns] = C.struct_ibv_sge{addr: C.uint64_t(e.Addr), length: C.uint32_t(e.Length), lkey: C.uint32_t(e.LKey)}
-				ns++
-			}
+			g.num_sge, g.sge_off = num, off
 			n++
 		}
 		if n > 0 {

@@ -92,7 +92,8 @@ int goroce_wallclock_cqs(struct ibv_context *c, uint64_t flags) {
 
 // ---- completion queues ----
 
-static void goroce_wc(const struct ibv_wc *w, struct gwc *o) {
+// flat_wc copies a work completion into its flat form.
+static void flat_wc(const struct ibv_wc *w, struct gwc *o) {
 	o->wr_id = w->wr_id; o->status = w->status; o->opcode = w->opcode;
 	o->vendor_err = w->vendor_err; o->byte_len = w->byte_len;
 	o->imm = (w->wc_flags & IBV_WC_WITH_IMM) ? ntohl(w->imm_data) : w->invalidated_rkey;
@@ -106,7 +107,7 @@ static void goroce_wc(const struct ibv_wc *w, struct gwc *o) {
 int goroce_poll(struct ibv_cq *cq, int n, struct ibv_wc *scratch, struct gwc *out) {
 	int k = ibv_poll_cq(cq, n, scratch);
 	if (k < 0) return k;
-	for (int i = 0; i < k; i++) goroce_wc(&scratch[i], &out[i]);
+	for (int i = 0; i < k; i++) flat_wc(&scratch[i], &out[i]);
 	return k;
 }
 
@@ -165,8 +166,8 @@ int goroce_req_notify(struct ibv_cq *cq, int solicited) {
 
 // ---- events ----
 
-// goroce_get_cq_event takes one event off a channel and acknowledges it. With the
-// channel's fd non-blocking, EAGAIN means no event yet.
+// goroce_get_cq_event takes one event off a channel and acknowledges it.
+// With the channel's fd non-blocking, EAGAIN means no event yet.
 int goroce_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq) {
 	void *ctx;
 	errno = 0;
@@ -186,10 +187,11 @@ int goroce_get_async_event(struct ibv_context *c, uint32_t *type, void **elem, i
 	ibv_ack_async_event(&ev);
 	return 0;
 }
+
 // ---- queue pairs and shared receive queues ----
 
-// goroce_post_send posts n requests with one ibv_post_send. *bad is the index of
-// the request that failed (n when all were posted).
+// goroce_post_send posts n requests with one ibv_post_send. *bad is the
+// index of the request that failed (n when all were posted).
 int goroce_post_send(struct ibv_qp *qp, const struct gsend *g, int n, struct ibv_sge *sges, struct ibv_send_wr *wrs, int *bad) {
 	for (int i = 0; i < n; i++) {
 		struct ibv_send_wr *w = &wrs[i];
@@ -231,7 +233,8 @@ int goroce_post_send(struct ibv_qp *qp, const struct gsend *g, int n, struct ibv
 	return rc;
 }
 
-static void goroce_link_recv(const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs) {
+// link_recv links n flat receive requests into wrs.
+static void link_recv(const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs) {
 	for (int i = 0; i < n; i++) {
 		struct ibv_recv_wr *w = &wrs[i];
 		w->wr_id = g[i].wr_id;
@@ -242,7 +245,7 @@ static void goroce_link_recv(const struct grecv *g, int n, struct ibv_sge *sges,
 }
 
 int goroce_post_recv(struct ibv_qp *qp, const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs, int *bad) {
-	goroce_link_recv(g, n, sges, wrs);
+	link_recv(g, n, sges, wrs);
 	struct ibv_recv_wr *badwr = NULL;
 	errno = 0;
 	int rc = goroce_rc(ibv_post_recv(qp, wrs, &badwr));
@@ -251,7 +254,7 @@ int goroce_post_recv(struct ibv_qp *qp, const struct grecv *g, int n, struct ibv
 }
 
 int goroce_post_srq_recv(struct ibv_srq *srq, const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs, int *bad) {
-	goroce_link_recv(g, n, sges, wrs);
+	link_recv(g, n, sges, wrs);
 	struct ibv_recv_wr *badwr = NULL;
 	errno = 0;
 	int rc = goroce_rc(ibv_post_srq_recv(srq, wrs, &badwr));

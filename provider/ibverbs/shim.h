@@ -3,7 +3,9 @@
 // The C side of the provider: small wrappers over libibverbs that fold its
 // three ways of reporting an error into one errno, flatten the structures
 // Go cannot touch (unions, linked lists, static inline verbs) and handle a
-// batch of work requests or completions per call.
+// batch of work requests or completions per call. The Go files include
+// this header; shim.c defines the functions. They are linked into the
+// program, hence the goroce_ prefix.
 
 #ifndef GOROCE_IBVERBS_SHIM_H
 #define GOROCE_IBVERBS_SHIM_H
@@ -23,8 +25,8 @@ struct gwc {
 };
 
 // A send work request, flat: libibverbs' struct ibv_send_wr has unions and
-// a linked list; goroce_post_send builds those in C. Its scatter/gather list is
-// sges[sge_off : sge_off+num_sge] of the batch.
+// a linked list; goroce_post_send builds those in C. Its scatter/gather
+// list is sges[sge_off : sge_off+num_sge] of the batch.
 struct gsend {
 	uint64_t wr_id, remote_addr, compare_add, swap;
 	struct ibv_ah *ah;
@@ -37,10 +39,11 @@ struct grecv {
 	uint32_t num_sge, sge_off;
 };
 
-// Errors. The verbs return errors three ways: an errno value, -1 with errno
-// set, or a negative errno; goroce_rc folds them into 0 or a positive errno.
+// Errors. The verbs return errors three ways: an errno value, -1 with
+// errno set, or a negative errno; goroce_rc folds them into 0 or a
+// positive errno.
 int goroce_rc(int rc);
-int goroce_errno(void);        // errno, or EIO when it is 0
+int goroce_errno(void); // errno, or EIO when it is 0
 void goroce_clear_errno(void);
 
 // The device and its context.
@@ -64,7 +67,9 @@ int goroce_req_notify(struct ibv_cq *cq, int solicited);
 int goroce_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq);
 int goroce_get_async_event(struct ibv_context *c, uint32_t *type, void **elem, int *port);
 
-// Queue pairs and shared receive queues.
+// Queue pairs and shared receive queues. The posts link n flat requests
+// into wrs and make one ibv_post_send, ibv_post_recv or ibv_post_srq_recv;
+// *bad is the index of the request that failed (n when all were posted).
 int goroce_post_send(struct ibv_qp *qp, const struct gsend *g, int n, struct ibv_sge *sges, struct ibv_send_wr *wrs, int *bad);
 int goroce_post_recv(struct ibv_qp *qp, const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs, int *bad);
 int goroce_post_srq_recv(struct ibv_srq *srq, const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs, int *bad);
