@@ -54,6 +54,24 @@ func (c *softConfig) open(traffic bool) (*soft.Device, error) {
 	return dev, nil
 }
 
+// openDevice opens the device -d names: a libibverbs device (in an ibverbs
+// build), else c's soft device, whose name "" also names. It returns the
+// device, its provider's name and what closes it.
+func (c *softConfig) openDevice(name string) (verbs.Device, string, func(), error) {
+	if hw, ok := openHW(name); ok {
+		return hw, "ibverbs", func() {}, nil
+	}
+	sdev, err := c.open(true)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if name != "" && name != sdev.Name() {
+		sdev.Close()
+		return nil, "", nil, fmt.Errorf("IB device %s not found", name)
+	}
+	return sdev, "soft", func() { sdev.Close() }, nil
+}
+
 // hwRegistry is a registry of this build's providers other than the soft
 // one (libibverbs' with -tags ibverbs).
 func hwRegistry() *verbs.Registry {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/goroce/goroce/probe"
 	"github.com/goroce/goroce/probe/ping"
-	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -73,40 +72,28 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 // probeDevice is an open device.
 type probeDevice struct {
 	ctx      verbs.Context
-	sdev     *soft.Device // nil for a libibverbs device
+	closeDev func()
 	name     string
 	provider string
 }
 
 func (d *probeDevice) close() {
 	d.ctx.Close()
-	if d.sdev != nil {
-		d.sdev.Close()
-	}
+	d.closeDev()
 }
 
 // open opens the device the flags name.
 func (d *deviceFlags) open() (*probeDevice, error) {
-	if hw, ok := openHW(d.dev); ok {
-		ctx, err := hw.Open()
-		if err != nil {
-			return nil, fmt.Errorf("couldn't get context for %s: %w", hw.Name(), err)
-		}
-		return &probeDevice{ctx: ctx, name: hw.Name(), provider: "ibverbs"}, nil
-	}
-	if d.dev != "" && d.dev != softName {
-		return nil, fmt.Errorf("IB device %s not found", d.dev)
-	}
-	sdev, err := d.soft.open(true)
+	dev, provider, closeDev, err := d.soft.openDevice(d.dev)
 	if err != nil {
 		return nil, err
 	}
-	ctx, err := sdev.Open()
+	ctx, err := dev.Open()
 	if err != nil {
-		sdev.Close()
-		return nil, err
+		closeDev()
+		return nil, fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
 	}
-	return &probeDevice{ctx: ctx, sdev: sdev, name: sdev.Name(), provider: "soft"}, nil
+	return &probeDevice{ctx: ctx, closeDev: closeDev, name: dev.Name(), provider: provider}, nil
 }
 
 // secondsFlag is a duration given as seconds ("0.2", as ping takes it) or

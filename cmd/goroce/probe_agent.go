@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/goroce/goroce/provider/soft"
 	"io"
 	"log/slog"
 	"os"
@@ -12,7 +13,6 @@ import (
 	"syscall"
 
 	"github.com/goroce/goroce/probe/agent"
-	"github.com/goroce/goroce/verbs"
 )
 
 // runProbeAgent is `goroce probe agent`: the long-running prober,
@@ -62,24 +62,16 @@ func probeAgent(sc softConfig, devName, config, listen, jsonl string, log *slog.
 	if err != nil {
 		return err
 	}
-	var dev verbs.Device
-	provider := "soft"
-	if hw, ok := openHW(devName); ok {
-		if sc.addr == "" {
-			return errors.New("-d " + devName + ": give this node's address (as the pinglist lists it) with --addr")
-		}
-		dev, provider = hw, "ibverbs"
-	} else {
-		sdev, err := sc.open(true)
-		if err != nil {
-			return err
-		}
-		defer sdev.Close()
-		if devName != "" && devName != sdev.Name() {
-			return fmt.Errorf("device %s not found", devName)
-		}
-		log.Info("soft device", "name", sdev.Name(), "addr", sdev.Addr(), "packet_path", sdev.Path())
-		dev = sdev
+	if _, ok := openHW(devName); ok && sc.addr == "" {
+		return errors.New("-d " + devName + ": give this node's address (as the pinglist lists it) with --addr")
+	}
+	dev, provider, closeDev, err := sc.openDevice(devName)
+	if err != nil {
+		return err
+	}
+	defer closeDev()
+	if sd, ok := dev.(*soft.Device); ok {
+		log.Info("soft device", "name", sd.Name(), "addr", sd.Addr(), "packet_path", sd.Path())
 	}
 	vctx, err := dev.Open()
 	if err != nil {
