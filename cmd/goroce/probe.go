@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -225,52 +224,16 @@ flags:`)
 	if !c.json {
 		lines = stdout
 	}
-	results := make(chan probe.Result, 1024)
-	p, err := probe.NewProber(dev.ctx, probe.ProberOptions{Timeout: c.timeout, MaxInFlight: max(4096, 2*len(hs)),
-		OnResult: func(r probe.Result) { results <- r }})
+	lossy, err := ping.Main(ctx, dev.ctx, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels,
+		Lines: lines, Device: dev.name, Provider: dev.provider, JSON: c.json}, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe once:", err)
 		return 2
 	}
-	defer p.Close()
-	if !c.json {
-		for _, h := range hs {
-			qs := make([]string, len(h.QPNs))
-			for i, q := range h.QPNs {
-				qs[i] = fmt.Sprintf("0x%06x", q)
-			}
-			fmt.Fprintf(stdout, "PROBE %s (%s) GID %s QPN %s: %d probes over %d flow labels, from %s (%s) GID %s QPN 0x%06x\n",
-				h.Arg, h.Peer.Addr, h.Peer.GID, strings.Join(qs, ","), c.count, len(labels), dev.name, dev.provider, p.GID(), p.QPN())
-		}
+	if lossy {
+		return 1
 	}
-
-	if err := ping.Run(ctx, p, results, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels, Lines: lines}); err != nil {
-		return 2
-	}
-	code := 0
-	var docs []ping.Summary
-	for _, h := range hs {
-		s := ping.Summarize(h, dev.provider, p.Timestamps())
-		if s.Lost+s.Errors+s.NotSent > 0 {
-			code = 1
-		}
-		if c.json {
-			docs = append(docs, s)
-		} else {
-			ping.WriteSummary(stdout, h, s)
-		}
-	}
-	if c.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(struct {
-			Hosts []ping.Summary `json:"hosts"`
-		}{docs}); err != nil {
-			fmt.Fprintln(stderr, "goroce probe once:", err)
-			return 2
-		}
-	}
-	return code
+	return 0
 }
 
 // runProbeResponder is `goroce probe responder`: it answers probes and

@@ -2,12 +2,14 @@ package ping
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goroce/goroce/probe"
@@ -22,6 +24,58 @@ type Config struct {
 	Labels   []uint32      // flow labels the probes rotate over (at least one)
 	// Lines, if not nil, gets a ping-like line per probe.
 	Lines io.Writer
+	// Device and Provider name the prober's device in Main's report;
+	// JSON makes Main print one JSON document instead of text.
+	Device, Provider string
+	JSON             bool
+}
+
+// Main is `goroce probe once` after its flags: it runs a prober on vctx,
+// prints a header per host (text) or nothing until the end (JSON), runs the
+// probes (Run) and prints each host's summary, or the JSON document of
+// them all, to w. lossy reports whether a probe was lost, failed or not
+// sent.
+func Main(ctx context.Context, vctx verbs.Context, hs []*Host, c Config, w io.Writer) (lossy bool, err error) {
+	results := make(chan probe.Result, 1024)
+	p, err := probe.NewProber(vctx, probe.ProberOptions{Timeout: c.Timeout, MaxInFlight: max(4096, 2*len(hs)),
+		OnResult: func(r probe.Result) { results <- r }})
+	if err != nil {
+		return false, err
+	}
+	defer p.Close()
+	if !c.JSON {
+		for _, h := range hs {
+			qs := make([]string, len(h.QPNs))
+			for i, q := range h.QPNs {
+				qs[i] = fmt.Sprintf("0x%06x", q)
+			}
+			fmt.Fprintf(w, "PROBE %s (%s) GID %s QPN %s: %d probes over %d flow labels, from %s (%s) GID %s QPN 0x%06x\n",
+				h.Arg, h.Peer.Addr, h.Peer.GID, strings.Join(qs, ","), c.Count, len(c.Labels), c.Device, c.Provider, p.GID(), p.QPN())
+		}
+	}
+	if err := Run(ctx, p, results, hs, c); err != nil {
+		return false, err
+	}
+	docs := []Summary{}
+	for _, h := range hs {
+		s := Summarize(h, c.Provider, p.Timestamps())
+		lossy = lossy || s.Lost+s.Errors+s.NotSent > 0
+		if c.JSON {
+			docs = append(docs, s)
+		} else {
+			WriteSummary(w, h, s)
+		}
+	}
+	if c.JSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			Hosts []Summary `json:"hosts"`
+		}{docs}); err != nil {
+			return lossy, err
+		}
+	}
+	return lossy, nil
 }
 
 // Host is one host Run probes and what became of its probes.
