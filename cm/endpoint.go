@@ -94,33 +94,10 @@ func DialEndpoint(ctx context.Context, addr string, local verbs.Endpoint) (verbs
 // AcceptEndpoint waits on ln for one DialEndpoint (until ctx ends), swaps
 // Endpoints with it and closes the connection. It does not close ln.
 func AcceptEndpoint(ctx context.Context, ln net.Listener, local verbs.Endpoint) (verbs.Endpoint, error) {
-	type accepted struct {
-		c   net.Conn
-		err error
+	c, err := acceptContext(ctx, ln, "the other side")
+	if err != nil {
+		return verbs.Endpoint{}, err
 	}
-	ch := make(chan accepted, 1)
-	go func() {
-		c, err := ln.Accept()
-		ch <- accepted{c, err}
-	}()
-	var a accepted
-	select {
-	case a = <-ch:
-	case <-ctx.Done():
-		if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
-			d.SetDeadline(time.Unix(1, 0))
-		}
-		if a = <-ch; a.err == nil {
-			a.c.Close()
-		}
-		if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
-			d.SetDeadline(time.Time{})
-		}
-		return verbs.Endpoint{}, fmt.Errorf("cm: waiting for the other side: %w", ctx.Err())
-	}
-	if a.err != nil {
-		return verbs.Endpoint{}, fmt.Errorf("cm: accept: %w", a.err)
-	}
-	defer a.c.Close()
-	return ExchangeEndpoints(ctx, a.c, local)
+	defer c.Close()
+	return ExchangeEndpoints(ctx, c, local)
 }

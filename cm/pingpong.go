@@ -301,9 +301,9 @@ func Listen(port int) (net.Listener, error) {
 	return ln, nil
 }
 
-// Accept waits for one client on ln (until ctx ends), runs ServerExchange
-// with it and closes the connection. It does not close ln.
-func Accept(ctx context.Context, ln net.Listener, local Dest, connect func(remote Dest) error) (Dest, error) {
+// acceptContext accepts one connection on ln, or fails when ctx ends first
+// (what names what was awaited, for the error); ln stays usable either way.
+func acceptContext(ctx context.Context, ln net.Listener, what string) (net.Conn, error) {
 	type accepted struct {
 		c   net.Conn
 		err error
@@ -317,21 +317,35 @@ func Accept(ctx context.Context, ln net.Listener, local Dest, connect func(remot
 	select {
 	case a = <-ch:
 	case <-ctx.Done():
-		if d, ok := ln.(interface{ SetDeadline(time.Time) error }); ok {
+		d, ok := ln.(interface{ SetDeadline(time.Time) error })
+		if ok {
 			d.SetDeadline(time.Unix(1, 0))
 		}
 		if a = <-ch; a.err == nil {
 			a.c.Close()
 		}
-		return Dest{}, fmt.Errorf("cm: waiting for a client: %w", ctx.Err())
+		if ok {
+			d.SetDeadline(time.Time{})
+		}
+		return nil, fmt.Errorf("cm: waiting for %s: %w", what, ctx.Err())
 	}
 	if a.err != nil {
-		return Dest{}, fmt.Errorf("cm: accept: %w", a.err)
+		return nil, fmt.Errorf("cm: accept: %w", a.err)
 	}
-	defer a.c.Close()
-	stop := context.AfterFunc(ctx, func() { a.c.SetDeadline(time.Unix(1, 0)) })
+	return a.c, nil
+}
+
+// Accept waits for one client on ln (until ctx ends), runs ServerExchange
+// with it and closes the connection. It does not close ln.
+func Accept(ctx context.Context, ln net.Listener, local Dest, connect func(remote Dest) error) (Dest, error) {
+	c, err := acceptContext(ctx, ln, "a client")
+	if err != nil {
+		return Dest{}, err
+	}
+	defer c.Close()
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	return ServerExchange(a.c, local, connect)
+	return ServerExchange(c, local, connect)
 }
 
 // Dial connects to a pingpong server at host (a name or address) on port
