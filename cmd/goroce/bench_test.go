@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/internal/testenv"
 	"os"
 	"os/exec"
 	"regexp"
@@ -224,11 +225,11 @@ func checkJSON(t *testing.T, rep bench.JSONReport, test, side string, size int, 
 
 // startBench starts goroce (this test binary as a helper process) with args
 // in namespace ns; it returns the stdout and stderr buffers and its exit.
-func startBench(t *testing.T, ctx context.Context, ns *netns.NS, args ...string) (stdout, stderr *lockedBuffer, exit <-chan error) {
+func startBench(t *testing.T, ctx context.Context, ns *netns.NS, args ...string) (stdout, stderr *testenv.Buffer, exit <-chan error) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns.Name, os.Args[0], "-test.run=^TestPingpongHelperProcess$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "GOROCE_PINGPONG_HELPER=1")
-	stdout, stderr = &lockedBuffer{}, &lockedBuffer{}
+	stdout, stderr = &testenv.Buffer{}, &testenv.Buffer{}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"io"
 	"net"
 	"os"
@@ -14,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -199,7 +199,7 @@ func TestPingpongLoopback(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			port := strconv.Itoa(freePort(t))
 			common := append(append([]string{"pingpong"}, c.args...), "-p", port, "--timeout", "20s")
-			server := &lockedBuffer{}
+			server := &testenv.Buffer{}
 			var serr bytes.Buffer
 			done := make(chan int, 1)
 			go func() {
@@ -219,25 +219,8 @@ func TestPingpongLoopback(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // waitFor waits until out holds what.
-func waitFor(t *testing.T, out *lockedBuffer, what string) {
+func waitFor(t *testing.T, out *testenv.Buffer, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), what); {
 		if time.Now().After(deadline) {
@@ -266,7 +249,7 @@ func TestPingpongHelperProcess(t *testing.T) {
 // startIn starts goroce (this test binary as a helper process) with args in
 // namespace ns; its output goes to out. The first channel is closed when it
 // prints its "local address" line (or ends), the second receives its exit.
-func startIn(t *testing.T, ctx context.Context, ns *netns.NS, out *lockedBuffer, args ...string) (<-chan struct{}, <-chan error) {
+func startIn(t *testing.T, ctx context.Context, ns *netns.NS, out *testenv.Buffer, args ...string) (<-chan struct{}, <-chan error) {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns.Name, os.Args[0], "-test.run=^TestPingpongHelperProcess$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "GOROCE_PINGPONG_HELPER=1")
@@ -324,7 +307,7 @@ func TestPingpongNetns(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			args := append(append([]string{"pingpong"}, c.args...), "--timeout", "40s")
-			sout, cout := &lockedBuffer{}, &lockedBuffer{}
+			sout, cout := &testenv.Buffer{}, &testenv.Buffer{}
 			ready, sexit := startIn(t, ctx, pair.A, sout, append(args, "--addr", pair.AddrA.String())...)
 			select {
 			case <-ready:
@@ -354,7 +337,7 @@ func TestPingpongPcap(t *testing.T) {
 	port := strconv.Itoa(freePort(t))
 	pcap := filepath.Join(t.TempDir(), "client.pcap")
 	common := []string{"pingpong", "rc", "-n", "20", "-s", "2000", "-p", port, "--timeout", "20s", "--path", "udp"}
-	server := &lockedBuffer{}
+	server := &testenv.Buffer{}
 	var serr bytes.Buffer
 	done := make(chan int, 1)
 	go func() { done <- run(append(common, "--addr", "127.0.91.3"), server, &serr) }()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/goroce/goroce/internal/testenv"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,24 +12,6 @@ import (
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Loopback addresses of the probe command tests.
 const (
@@ -43,7 +26,7 @@ var selfRE = regexp.MustCompile(`QPNs (0x[0-9a-f]+)\S* .*self at http://127\.0\.
 func startResponder(t *testing.T) (port, qpn string, stop func() (int, string)) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
+	var out, errOut testenv.Buffer
 	done := make(chan int, 1)
 	go func() {
 		done <- runProbeResponder(ctx, []string{"--addr", probeAddrB, "--path", "udp", "--http-port", "0", "--qps", "2"}, &out, &errOut)

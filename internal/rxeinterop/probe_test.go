@@ -108,7 +108,7 @@ func TestProbeRxe(t *testing.T) {
 		pcap := filepath.Join(h.build, "captures", "peer-probe-soft-responder.pcap")
 		stopCap := h.startCapture(t, pcap)
 		resp := exec.Command("ip", "netns", "exec", h.ns, h.bin, "probe", "responder", "--addr", hostIP, "--path", "udp", "--qps", "2")
-		rout := &syncBuffer{}
+		rout := &testenv.Buffer{}
 		resp.Stdout, resp.Stderr = rout, rout
 		if err := resp.Start(); err != nil {
 			t.Fatal(err)

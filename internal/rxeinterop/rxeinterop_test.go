@@ -1,7 +1,6 @@
 package rxeinterop
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -17,7 +16,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -131,7 +129,7 @@ type harness struct {
 
 	peer     *exec.Cmd
 	peerIn   io.WriteCloser
-	peerOut  *syncBuffer
+	peerOut  *testenv.Buffer
 	peerDone chan struct{}
 	peerErr  error
 	kept     bool
@@ -217,7 +215,7 @@ func (h *harness) startPeer(label, guestCmd, hostCmd string) {
 	t := h.t
 	h.peer = exec.Command(filepath.Join(h.dir, "run-peer.sh"), "-k", "-t", "110", "-l", label, guestCmd, hostCmd)
 	h.peer.Env = append(os.Environ(), "RXE_VM_BUILD="+h.build, "NS="+h.ns)
-	h.peerOut = &syncBuffer{}
+	h.peerOut = &testenv.Buffer{}
 	h.peer.Stdout, h.peer.Stderr = h.peerOut, h.peerOut
 	var err error
 	if h.peerIn, err = h.peer.StdinPipe(); err != nil {
@@ -335,7 +333,7 @@ func (h *harness) pair(t *testing.T, label, guestCmd string, host []string, host
 	stop := h.startCapture(t, r.pcap)
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	hostOut := &syncBuffer{}
+	hostOut := &testenv.Buffer{}
 	hostDone := make(chan error, 1)
 	startHost := func() {
 		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.ns}, host...)...)
@@ -425,7 +423,7 @@ func (h *harness) startCapture(t *testing.T, file string) func() {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &testenv.Buffer{}
 	iface := "br0"
 	if h.captureIf != "" {
 		iface = h.captureIf
@@ -723,21 +721,4 @@ func TestParseReport(t *testing.T) {
 	if _, err := parseReport("Failed status transport retry counter exceeded (12) for wr_id 2\n"); err == nil {
 		t.Fatal("a failed run parsed")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

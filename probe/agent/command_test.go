@@ -2,8 +2,8 @@ package agent_test
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
+	"github.com/goroce/goroce/internal/testenv"
 	"io"
 	"net/http"
 	"os"
@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,24 +26,6 @@ func buildGoroce(t *testing.T) string {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
 	return bin
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // goroce probe agent as a process on loopback: usage errors, a pinglist
@@ -92,7 +73,7 @@ func TestCommand(t *testing.T) {
 		})
 	}
 
-	var stderr syncBuffer
+	var stderr testenv.Buffer
 	cmd := exec.Command(bin, "probe", "agent", "--config", path, "--addr", self.String(), "--path", "udp",
 		"--listen", fmt.Sprintf("%s:%d", self, port))
 	cmd.Stderr = &stderr
