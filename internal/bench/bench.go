@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/cm/rdmacm"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -322,6 +323,8 @@ type session struct {
 	vmr  verbs.MR
 	sq   int // the send queue's depth
 
+	cmConns []*rdmacm.Conn // the data connections under -R
+
 	rposted []uint64 // receives posted per QP
 	rsge    [1]verbs.SGE
 	rwr     [1]verbs.RecvWR
@@ -359,6 +362,11 @@ func (s *session) run(ctx context.Context) error {
 	s.out.MTU = s.mtu
 	if err := s.setup(pa); err != nil {
 		return err
+	}
+	if info, ok := s.conn.CM(); ok {
+		if err := s.cmConnect(ctx, info); err != nil {
+			return err
+		}
 	}
 	return s.script(ctx)
 }
@@ -447,6 +455,9 @@ func (s *session) hand(i int) error {
 // connect brings every QP to RTS aimed at the peer's: ctx_connect.
 func (s *session) connect() error {
 	o := &s.o
+	if len(s.cmConns) > 0 {
+		return nil // rdma_cm connected them
+	}
 	da, err := s.vctx.QueryDevice()
 	if err != nil {
 		return err
@@ -602,6 +613,7 @@ func (s *session) script(ctx context.Context) error {
 // close releases everything, the QPs first; an RC side first lets the link
 // go quiet so that the last ACKs leave before the QPs are gone.
 func (s *session) close() {
+	s.cmClose()
 	if len(s.qps) > 0 {
 		s.drain()
 	}
