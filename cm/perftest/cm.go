@@ -15,19 +15,27 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// CMKeyMsgLen is the size of a key message under -R: perftest's struct
-// pingpong_dest as it lies in memory on x86-64 (and every other LP64 ABI).
-const CMKeyMsgLen = 64
+// Sizes of a key message under -R: perftest's struct pingpong_dest as it
+// lies in memory on x86-64 (and every other LP64 ABI). perftest 4.5-0.17
+// as Debian builds it sends CMKeyMsgLen bytes (lid .. srqn and the
+// padding); builds whose struct ends with a gid_index send
+// CMKeyMsgLenGIDIndex. perftest receives into a buffer of its own size, so
+// a side sends the shorter form until the peer's first key message tells
+// its size, and that size thereafter.
+const (
+	CMKeyMsgLen         = 56
+	CMKeyMsgLenGIDIndex = 64
+)
 
-// cmMsgLen is the size of the control QP's receives: perftest posts one
-// receive of sizeof(struct pingpong_dest), which every message fits.
-const cmMsgLen = CMKeyMsgLen
+// cmMsgLen is the size of the control QP's receives: the largest message.
+const cmMsgLen = CMKeyMsgLenGIDIndex
 
 // AppendCMKeyMsg appends d as rdma_write_keys sends it: struct
 // pingpong_dest with its integers big endian (htobe32, the address htobe64)
 // and the GID raw, CMKeyMsgLen bytes. Offsets: 0 lid, 4 out_reads, 8 qpn,
-// 12 psn, 16 rkey, 24 vaddr, 32 gid, 48 srqn, 52 gid_index (written 0:
-// perftest never reads it); the padding (20-23, 56-63) is zero.
+// 12 psn, 16 rkey, 24 vaddr, 32 gid, 48 srqn; the padding (20-23, 52-55)
+// is zero. (The longer form adds gid_index at 52, which perftest never
+// reads, and padding: zeros.)
 func (d Dest) AppendCMKeyMsg(b []byte) []byte {
 	var m [CMKeyMsgLen]byte
 	binary.BigEndian.PutUint32(m[0:], uint32(d.LID))
@@ -44,12 +52,12 @@ func (d Dest) AppendCMKeyMsg(b []byte) []byte {
 // ParseCMKeyMsg parses a key message of the -R exchange (see
 // AppendCMKeyMsg). rdma_read_keys reads lid, out_reads, qpn, psn, rkey,
 // vaddr and the GID; so does ParseCMKeyMsg, and the SRQ number. A message
-// of another size, a LID or out_reads wider than 16 bits, a QPN or PSN
+// of another size than CMKeyMsgLen or CMKeyMsgLenGIDIndex, a LID or out_reads wider than 16 bits, a QPN or PSN
 // wider than 24 is an error matching ErrMessage.
 func ParseCMKeyMsg(b []byte) (Dest, error) {
 	var d Dest
-	if len(b) != CMKeyMsgLen {
-		return d, fmt.Errorf("%w: key message of %d bytes, want %d", ErrMessage, len(b), CMKeyMsgLen)
+	if len(b) != CMKeyMsgLen && len(b) != CMKeyMsgLenGIDIndex {
+		return d, fmt.Errorf("%w: key message of %d bytes, want %d or %d", ErrMessage, len(b), CMKeyMsgLen, CMKeyMsgLenGIDIndex)
 	}
 	lid, out := binary.BigEndian.Uint32(b[0:]), binary.BigEndian.Uint32(b[4:])
 	qpn, psn := binary.BigEndian.Uint32(b[8:]), binary.BigEndian.Uint32(b[12:])
@@ -82,6 +90,7 @@ type cmLink struct {
 	mu       sync.Mutex
 	deadline time.Time
 
+	keyLen    int // the size of the key messages this side sends (0: CMKeyMsgLen)
 	sendsDone int
 	recvs     []recvDone // receive completions not yet read
 	wc        [4]verbs.WC
@@ -291,22 +300,62 @@ func (l *cmLink) send(b []byte) error {
 }
 
 func (l *cmLink) recv(b []byte) error {
-	if err := l.poll(fmt.Sprintf("read %d bytes", len(b)), func() bool { return len(l.recvs) > 0 }); err != nil {
-		return err
+	n, err := l.recvAny(b)
+	if err == nil && n != len(b) {
+		err = fmt.Errorf("%w: a message of %d bytes, want %d", ErrMessage, n, len(b))
+	}
+	return err
+}
+
+// recvAny reads the next message into b (at least cmMsgLen bytes) and
+// returns its length.
+func (l *cmLink) recvAny(b []byte) (int, error) {
+	if err := l.poll("read a message", func() bool { return len(l.recvs) > 0 }); err != nil {
+		return 0, err
 	}
 	r := l.recvs[0]
 	l.recvs = l.recvs[1:]
 	off := (1 + r.slot) * cmMsgLen
-	msg := l.buf[off : off+r.n]
-	if r.n != len(b) {
-		_ = l.postRecv(r.slot)
-		return fmt.Errorf("%w: a message of %d bytes, want %d", ErrMessage, r.n, len(b))
-	}
-	copy(b, msg)
+	n := copy(b, l.buf[off:off+r.n])
 	if err := l.postRecv(r.slot); err != nil {
-		return fmt.Errorf("perftest: couldn't post a receive: %w", err)
+		return 0, fmt.Errorf("perftest: couldn't post a receive: %w", err)
 	}
-	return nil
+	return n, nil
+}
+
+// handShakeCM is HandShake under -R.
+func (c *Conn) handShakeCM(mine Dest) (Dest, error) {
+	l := c.cm
+	if l.keyLen == 0 {
+		l.keyLen = CMKeyMsgLen
+	}
+	var out [CMKeyMsgLenGIDIndex]byte
+	mine.AppendCMKeyMsg(out[:0])
+	var in [cmMsgLen]byte
+	var n int
+	recv := func() error {
+		var err error
+		if n, err = l.recvAny(in[:]); err != nil {
+			return err
+		}
+		if n != CMKeyMsgLen && n != CMKeyMsgLenGIDIndex {
+			return fmt.Errorf("%w: key message of %d bytes, want %d or %d", ErrMessage, n, CMKeyMsgLen, CMKeyMsgLenGIDIndex)
+		}
+		l.keyLen = n // the peer's struct pingpong_dest: answer in its size
+		return nil
+	}
+	send := func() error { return l.send(out[:l.keyLen]) }
+	first, second := send, recv
+	if !c.client {
+		first, second = recv, send
+	}
+	if err := first(); err != nil {
+		return Dest{}, err
+	}
+	if err := second(); err != nil {
+		return Dest{}, err
+	}
+	return ParseCMKeyMsg(in[:n])
 }
 
 // close disconnects (DREQ, a bounded wait for the DREP) and releases the

@@ -435,11 +435,7 @@ func (c *Conn) ExchangeMTU(mtu verbs.MTU) (verbs.MTU, error) {
 // binary (AppendCMKeyMsg).
 func (c *Conn) HandShake(mine Dest) (Dest, error) {
 	if c.cm != nil {
-		b := mine.AppendCMKeyMsg(c.buf[:0])
-		if err := c.Exchange(b, c.rbuf[:CMKeyMsgLen]); err != nil {
-			return Dest{}, err
-		}
-		return ParseCMKeyMsg(c.rbuf[:CMKeyMsgLen])
+		return c.handShakeCM(mine)
 	}
 	b, err := mine.AppendKeyMsg(c.buf[:0])
 	if err != nil {
