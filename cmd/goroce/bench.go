@@ -83,7 +83,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.devName, "d", "", "use device `dev` (default: the first device found, "+softName+")")
 	fs.StringVar(&c.devName, "ib-dev", "", "same as -d")
 	intFlag("i", "ib-port", 1, "use `port` of the device", &c.ibPort)
-	intFlag("x", "gid-index", 0, "local port GID `index` (soft devices have GID 0, their IPv4-mapped address)", &o.GIDIndex)
+	intFlag("x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address)", &o.GIDIndex)
 	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
 	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
 	fs.BoolVar(&o.All, "all", false, "same as -a")

@@ -114,7 +114,7 @@ type Options struct {
 	// WRAtomicCmpAndSwp.
 	Atomic   verbs.WROpcode
 	Port     uint8 // -i; 0: 1
-	GIDIndex int   // -x
+	GIDIndex int   // -x; 0: verbs.DefaultGIDIndex (1, the IPv4-mapped GID of soft devices and rdma_rxe)
 	Gbits    bool  // --report_gbits: bandwidth in Gb/sec
 	// Verify checks the data of SEND, WRITE and READ tests (goroce against
 	// goroce only: perftest writes no pattern).
@@ -237,6 +237,9 @@ func (o *Options) normalize() error {
 	}
 	if o.Port == 0 {
 		o.Port = 1
+	}
+	if o.GIDIndex == 0 {
+		o.GIDIndex = verbs.DefaultGIDIndex
 	}
 	if o.GIDIndex < 0 {
 		return fmt.Errorf("%w: GID index %d (RoCE needs a GID)", ErrUsage, o.GIDIndex)

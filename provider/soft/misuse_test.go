@@ -107,7 +107,7 @@ func TestRNRRetryExceeded(t *testing.T) {
 	vanishRCToRTS(t, b.qp, a.qp.Num(), da.GID(), 0, 14, 7) // min_rnr_timer 1: 0.01 ms
 	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: b.qp.Num(), MaxDestRdAtomic: 1, MinRNRTimer: 1,
-		AHAttr: verbs.AHAttr{DGID: db.GID(), PortNum: 1}},
+		AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: db.GID(), PortNum: 1}},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
 	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: rnrRetry, MaxRdAtomic: 1},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
