@@ -146,6 +146,7 @@ type Outcome struct {
 	Local, Remote []perftest.Dest // per QP
 	MTU           verbs.MTU       // the path MTU used
 	PeerVersion   string
+	RDMACM        bool // the exchange and the data QPs went through rdma_cm (-R)
 	Results       []Result
 }
 
@@ -367,6 +368,7 @@ func (s *session) run(ctx context.Context) error {
 		return err
 	}
 	if info, ok := s.conn.CM(); ok {
+		s.out.RDMACM = true
 		if err := s.cmConnect(ctx, info); err != nil {
 			return err
 		}
