@@ -297,7 +297,7 @@ func TestRunLoopback(t *testing.T) {
 			so, co := pair(t, srv, cli, c.o)
 			o := c.o
 			o.normalize()
-			n := uint64(o.Iters) // per QP, as perftest reports
+			n := uint64(o.Iters * o.QPs)
 			if len(so.Local) != o.QPs || len(co.Remote) != o.QPs {
 				t.Fatalf("%d local and %d remote QPs", len(so.Local), len(co.Remote))
 			}
@@ -514,8 +514,8 @@ func TestRunLoopbackCM(t *testing.T) {
 					t.Fatalf("%d results", len(out.Results))
 				}
 				r := out.Results[0]
-				if r.Size != o.Size || r.Iters != uint64(o.Iters) || !r.Verified {
-					t.Errorf("result %+v: want %d bytes, %d iterations, verified", r, o.Size, o.Iters)
+				if n := o.Iters * o.QPs; r.Size != o.Size || r.Iters != uint64(n) || !r.Verified {
+					t.Errorf("result %+v: want %d bytes, %d iterations, verified", r, o.Size, n)
 				}
 			}
 			deadline := time.Now().Add(10 * time.Second)

@@ -266,12 +266,7 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 		}
 		pr.tick(completed, n*uint64(q), size)
 	}
-	// perftest reports the iterations per QP (print_report_bw's
-	// num_of_calculated_iters); a timed run, the count of all.
 	r := Result{Size: size, Iters: completed}
-	if !timed {
-		r.Iters = n
-	}
 	el := float64(lastDone-first) / 1e9
 	if el <= 0 {
 		el = 1e-9
@@ -431,7 +426,7 @@ func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
 		}
 		pr.tick(got, total, size)
 	}
-	r := Result{Size: size, Iters: n, Verified: o.Verify} // per QP, as perftest
+	r := Result{Size: size, Iters: total, Verified: o.Verify}
 	unit := float64(1 << 20)
 	if o.Gbits {
 		unit = 125e6

@@ -52,7 +52,7 @@ func TestBenchCMRxe(t *testing.T) {
 	first := cmBenchCases[0]
 	h.startPeer("benchcm-"+first.name()+"-rxe-server", first.perftestCmd(""), shellJoin(first.benchArgs(h, guestIP)))
 	for _, c := range cmBenchCases {
-		bc := benchCase{test: c.test, size: c.size}
+		bc := benchCase{test: c.test, size: c.size, qps: c.qps}
 		t.Run(c.name()+"/rxe-server", func(t *testing.T) {
 			var r result
 			if c == first {
