@@ -2,6 +2,7 @@ package rxeinterop
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"testing"
 )
@@ -66,5 +67,48 @@ func TestBenchCMRxe(t *testing.T) {
 			r := h.pair(t, "benchcm-"+c.name()+"-goroce-server", c.perftestCmd(hostIP), c.benchArgs(h, ""), true)
 			h.checkBench(t, r, bc, true)
 		})
+	}
+}
+
+// TestBenchCMRxeLoss runs ib_write_bw -R -q 4 against goroce bench -R,
+// each side as server, with nftables in the host's namespace dropping
+// every other CM MAD both ways (as TestRpingRxe's loss runs; DREQs coming
+// in are spared, since perftest's server destroys its ids right after
+// rdma_disconnect, which cancels the DREQ's resends): the REQs, REPs and
+// RTUs of the control and the four data connections are resent until they
+// pass, and the test runs and ends on both sides.
+func TestBenchCMRxeLoss(t *testing.T) {
+	h := newHarness(t)
+	c := cmBenchCase{"write_bw", 16384, 4}
+	bc := benchCase{test: c.test, size: c.size, qps: c.qps}
+	wrap := func(host []string) string {
+		return nftDropCM + "; " + shellJoin(host) + "; rc=$?; " + nftReport + "; exit $rc"
+	}
+	h.startPeer("benchcm-loss-rxe-server", c.perftestCmd(""), wrap(c.benchArgs(h, guestIP)))
+	t.Run("rxe-server", func(t *testing.T) {
+		r := h.peerResult(t)
+		h.checkBench(t, r, bc, false)
+		logDropped(t, r.hostOut)
+	})
+	t.Run("goroce-server", func(t *testing.T) {
+		r := h.pair(t, "benchcm-loss-goroce-server", c.perftestCmd(hostIP), []string{"sh", "-c", wrap(c.benchArgs(h, ""))}, true)
+		h.checkBench(t, r, bc, true)
+		logDropped(t, r.hostOut)
+	})
+}
+
+// logDropped logs the nftables counters a loss run printed, and fails the
+// test when there are none.
+func logDropped(t *testing.T, out string) {
+	t.Helper()
+	m := regexp.MustCompile(`counter packets (\d+)`).FindAllStringSubmatch(out, -1)
+	dropped := 0
+	for _, x := range m {
+		n, _ := strconv.Atoi(x[1])
+		dropped += n
+	}
+	t.Logf("nftables dropped %d CM MADs", dropped)
+	if len(m) != 2 {
+		t.Errorf("no nftables counters in the host's output")
 	}
 }
