@@ -148,9 +148,6 @@ func (l *cmLink) postRecv(slot int) error {
 	return err
 }
 
-// cmDepths: the control connection asks for no READs (its verb is SEND),
-// with retry and RNR retry 7, as create_comm_struct's.
-var cmDial = rdmacm.DialOptions{ResponderResources: -1, InitiatorDepth: -1, RetryCount: 7, RNRRetryCount: 7}
 
 // DialCM connects to a perftest server started with -R (rdma_cm) at
 // host:port over dev: the exchange's RC connection. A server not listening
@@ -166,7 +163,10 @@ func DialCM(ctx context.Context, dev rdmacm.Device, host string, port int) (*Con
 		if err != nil {
 			return nil, err
 		}
-		l.conn, err = rdmacm.Attach(dev, rdmacm.MachineConfig{}).Dial(ctx, ap.String(), l.qp, cmDial)
+		l.conn, err = rdmacm.Attach(dev, rdmacm.MachineConfig{}).Dial(ctx, ap.String(), l.qp,
+			// No READs (the exchange's verb is SEND); retry and RNR retry
+			// 7, as create_comm_struct's.
+			rdmacm.DialOptions{ResponderResources: -1, InitiatorDepth: -1, RetryCount: 7, RNRRetryCount: 7})
 		if err == nil {
 			l.peer, l.port = l.conn.RemoteAddr(), ap.Port()
 			return &Conn{cm: l, client: true}, nil
