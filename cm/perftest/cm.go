@@ -148,7 +148,6 @@ func (l *cmLink) postRecv(slot int) error {
 	return err
 }
 
-
 // DialCM connects to a perftest server started with -R (rdma_cm) at
 // host:port over dev: the exchange's RC connection. A server not listening
 // yet (REJ, no listener) is retried every 100 ms until ctx ends.
