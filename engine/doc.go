@@ -24,4 +24,33 @@
 // for the garbage collector, and Go never moves heap memory, so the address
 // the MR reports (the address of its first byte, as ibv_reg_mr reports) stays
 // valid until the MR is deregistered and the last reference dropped.
+//
+// # Files
+//
+// The engine is laid out by role, as rdma_rxe's drivers/infiniband/sw/rxe:
+//
+//   - engine.go: Config, Stats, the Engine, Input (parse, ICRC, dispatch to
+//     the QP), timers (NextDeadline, Tick) and finish, which seals a packet.
+//   - qp.go: the QP: creation, Modify and its state machine, posting
+//     (PostSend, PostRecv), flush; and the output arbiter: Output and
+//     OutputFrom pick, round-robin over the active QPs, the QP that sends
+//     next, and QP.output its packet, responses before requests.
+//   - requester.go: send WQEs become request packets (reqOutput, startWQE,
+//     reqPacket; rxe_req.c).
+//   - responder.go: request packets are executed and answered (rxe_resp.c):
+//     respond checks the PSN and the opcode sequence, then one function per
+//     operation family executes: respSend, respWrite, respRead, respAtomic,
+//     and duplicate for requests seen before; respOutput sends the queued
+//     ACKs, NAKs, READ responses and ATOMIC acknowledgements.
+//   - completer.go: responses become completions (rxe_comp.c): complete
+//     dispatches ACKs and NAKs (completeAck), READ responses (completeRead)
+//     and ATOMIC acknowledgements (completeAtomic); acked retires WQEs,
+//     rewind and timeoutExpired resend (go-back-N), fatal and completeError
+//     fail them.
+//   - ud.go: UD send (udOutput) and receive (udReceive).
+//   - sg.go: gather and scatter between work requests and memory regions.
+//   - cq.go: the completion queue, pushWC and CQ overrun handling.
+//   - ring.go: the send and receive queues the application posts into.
+//   - mr.go, limits.go, async.go, icrc.go: memory regions, device limits,
+//     asynchronous events, the ICRC flow caches.
 package engine

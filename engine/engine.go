@@ -104,6 +104,8 @@ type Stats struct {
 
 // Engine is a RoCEv2 transport for the queue pairs of one device.
 type Engine struct {
+	rxTime int64 // the kernel receive time of the packet being input, 0 if unknown
+
 	cfg    Config
 	MRs    *MRTable
 	qps    []*QP // indexed by QPN - firstQPN
@@ -171,6 +173,21 @@ func (e *Engine) qp(n wire.QPN) *QP {
 	return e.qps[i]
 }
 
+// RxInfo is what the packet path learnt of a received packet beyond its
+// bytes and source.
+type RxInfo struct {
+	// IPv4ID and IPv4DF are the datagram's IPv4 Identification and DF flag,
+	// valid when SeenIPv4 (paths that see whole frames). The ICRC covers
+	// them: with them it is checked on all 32 bits.
+	IPv4ID   uint16
+	IPv4DF   bool
+	SeenIPv4 bool
+	// Time is when the kernel received the packet, on Config.Clock's clock
+	// (0: unknown). Completions the packet causes carry it as their
+	// timestamp instead of the time the engine processed it.
+	Time int64
+}
+
 // Input processes one received transport packet (a UDP payload) that came
 // from the address and UDP port given. Malformed packets, packets failing the
 // ICRC and packets for unknown QPs are dropped and counted. The IPv4
@@ -189,6 +206,13 @@ func (e *Engine) InputIPv4(now int64, b []byte, from netip.Addr, fromPort uint16
 	e.input(now, b, from, fromPort, id, df, true)
 }
 
+// InputPacket is Input with what the packet path learnt of the packet.
+func (e *Engine) InputPacket(now int64, b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) {
+	e.rxTime = rx.Time
+	e.input(now, b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4)
+	e.rxTime = 0
+}
+
 func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool) {
 	e.now = now
 	e.stats.RxPackets++
@@ -199,36 +223,9 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 		e.stats.MalformedDrops++
 		return
 	}
-	if !e.cfg.SkipICRC {
-		var cerr error
-		from = from.Unmap()
-		if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil && seen {
-			cerr = s.c.CheckID(b, id, df)
-		} else if s != nil {
-			rid, rdf, err := s.c.Check(b)
-			if cerr = err; err == nil {
-				cerr = s.identify(rid, rdf)
-			}
-		} else {
-			fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
-			rid, rdf, err := fl.CheckDatagramICRC(b)
-			if cerr = err; err == nil && seen && from.Is4() && (rid != id || rdf != df) {
-				cerr = wire.ErrICRC
-			}
-		}
-		if cerr != nil {
-			if errors.Is(cerr, wire.ErrICRC) {
-				e.stats.ICRCDrops++
-			} else {
-				e.stats.MalformedDrops++
-			}
-			return
-		}
-		if seen {
-			e.stats.ICRCFullChecks++
-		} else {
-			e.stats.ICRCRecoveredChecks++
-		}
+	from = from.Unmap()
+	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, id, df, seen) {
+		return
 	}
 	bth := p.BTH()
 	if bth.PKey()&0x7FFF != wire.DefaultPKey&0x7FFF {
@@ -273,45 +270,38 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 	}
 }
 
-// Output writes the next packet to send into buf (which must hold the path
-// MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
-// length and destination, or ok false when there is nothing to send now.
-// The packet is for Config.SourcePort; with Config.PerPacketSourcePort use
-// OutputFrom, which says which source port each packet is for.
-func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
-	n, to, _, ok = e.OutputFrom(now, buf)
-	return n, to, ok
-}
-
-// OutputFrom is Output that also returns the UDP source port the packet's
-// ICRC was computed for, which it must leave from: Config.SourcePort (when
-// that is zero, the QP's flow port), or for a UD send with a flow label
-// under Config.PerPacketSourcePort the port the label maps to.
-func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport uint16, ok bool) {
-	if len(e.overran) > 0 {
-		e.raiseOverruns()
-	}
-	e.now = now
-	if len(e.gsi.queue) > 0 {
-		if n, to, ok := e.gsiOutput(buf); ok {
-			e.stats.TxPackets++
-			e.stats.TxBytes += uint64(n)
-			return n, to, e.lastSport, true
+// checkICRC checks a received packet's ICRC: on all 32 bits when the packet
+// path saw its IPv4 Identification and DF (seen), else solving for them. It
+// counts the check, or the drop and reports false.
+func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool) bool {
+	var cerr error
+	if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil && seen {
+		cerr = s.c.CheckID(b, id, df)
+	} else if s != nil {
+		rid, rdf, err := s.c.Check(b)
+		if cerr = err; err == nil {
+			cerr = s.identify(rid, rdf)
+		}
+	} else {
+		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
+		rid, rdf, err := fl.CheckDatagramICRC(b)
+		if cerr = err; err == nil && seen && from.Is4() && (rid != id || rdf != df) {
+			cerr = wire.ErrICRC
 		}
 	}
-	for tries := len(e.active); tries > 0; tries-- {
-		if e.rr >= len(e.active) {
-			e.rr = 0
-		}
-		qp := e.active[e.rr]
-		if n, ok := qp.output(now, buf); ok {
-			e.stats.TxPackets++
-			e.stats.TxBytes += uint64(n)
-			return n, qp.lastDst, e.lastSport, true
-		}
-		e.rr++
+	switch {
+	case errors.Is(cerr, wire.ErrICRC):
+		e.stats.ICRCDrops++
+		return false
+	case cerr != nil:
+		e.stats.MalformedDrops++
+		return false
+	case seen:
+		e.stats.ICRCFullChecks++
+	default:
+		e.stats.ICRCRecoveredChecks++
 	}
-	return 0, netip.Addr{}, 0, false
+	return true
 }
 
 // NextDeadline returns the earliest time a timer of the engine fires, or 0

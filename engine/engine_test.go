@@ -156,15 +156,22 @@ func newSide(t testing.TB, e *Engine, typ verbs.QPType, size int) *side {
 	return s
 }
 
-func connectRC(t testing.TB, a, b *side, mtu verbs.MTU) {
+func connectRC(t testing.TB, a, b *side, mtu verbs.MTU) { connectRCRetry(t, a, b, mtu, 7) }
+
+// connectRCRetry is connectRC with a's rnr_retry (b's stays 7, infinite).
+func connectRCRetry(t testing.TB, a, b *side, mtu verbs.MTU, rnrRetry uint8) {
 	for _, p := range [2][2]*side{{a, b}, {b, a}} {
 		x, y := p[0], p[1]
+		retry := uint8(7)
+		if x == a {
+			retry = rnrRetry
+		}
 		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic, PortNum: 1},
 			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: y.qp.Num(), RQPSN: 0xFFFFF0,
 			MaxDestRdAtomic: 16, MinRNRTimer: 1, AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(y.e.Local())}},
 			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
-		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0xFFFFF0, Timeout: 10, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
+		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0xFFFFF0, Timeout: 10, RetryCnt: 7, RNRRetry: retry, MaxRdAtomic: 16},
 			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
 	}
 }

@@ -237,6 +237,33 @@ func (qp *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if extra := mask &^ (rule.req | rule.opt); extra != 0 {
 		return fmt.Errorf("engine: %v -> %v does not take attributes %s: %w", qp.state, to, maskNames(extra), verbs.ErrInvalidAttr)
 	}
+	if err := checkAttrs(a, mask); err != nil {
+		return err
+	}
+	qp.setAttrs(a, mask)
+	if qp.typ == verbs.QPTRC && qp.e.cfg.SourcePort == 0 && qp.destQPN != 0 {
+		qp.sport = wire.SourcePort(qp.ah.FlowLabel, qp.num, qp.destQPN)
+	}
+	switch to {
+	case verbs.QPSReset:
+		qp.reset()
+	case verbs.QPSErr:
+		qp.setError()
+	case verbs.QPSRTS:
+		qp.req.retryLeft, qp.req.rnrLeft = int(qp.retryCnt), int(qp.rnrRetry)
+	}
+	if to == verbs.QPSRTR && qp.state == verbs.QPSInit {
+		qp.resp.replay = make([]atomicReplay, qp.maxDestRdAtomic)
+	}
+	qp.setState(to)
+	if to != verbs.QPSReset {
+		qp.e.activate(qp)
+	}
+	return nil
+}
+
+// checkAttrs checks the values of the attributes mask names.
+func checkAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.AttrPathMTU != 0 && a.PathMTU.Bytes() == 0 {
 		return fmt.Errorf("engine: path MTU code %d: %w", a.PathMTU, verbs.ErrInvalidAttr)
 	}
@@ -256,7 +283,11 @@ func (qp *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 		mask&verbs.AttrRNRRetry != 0 && a.RNRRetry > 7 || mask&verbs.AttrMinRNRTimer != 0 && a.MinRNRTimer > 31 {
 		return fmt.Errorf("engine: timeout (0-31), retry_cnt (0-7), rnr_retry (0-7) or min_rnr_timer (0-31) out of range: %w", verbs.ErrInvalidAttr)
 	}
-	// Apply.
+	return nil
+}
+
+// setAttrs stores the attributes mask names.
+func (qp *QP) setAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	if mask&verbs.AttrAccessFlags != 0 {
 		qp.access = a.AccessFlags
 	}
@@ -298,25 +329,6 @@ func (qp *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.AttrMaxQPRdAtomic != 0 {
 		qp.maxRdAtomic = max(1, int(a.MaxRdAtomic))
 	}
-	if qp.typ == verbs.QPTRC && qp.e.cfg.SourcePort == 0 && qp.destQPN != 0 {
-		qp.sport = wire.SourcePort(qp.ah.FlowLabel, qp.num, qp.destQPN)
-	}
-	switch to {
-	case verbs.QPSReset:
-		qp.reset()
-	case verbs.QPSErr:
-		qp.setError()
-	case verbs.QPSRTS:
-		qp.req.retryLeft, qp.req.rnrLeft = int(qp.retryCnt), int(qp.rnrRetry)
-	}
-	if to == verbs.QPSRTR && qp.state == verbs.QPSInit {
-		qp.resp.replay = make([]atomicReplay, qp.maxDestRdAtomic)
-	}
-	qp.setState(to)
-	if to != verbs.QPSReset {
-		qp.e.activate(qp)
-	}
-	return nil
 }
 
 func (qp *QP) setState(s verbs.QPState) {
@@ -502,19 +514,6 @@ func postRecv(q *recvQueue, wrs []verbs.RecvWR, gone *atomic.Bool) (int, error) 
 	return len(wrs), nil
 }
 
-// sgeBytes returns the bytes of SGE g from offset off, if g lies in region m
-// of protection domain pd.
-func sgeBytes(m *MR, pd uint32, g verbs.SGE, off uint32) []byte {
-	if m == nil || m.pd != pd || g.Addr < m.addr {
-		return nil
-	}
-	o := g.Addr - m.addr
-	if o > uint64(len(m.buf)) || uint64(g.Length) > uint64(len(m.buf))-o || off > g.Length {
-		return nil
-	}
-	return m.buf[o+uint64(off) : o+uint64(g.Length)]
-}
-
 // setError moves the QP to ERROR; its outstanding work is flushed by flush.
 func (qp *QP) setError() {
 	qp.setState(verbs.QPSErr)
@@ -566,20 +565,6 @@ func (qp *QP) flushQuiet() {
 	}
 }
 
-func wcOpcode(o verbs.WROpcode) verbs.WCOpcode {
-	switch o {
-	case verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm:
-		return verbs.WCRDMAWrite
-	case verbs.WRRDMARead:
-		return verbs.WCRDMARead
-	case verbs.WRAtomicCmpAndSwp:
-		return verbs.WCCompSwap
-	case verbs.WRAtomicFetchAndAdd:
-		return verbs.WCFetchAdd
-	}
-	return verbs.WCSend
-}
-
 // tick runs the QP's timers.
 func (qp *QP) tick(now int64) {
 	if qp.state == verbs.QPSErr {
@@ -593,4 +578,68 @@ func (qp *QP) tick(now int64) {
 	if r.timerAt != 0 && now >= r.timerAt {
 		qp.timeoutExpired(now)
 	}
+}
+
+// output produces the QP's next packet: responses first, then requests.
+func (qp *QP) output(now int64, buf []byte) (int, bool) {
+	if qp.typ == verbs.QPTRC && qp.state >= verbs.QPSRTR && qp.state != verbs.QPSErr {
+		if n, ok := qp.respOutput(now, buf); ok {
+			return n, true
+		}
+	}
+	if qp.state == verbs.QPSErr {
+		qp.flush()
+		if n, ok := qp.respOutput(now, buf); ok { // a last NAK
+			return n, true
+		}
+		return 0, false
+	}
+	if qp.state != verbs.QPSRTS {
+		return 0, false
+	}
+	if qp.typ == verbs.QPTUD {
+		return qp.udOutput(now, buf)
+	}
+	return qp.reqOutput(now, buf)
+}
+
+// Output writes the next packet to send into buf (which must hold the path
+// MTU plus headers: wire.MaxPMTU + 64 is always enough) and returns its
+// length and destination, or ok false when there is nothing to send now.
+// The packet is for Config.SourcePort; with Config.PerPacketSourcePort use
+// OutputFrom, which says which source port each packet is for.
+func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
+	n, to, _, ok = e.OutputFrom(now, buf)
+	return n, to, ok
+}
+
+// OutputFrom is Output that also returns the UDP source port the packet's
+// ICRC was computed for, which it must leave from: Config.SourcePort (when
+// that is zero, the QP's flow port), or for a UD send with a flow label
+// under Config.PerPacketSourcePort the port the label maps to.
+func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport uint16, ok bool) {
+	if len(e.overran) > 0 {
+		e.raiseOverruns()
+	}
+	e.now = now
+	if len(e.gsi.queue) > 0 {
+		if n, to, ok := e.gsiOutput(buf); ok {
+			e.stats.TxPackets++
+			e.stats.TxBytes += uint64(n)
+			return n, to, e.lastSport, true
+		}
+	}
+	for tries := len(e.active); tries > 0; tries-- {
+		if e.rr >= len(e.active) {
+			e.rr = 0
+		}
+		qp := e.active[e.rr]
+		if n, ok := qp.output(now, buf); ok {
+			e.stats.TxPackets++
+			e.stats.TxBytes += uint64(n)
+			return n, qp.lastDst, e.lastSport, true
+		}
+		e.rr++
+	}
+	return 0, netip.Addr{}, 0, false
 }

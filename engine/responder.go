@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
-	"net/netip"
 	"sync/atomic"
 
 	"github.com/goroce/goroce/verbs"
@@ -134,8 +132,11 @@ func (qp *QP) recvQueue() *recvQueue {
 	return qp.rq
 }
 
-// respond handles a request packet. perr is Parse's ErrInvalidRequest, if
-// any.
+// respond handles a request packet, as rdma_rxe's rxe_resp.c does: the PSN
+// checked (a duplicate answered by duplicate, a gap NAKed once), the opcode
+// sequence and the packet validated, then the operation executed by its
+// family's function and, if the requester asked, acknowledged. perr is
+// Parse's ErrInvalidRequest, if any.
 func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	r := &qp.resp
 	if r.cqLost {
@@ -174,123 +175,18 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	}
 	switch op {
 	case wire.OpSend:
-		if starts {
-			s := qp.recvQueue().peek()
-			if s == nil {
-				qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
-				return
-			}
-			// Take the receive off the queue now: an SRQ feeds other QPs,
-			// whose messages may start before this one ends.
-			r.cur.wrid, r.cur.length = s.wrid, s.length
-			r.cur.sges = append(r.cur.sges[:0], s.sges...)
-			qp.recvQueue().pop()
-			r.recv, r.recvOff, r.inMsg = &r.cur, 0, wire.OpSend
-		}
-		pl := p.Payload()
-		if r.recvOff+uint32(len(pl)) > r.recv.length {
-			qp.recvDone(verbs.WC{Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv}, false)
-			qp.respFatal(psn, wire.NAKInvalidRequest)
+		if !qp.respSend(p, psn, starts, ends) {
 			return
-		}
-		if !qp.scatter(r.recv.sges, qp.pd, r.recvOff, pl) {
-			qp.recvDone(verbs.WC{Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv}, false)
-			qp.respFatal(psn, wire.NAKRemoteOperation)
-			return
-		}
-		r.recvOff += uint32(len(pl))
-		if ends {
-			wc := verbs.WC{Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: r.recvOff}
-			if im := p.ImmDt(); im != nil {
-				wc.Imm, wc.Flags = im.Imm(), verbs.WCFlagWithImm
-			}
-			if ie := p.IETH(); ie != nil {
-				wc.InvalidatedRKey, wc.Flags = ie.RKey(), verbs.WCFlagWithInv
-			}
-			qp.recvDone(wc, bth.SE())
-			r.msn++
 		}
 	case wire.OpWrite:
-		if starts {
-			reth := p.RETH()
-			if pos == wire.PosOnly && info.Imm && qp.recvQueue().peek() == nil {
-				qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
-				return
-			}
-			dst := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteWrite)
-			if qp.access&verbs.AccessRemoteWrite == 0 || (dst == nil && reth.DMALen() > 0) {
-				qp.respFatal(psn, wire.NAKRemoteAccess)
-				return
-			}
-			r.wdst, r.wkey, r.woff, r.wlen, r.inMsg = dst, reth.RKey(), 0, reth.DMALen(), wire.OpWrite
-		} else if r.wlen > 0 && qp.e.MRs.lookup(r.wkey) == nil {
-			// Deregistered while the WRITE was under way: access revoked.
-			qp.respFatal(psn, wire.NAKRemoteAccess)
+		if !qp.respWrite(p, psn, starts, ends) {
 			return
-		}
-		pl := p.Payload()
-		if uint64(r.woff)+uint64(len(pl)) > uint64(len(r.wdst)) || (ends && r.woff+uint32(len(pl)) != r.wlen) {
-			qp.respFatal(psn, wire.NAKInvalidRequest)
-			return
-		}
-		if ends && info.Imm && qp.recvQueue().peek() == nil {
-			qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
-			return
-		}
-		copy(r.wdst[r.woff:], pl)
-		r.woff += uint32(len(pl))
-		if ends {
-			if info.Imm {
-				s := qp.recvQueue().peek()
-				r.cur.wrid, r.cur.length = s.wrid, s.length
-				r.cur.sges = append(r.cur.sges[:0], s.sges...)
-				qp.recvQueue().pop()
-				r.recv = &r.cur
-				qp.recvDone(verbs.WC{Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm, ByteLen: r.wlen,
-					Imm: p.ImmDt().Imm(), Flags: verbs.WCFlagWithImm}, bth.SE())
-			}
-			r.inMsg, r.wdst = wire.OpNone, nil
-			r.msn++
 		}
 	case wire.OpReadRequest:
-		reth := p.RETH()
-		data := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteRead)
-		if qp.access&verbs.AccessRemoteRead == 0 || (data == nil && reth.DMALen() > 0) {
-			qp.respFatal(psn, wire.NAKRemoteAccess)
-			return
-		}
-		n := (reth.DMALen() + uint32(qp.mtu) - 1) / uint32(qp.mtu)
-		n = max(n, 1)
-		r.msn++
-		r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, data: data, rkey: reth.RKey(), npkts: n})
-		r.epsn = psn.Add(n)
-		return
+		qp.respRead(p, psn)
+		return // the READ response is the acknowledgement
 	case wire.OpCompareSwap, wire.OpFetchAdd:
-		a := p.AtomicETH()
-		b := qp.e.MRs.resolve(a.RKey(), qp.pd, a.VA(), 8, verbs.AccessRemoteAtomic)
-		w := atomicWord(b)
-		if qp.access&verbs.AccessRemoteAtomic == 0 || w == nil {
-			qp.respFatal(psn, wire.NAKRemoteAccess)
-			return
-		}
-		var orig uint64
-		if op == wire.OpFetchAdd {
-			orig = atomic.AddUint64(w, a.SwapAdd()) - a.SwapAdd()
-		} else {
-			for {
-				orig = atomic.LoadUint64(w)
-				if orig != a.Compare() || atomic.CompareAndSwapUint64(w, orig, a.SwapAdd()) {
-					break
-				}
-			}
-		}
-		r.msn++
-		if len(r.replay) > 0 {
-			r.replay[r.replayNext] = atomicReplay{psn: psn, orig: orig, valid: true}
-			r.replayNext = (r.replayNext + 1) % len(r.replay)
-		}
-		r.push(respItem{kind: itemAtomic, psn: psn, msn: r.msn, orig: orig})
-		r.epsn = psn.Add(1)
+		qp.respAtomic(p, psn)
 		return // the ATOMIC ACKNOWLEDGE is the acknowledgement
 	default:
 		qp.respFatal(psn, wire.NAKInvalidRequest)
@@ -305,6 +201,155 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 		// reply the application is likely to post (Config.AckDelay).
 		qp.queueACK(psn, ends && (op == wire.OpSend || info.Imm))
 	}
+}
+
+// takeRecv takes receive s off its queue into the responder's own copy,
+// which the message then uses: an SRQ feeds other QPs, whose messages may
+// start before this one ends.
+func (qp *QP) takeRecv(s *recvSlot) {
+	r := &qp.resp
+	r.cur.wrid, r.cur.length = s.wrid, s.length
+	r.cur.sges = append(r.cur.sges[:0], s.sges...)
+	qp.recvQueue().pop()
+	r.recv = &r.cur
+}
+
+// respSend executes a packet of a SEND (rxe_resp.c's send_data_in): the
+// first takes a receive (or RNR NAKs), each is scattered into it, the last
+// completes it. It reports whether the packet was executed, to be
+// acknowledged.
+func (qp *QP) respSend(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
+	r := &qp.resp
+	if starts {
+		s := qp.recvQueue().peek()
+		if s == nil {
+			qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
+			return false
+		}
+		qp.takeRecv(s)
+		r.recvOff, r.inMsg = 0, wire.OpSend
+	}
+	pl := p.Payload()
+	if r.recvOff+uint32(len(pl)) > r.recv.length {
+		qp.recvDone(verbs.WC{Status: verbs.WCLocLenErr, Opcode: verbs.WCRecv}, false)
+		qp.respFatal(psn, wire.NAKInvalidRequest)
+		return false
+	}
+	if !qp.scatter(r.recv.sges, qp.pd, r.recvOff, pl) {
+		qp.recvDone(verbs.WC{Status: verbs.WCLocProtErr, Opcode: verbs.WCRecv}, false)
+		qp.respFatal(psn, wire.NAKRemoteOperation)
+		return false
+	}
+	r.recvOff += uint32(len(pl))
+	if ends {
+		wc := verbs.WC{Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: r.recvOff}
+		if im := p.ImmDt(); im != nil {
+			wc.Imm, wc.Flags = im.Imm(), verbs.WCFlagWithImm
+		}
+		if ie := p.IETH(); ie != nil {
+			wc.InvalidatedRKey, wc.Flags = ie.RKey(), verbs.WCFlagWithInv
+		}
+		qp.recvDone(wc, p.BTH().SE())
+		r.msn++
+	}
+	return true
+}
+
+// respWrite executes a packet of an RDMA WRITE (rxe_resp.c's check_rkey and
+// write_data_in): the first resolves the R_Key, each is copied in, the last
+// of a WRITE with immediate consumes a receive. It reports whether the
+// packet was executed, to be acknowledged.
+func (qp *QP) respWrite(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
+	r := &qp.resp
+	info := p.Info
+	if starts {
+		reth := p.RETH()
+		if info.Position == wire.PosOnly && info.Imm && qp.recvQueue().peek() == nil {
+			qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
+			return false
+		}
+		dst := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteWrite)
+		if qp.access&verbs.AccessRemoteWrite == 0 || (dst == nil && reth.DMALen() > 0) {
+			qp.respFatal(psn, wire.NAKRemoteAccess)
+			return false
+		}
+		r.wdst, r.wkey, r.woff, r.wlen, r.inMsg = dst, reth.RKey(), 0, reth.DMALen(), wire.OpWrite
+	} else if r.wlen > 0 && qp.e.MRs.lookup(r.wkey) == nil {
+		// Deregistered while the WRITE was under way: access revoked.
+		qp.respFatal(psn, wire.NAKRemoteAccess)
+		return false
+	}
+	pl := p.Payload()
+	if uint64(r.woff)+uint64(len(pl)) > uint64(len(r.wdst)) || (ends && r.woff+uint32(len(pl)) != r.wlen) {
+		qp.respFatal(psn, wire.NAKInvalidRequest)
+		return false
+	}
+	if ends && info.Imm && qp.recvQueue().peek() == nil {
+		qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
+		return false
+	}
+	copy(r.wdst[r.woff:], pl)
+	r.woff += uint32(len(pl))
+	if ends {
+		if info.Imm {
+			qp.takeRecv(qp.recvQueue().peek())
+			qp.recvDone(verbs.WC{Status: verbs.WCSuccess, Opcode: verbs.WCRecvRDMAWithImm, ByteLen: r.wlen,
+				Imm: p.ImmDt().Imm(), Flags: verbs.WCFlagWithImm}, p.BTH().SE())
+		}
+		r.inMsg, r.wdst = wire.OpNone, nil
+		r.msn++
+	}
+	return true
+}
+
+// respRead executes an RDMA READ request (rxe_resp.c's read_reply): the
+// R_Key resolved, the response packets queued, the expected PSN moved past
+// them.
+func (qp *QP) respRead(p *wire.Packet, psn wire.PSN) {
+	r := &qp.resp
+	reth := p.RETH()
+	data := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteRead)
+	if qp.access&verbs.AccessRemoteRead == 0 || (data == nil && reth.DMALen() > 0) {
+		qp.respFatal(psn, wire.NAKRemoteAccess)
+		return
+	}
+	n := (reth.DMALen() + uint32(qp.mtu) - 1) / uint32(qp.mtu)
+	n = max(n, 1)
+	r.msn++
+	r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, data: data, rkey: reth.RKey(), npkts: n})
+	r.epsn = psn.Add(n)
+}
+
+// respAtomic executes a COMPARE SWAP or FETCH ADD (rxe_resp.c's
+// atomic_reply): the word changed atomically, its old value kept for a
+// duplicate and queued in the ATOMIC ACKNOWLEDGE.
+func (qp *QP) respAtomic(p *wire.Packet, psn wire.PSN) {
+	r := &qp.resp
+	a := p.AtomicETH()
+	b := qp.e.MRs.resolve(a.RKey(), qp.pd, a.VA(), 8, verbs.AccessRemoteAtomic)
+	w := atomicWord(b)
+	if qp.access&verbs.AccessRemoteAtomic == 0 || w == nil {
+		qp.respFatal(psn, wire.NAKRemoteAccess)
+		return
+	}
+	var orig uint64
+	if p.Info.Operation == wire.OpFetchAdd {
+		orig = atomic.AddUint64(w, a.SwapAdd()) - a.SwapAdd()
+	} else {
+		for {
+			orig = atomic.LoadUint64(w)
+			if orig != a.Compare() || atomic.CompareAndSwapUint64(w, orig, a.SwapAdd()) {
+				break
+			}
+		}
+	}
+	r.msn++
+	if len(r.replay) > 0 {
+		r.replay[r.replayNext] = atomicReplay{psn: psn, orig: orig, valid: true}
+		r.replayNext = (r.replayNext + 1) % len(r.replay)
+	}
+	r.push(respItem{kind: itemAtomic, psn: psn, msn: r.msn, orig: orig})
+	r.epsn = psn.Add(1)
 }
 
 // recvDone completes the receive WQE in use with wc and retires it.
@@ -407,96 +452,4 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 	}
 	qp.lastDst = qp.remote
 	return n, true
-}
-
-// udReceive delivers a UD packet: Q_Key checked, a receive consumed, the GRH
-// area filled with the sender's IPv4 header in its last 20 bytes.
-func (qp *QP) udReceive(now int64, p *wire.Packet, from netip.Addr) {
-	_ = now
-	d := p.DETH()
-	if qp.state < verbs.QPSRTR || qp.state == verbs.QPSErr {
-		return
-	}
-	if d.QKey() != qp.qkey {
-		qp.e.stats.QKeyDrops++
-		return
-	}
-	q := qp.recvQueue()
-	s := q.peek()
-	if s == nil {
-		qp.e.stats.NoRecvDrops++
-		return
-	}
-	var grh [40]byte
-	ip := grh[20:]
-	pl := p.Payload()
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(wire.IPv4UDPLen+len(p.Buf)))
-	binary.BigEndian.PutUint16(ip[6:], 0x4000)
-	ip[8], ip[9] = 64, wire.IPProtocolUDP
-	src, dst := from.Unmap().As4(), qp.e.cfg.Local.As4()
-	copy(ip[12:], src[:])
-	copy(ip[16:], dst[:])
-	wire.IPv4(ip).SetChecksum()
-	wc := verbs.WC{WRID: s.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: uint32(40 + len(pl)),
-		QPNum: uint32(qp.num), SrcQP: uint32(d.SrcQP()), Flags: verbs.WCFlagGRH}
-	if im := p.ImmDt(); im != nil {
-		wc.Imm, wc.Flags = im.Imm(), wc.Flags|verbs.WCFlagWithImm
-	}
-	if 40+uint32(len(pl)) > s.length {
-		wc.Status, wc.ByteLen = verbs.WCLocLenErr, 0
-	} else if !qp.scatter(s.sges, qp.pd, 0, grh[:]) || !qp.scatter(s.sges, qp.pd, 40, pl) {
-		wc.Status, wc.ByteLen = verbs.WCLocProtErr, 0
-	}
-	q.pop()
-	qp.e.pushWC(qp.rcq, &wc, p.BTH().SE())
-}
-
-// udOutput sends the next UD work request: one packet, completed at once.
-func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
-	_ = now
-	q := qp.sq
-	hd := q.head.Load()
-	if hd == q.tail.Load() {
-		return 0, false
-	}
-	s := &q.slots[hd&q.mask]
-	wr := &s.wr
-	ah := wr.AH.Attr()
-	dst := ah.DGID.Addr()
-	sport := qp.sport
-	if fl := ah.FlowLabel & 0xFFFFF; fl != 0 && qp.e.cfg.PerPacketSourcePort {
-		sport = wire.SourcePort(fl, qp.num, wire.QPN(wr.RemoteQPN))
-	}
-	h := &qp.e.hdr
-	*h = wire.Header{Opcode: wire.UDSendOnly, PKey: wire.DefaultPKey, DestQP: wire.QPN(wr.RemoteQPN), PSN: qp.req.psn,
-		SE: wr.Flags&verbs.SendSolicited != 0}
-	qkey := wr.RemoteQKey
-	if qkey&0x80000000 != 0 { // IBA 10.2.5: use the QP's own Q_Key
-		qkey = qp.qkey
-	}
-	h.DETH = wire.DETHFields{QKey: qkey, SrcQP: qp.num}
-	if wr.Opcode == verbs.WRSendWithImm {
-		h.Opcode, h.Imm = wire.UDSendOnlyImm, wr.Imm
-	}
-	hl := h.Opcode.Info().HeaderLen
-	status := verbs.WCSuccess
-	if !dst.Is4() {
-		status = verbs.WCLocQPOpErr
-	} else if !qp.gather(s, 0, buf[hl:hl+int(s.length)]) {
-		status = verbs.WCLocProtErr
-	}
-	n := 0
-	if status == verbs.WCSuccess {
-		n = qp.e.finish(buf, int(s.length), dst, sport)
-		qp.req.psn = qp.req.psn.Add(1)
-		qp.lastDst = dst
-	}
-	wc := verbs.WC{WRID: wr.WRID, Status: status, Opcode: verbs.WCSend, QPNum: uint32(qp.num)}
-	signaled := status != verbs.WCSuccess || wr.Flags&verbs.SendSignaled != 0 || qp.sigAll
-	q.head.Store(hd + 1) // the slot is free before its completion is seen
-	if signaled {
-		qp.e.pushWC(qp.scq, &wc, false)
-	}
-	return n, n > 0
 }

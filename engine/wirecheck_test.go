@@ -1,13 +1,14 @@
 package engine
 
 import (
-	"github.com/goroce/goroce/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"

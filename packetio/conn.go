@@ -47,6 +47,10 @@ type Packet struct {
 	IPv4ID    uint16
 	IPv4DF    bool
 	HasIPv4ID bool
+	// RxTime is, on receive, when the kernel received the datagram (Unix
+	// time in nanoseconds, SO_TIMESTAMPNS: the clock of verbs.Now) if the
+	// Conn learns it (udp, uring), else 0. Ignored on send.
+	RxTime int64
 }
 
 // Conn moves batches of RoCEv2 transport packets between a driver goroutine
@@ -120,15 +124,4 @@ type SourcePorts interface {
 func PerPacketSourcePort(c Conn) bool {
 	s, ok := c.(SourcePorts)
 	return ok && s.PerPacketSourcePort()
-}
-
-// Lend fills the first n of tx (n capped at len(tx)) with empty packets whose
-// buffers are consecutive size-byte slices of mem, for a Conn's TxBatch, and
-// returns them.
-func Lend(tx []Packet, mem []byte, size, n int) []Packet {
-	n = min(n, len(tx))
-	for i := range n {
-		tx[i] = Packet{Buf: mem[i*size : i*size : (i+1)*size]}
-	}
-	return tx[:n]
 }

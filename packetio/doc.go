@@ -75,7 +75,10 @@
 // UDP socket on port 4791 with recvmmsg/sendmmsg batches; package uring is the
 // same socket driven through io_uring; package afxdp moves whole Ethernet
 // frames through AF_XDP rings over a UMEM. Package paths opens one of them by
-// name. Counters helps an implementation keep the numbers behind Stats.
+// name. Helpers for an implementation: Counters keeps the numbers behind
+// Stats (Counters.Transmitted ends a Transmit), TxLender keeps TxBatch's
+// lending and Transmit's checks of it, TxDest checks a destination and a
+// length, TxFailures collects the packets not sent.
 //
 // A soft device calls Receive, TxBatch and Transmit from its driver goroutine
 // and, when the driver is not using the Conn, from the goroutines that post

@@ -68,3 +68,18 @@ func (c *Counters) Received(n int, bytes uint64) {
 	c.BytesIn.Add(bytes)
 	c.RxBatches.Add(1)
 }
+
+// Transmitted counts one Transmit of pkts that sent sent packets of the
+// given total size and failed those fail holds, and returns what Transmit
+// returns: sent, and fail's *TransmitError when a packet was not sent.
+func (c *Counters) Transmitted(sent int, bytes uint64, fail *TxFailures, pkts []Packet) (int, error) {
+	if sent > 0 {
+		c.PacketsOut.Add(uint64(sent))
+		c.BytesOut.Add(bytes)
+	}
+	if fail.Len() > 0 {
+		c.TxErrors.Add(uint64(fail.Len()))
+		return sent, fail.Err(pkts)
+	}
+	return sent, nil
+}

@@ -61,11 +61,17 @@
 // devices stamp completions in hardware (verbs.TimestampHardware; the ACK's
 // flags tell the responder's), so that the network RTT is the time between
 // the devices, wire and switches only. TimestampsSoftware otherwise: with a
-// provider that stamps completions when it produces them
-// (verbs.TimestampSoftware, goroce's soft device) the network RTT also holds
-// the providers' packet processing and the kernel's UDP paths; with times
-// read by the host it also holds the posts and the waits between a
-// completion and its poll, so a stalled prober inflates it.
+// provider that stamps completions itself (verbs.TimestampSoftware,
+// goroce's soft device) the send times T2 and T4 are taken as the engine
+// builds the packet, just before the packet path's sendmmsg, and on the udp
+// (and uring) path the receive times T3 and T5 are the kernel's receive
+// times of the packets (SO_TIMESTAMPNS): the network RTT then holds the
+// kernels' UDP send and receive paths and the wire, and the time each host
+// took to wake up and read a packet counts in its host delay, where
+// R-Pingmesh wants it (on AF_XDP the receive times are taken when the engine
+// processes the packet, so the receiver's wake-up stays in the network RTT).
+// With times read by the host it also holds the posts and the waits between
+// a completion and its poll, so a stalled prober inflates it.
 //
 // # Matching and timeouts
 //

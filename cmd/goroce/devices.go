@@ -1,19 +1,13 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
-	"os"
-	"strings"
 
-	"github.com/goroce/goroce/cm"
-	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/packetio/paths"
-	"github.com/goroce/goroce/packetio/tee"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
@@ -40,122 +34,42 @@ func (c *softConfig) register(fs *flag.FlagSet) {
 // resolve returns the device address and the MTU of its interface (0 when no
 // interface holds it).
 func (c *softConfig) resolve() (netip.Addr, int, error) {
-	ifs, err := net.Interfaces()
+	a, err := soft.ResolveAddr(c.addr)
 	if err != nil {
-		return netip.Addr{}, 0, fmt.Errorf("listing network interfaces: %w", err)
+		return netip.Addr{}, 0, fmt.Errorf("--addr: %w", err)
 	}
-	if c.addr != "" {
-		a, err := netip.ParseAddr(c.addr)
-		if err != nil {
-			return netip.Addr{}, 0, fmt.Errorf("--addr: %w", err)
-		}
-		a = a.Unmap()
-		if !a.Is4() {
-			return netip.Addr{}, 0, fmt.Errorf("--addr %v: soft devices use IPv4 addresses", a)
-		}
-		for _, ifc := range ifs {
-			for _, x := range ifAddrs(ifc) {
-				if x == a {
-					return a, ifc.MTU, nil
-				}
-			}
-		}
-		return a, 0, nil
-	}
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
-			continue
-		}
-		for _, x := range ifAddrs(ifc) {
-			if x.Is4() && !x.IsLoopback() {
-				return x, ifc.MTU, nil
-			}
-		}
-	}
-	return netip.Addr{}, 0, errors.New("no IPv4 address on an interface that is up: give one with --addr")
+	mtu, _ := soft.LinkMTU(a)
+	return a, mtu, nil
 }
 
-func ifAddrs(ifc net.Interface) []netip.Addr {
-	as, err := ifc.Addrs()
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, a := range as {
-		if n, ok := a.(*net.IPNet); ok {
-			if x, ok := netip.AddrFromSlice(n.IP); ok {
-				out = append(out, x.Unmap())
-			}
-		}
-	}
-	return out
-}
-
-// open creates the soft device on the packet path --path names. For
-// traffic it listens on UDP port 4791 of the address; for inspection only
-// (devices, devinfo) on a port the kernel chooses, so that it works beside a
-// running goroce (auto then never attaches AF_XDP).
+// open creates the soft device (soft.Open) on the packet path --path names.
+// For traffic it listens on UDP port 4791 of the address; for inspection
+// only (devices, devinfo) on a port the kernel chooses.
 func (c *softConfig) open(traffic bool) (*soft.Device, error) {
-	addr, _, err := c.resolve()
-	if err != nil {
-		return nil, err
-	}
-	conn, ch, err := paths.Open(addr, c.path, paths.Options{Inspect: !traffic})
+	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic})
 	if err != nil {
 		return nil, err
 	}
 	c.chosen = ch
-	if c.pcap != "" && traffic {
-		if conn, err = recordTo(conn, c.pcap); err != nil {
-			return nil, err
-		}
-	}
-	// The device takes its active MTU from the interface and the packet
-	// path (soft.PortMTU, capped by what the path carries).
-	dev, err := soft.New(soft.Options{Name: softName, Conn: conn, Path: ch.String()})
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
 	return dev, nil
 }
 
-// pcapConn records every packet of a Conn to a pcap file, closed with the
-// Conn.
-type pcapConn struct {
-	*tee.Conn
-	f  *os.File
-	pw *tee.PcapWriter
-}
-
-// recordTo wraps conn so that it records to the pcap file at path; on error
-// it closes conn.
-func recordTo(conn packetio.Conn, path string) (packetio.Conn, error) {
-	f, err := os.Create(path)
+// openDevice opens the device -d names: a libibverbs device (in an ibverbs
+// build), else c's soft device, whose name "" also names. It returns the
+// device, its provider's name and what closes it.
+func (c *softConfig) openDevice(name string) (verbs.Device, string, func(), error) {
+	if hw, ok := openHW(name); ok {
+		return hw, "ibverbs", func() {}, nil
+	}
+	sdev, err := c.open(true)
 	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("--pcap: %w", err)
+		return nil, "", nil, err
 	}
-	pw, err := tee.NewPcapWriter(f)
-	if err != nil {
-		f.Close()
-		conn.Close()
-		return nil, fmt.Errorf("--pcap: %w", err)
+	if name != "" && name != sdev.Name() {
+		sdev.Close()
+		return nil, "", nil, fmt.Errorf("IB device %s not found", name)
 	}
-	pw.Incoming = true
-	return &pcapConn{Conn: tee.New(conn, pw.Write), f: f, pw: pw}, nil
-}
-
-// Close closes the Conn, then the file.
-func (c *pcapConn) Close() error {
-	err := c.Conn.Close()
-	if ferr := c.f.Close(); err == nil {
-		err = ferr
-	}
-	if werr := c.pw.Err(); err == nil && werr != nil {
-		err = fmt.Errorf("--pcap: %w", werr)
-	}
-	return err
+	return sdev, "soft", func() { sdev.Close() }, nil
 }
 
 // hwRegistry is a registry of this build's providers other than the soft
@@ -254,7 +168,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if hw, ok := openHW(devName); ok {
-		if err := printDevinfo(stdout, hw, uint8(port), verbose); err != nil {
+		if err := devinfo.Write(stdout, hw, uint8(port), verbose, gidType); err != nil {
 			fmt.Fprintln(stderr, "goroce devinfo:", err)
 			return 1
 		}
@@ -292,121 +206,12 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	for _, d := range devs {
-		if err := printDevinfo(stdout, d, uint8(port), verbose); err != nil {
+		if err := devinfo.Write(stdout, d, uint8(port), verbose, gidType); err != nil {
 			fmt.Fprintln(stderr, "goroce devinfo:", err)
 			return 1
 		}
 	}
 	return 0
-}
-
-// printDevinfo prints a device as ibv_devinfo's print_hca_cap does, with the
-// attributes a soft device has.
-func printDevinfo(w io.Writer, dev verbs.Device, port uint8, verbose bool) error {
-	ctx, err := dev.Open()
-	if err != nil {
-		return err
-	}
-	defer ctx.Close()
-	da, err := ctx.QueryDevice()
-	if err != nil {
-		return err
-	}
-	if port != 0 && int(port) > da.PhysPortCnt {
-		return fmt.Errorf("invalid port %d requested for device %s", port, dev.Name())
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "hca_id:\t%s\n", dev.Name())
-	fmt.Fprintf(&b, "\ttransport:\t\t\t%s (%d)\n", "InfiniBand", 0)
-	if da.FWVer != "" {
-		fmt.Fprintf(&b, "\tfw_ver:\t\t\t\t%s\n", da.FWVer)
-	}
-	fmt.Fprintf(&b, "\tnode_guid:\t\t\t%s\n", guidString(da.NodeGUID))
-	fmt.Fprintf(&b, "\tsys_image_guid:\t\t\t%s\n", guidString(da.SysImageGUID))
-	fmt.Fprintf(&b, "\tvendor_id:\t\t\t0x%04x\n", da.VendorID)
-	fmt.Fprintf(&b, "\tvendor_part_id:\t\t\t%d\n", da.VendorPartID)
-	fmt.Fprintf(&b, "\thw_ver:\t\t\t\t0x%X\n", da.HWVer)
-	fmt.Fprintf(&b, "\tphys_port_cnt:\t\t\t%d\n", da.PhysPortCnt)
-	if sd, ok := dev.(*soft.Device); ok && sd.Path() != "" {
-		fmt.Fprintf(&b, "\tpacket_path:\t\t\t%s\n", sd.Path())
-	}
-	if verbose {
-		fmt.Fprintf(&b, "\tmax_mr_size:\t\t\t0x%x\n", da.MaxMRSize)
-		fmt.Fprintf(&b, "\tmax_qp:\t\t\t\t%d\n", da.MaxQP)
-		fmt.Fprintf(&b, "\tmax_qp_wr:\t\t\t%d\n", da.MaxQPWR)
-		fmt.Fprintf(&b, "\tmax_sge:\t\t\t%d\n", da.MaxSGE)
-		fmt.Fprintf(&b, "\tmax_cq:\t\t\t\t%d\n", da.MaxCQ)
-		fmt.Fprintf(&b, "\tmax_cqe:\t\t\t%d\n", da.MaxCQE)
-		fmt.Fprintf(&b, "\tmax_mr:\t\t\t\t%d\n", da.MaxMR)
-		fmt.Fprintf(&b, "\tmax_pd:\t\t\t\t%d\n", da.MaxPD)
-		fmt.Fprintf(&b, "\tmax_qp_rd_atom:\t\t\t%d\n", da.MaxQPRdAtom)
-		fmt.Fprintf(&b, "\tmax_qp_init_rd_atom:\t\t%d\n", da.MaxQPInitRdAtom)
-		fmt.Fprintf(&b, "\tatomic_cap:\t\t\t%s (%d)\n", atomicCapString(da.AtomicCap), da.AtomicCap)
-		fmt.Fprintf(&b, "\tmax_srq:\t\t\t%d\n", da.MaxSRQ)
-		if da.MaxSRQ != 0 {
-			fmt.Fprintf(&b, "\tmax_srq_wr:\t\t\t%d\n", da.MaxSRQWR)
-		}
-	}
-	for p := 1; p <= da.PhysPortCnt; p++ {
-		if port != 0 && p != int(port) {
-			continue
-		}
-		pa, err := ctx.QueryPort(uint8(p))
-		if err != nil {
-			return fmt.Errorf("failed to query port %d props: %w", p, err)
-		}
-		fmt.Fprintf(&b, "\t\tport:\t%d\n", p)
-		fmt.Fprintf(&b, "\t\t\tstate:\t\t\t%s (%d)\n", pa.State, pa.State)
-		fmt.Fprintf(&b, "\t\t\tmax_mtu:\t\t%s (%d)\n", mtuString(pa.MaxMTU), pa.MaxMTU)
-		fmt.Fprintf(&b, "\t\t\tactive_mtu:\t\t%s (%d)\n", mtuString(pa.ActiveMTU), pa.ActiveMTU)
-		fmt.Fprintf(&b, "\t\t\tsm_lid:\t\t\t%d\n", 0)
-		fmt.Fprintf(&b, "\t\t\tport_lid:\t\t%d\n", pa.LID)
-		fmt.Fprintf(&b, "\t\t\tport_lmc:\t\t0x%02x\n", 0)
-		fmt.Fprintf(&b, "\t\t\tlink_layer:\t\t%s\n", pa.LinkLayer)
-		if verbose {
-			fmt.Fprintf(&b, "\t\t\tpkey_tbl_len:\t\t%d\n", pa.PKeyTblLen)
-			fmt.Fprintf(&b, "\t\t\tgid_tbl_len:\t\t%d\n", pa.GIDTblLen)
-			for i := 0; i < pa.GIDTblLen; i++ {
-				g, err := ctx.QueryGID(uint8(p), i)
-				if err != nil {
-					return fmt.Errorf("failed to query gid to port %d, index %d: %w", p, i, err)
-				}
-				var zero [8]byte
-				if [8]byte(g[8:]) == zero {
-					continue // ibv_devinfo skips null GIDs
-				}
-				fmt.Fprintf(&b, "\t\t\tGID[%3d]:\t\t%s, %s\n", i, cm.FormatGID(g), gidType(ctx, uint8(p), i))
-			}
-		}
-		b.WriteString("\n")
-	}
-	_, err = io.WriteString(w, b.String())
-	return err
-}
-
-// guidString formats a GUID as ibv_devinfo does: four groups of four hex
-// digits.
-func guidString(g uint64) string {
-	return fmt.Sprintf("%04x:%04x:%04x:%04x", g>>48&0xffff, g>>32&0xffff, g>>16&0xffff, g&0xffff)
-}
-
-func mtuString(m verbs.MTU) string {
-	if m.Bytes() == 0 {
-		return "invalid MTU"
-	}
-	return m.String()
-}
-
-func atomicCapString(c int) string {
-	switch c {
-	case 0:
-		return "ATOMIC_NONE"
-	case 1:
-		return "ATOMIC_HCA"
-	case 2:
-		return "ATOMIC_GLOB"
-	}
-	return "invalid atomic capability"
 }
 
 // parseFlags parses args, allowing operands between flags as getopt does

@@ -7,12 +7,6 @@ import (
 	"testing"
 )
 
-func TestGUIDString(t *testing.T) {
-	if got := guidString(0x505400fffe990002); got != "5054:00ff:fe99:0002" {
-		t.Errorf("guidString = %s", got)
-	}
-}
-
 func runArgs(args ...string) (int, string, string) {
 	var o, e bytes.Buffer
 	code := run(args, &o, &e)

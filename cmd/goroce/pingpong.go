@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/cm"
 	"github.com/goroce/goroce/internal/pingpong"
+	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -110,19 +111,13 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 // runPP opens the device c names (a libibverbs device, or the soft device)
 // and runs the program on it.
 func runPP(c *ppConfig, out io.Writer) error {
-	if hw, ok := openHW(c.devName); ok {
-		return pingpong.Run(context.Background(), &c.Config, hw, out)
-	}
-	sdev, err := c.soft.open(true)
+	dev, _, closeDev, err := c.soft.openDevice(c.devName)
 	if err != nil {
 		return err
 	}
-	defer sdev.Close()
-	if c.stderr != nil {
-		fmt.Fprintf(c.stderr, "goroce pingpong: packet path: %s\n", sdev.Path())
+	defer closeDev()
+	if sd, ok := dev.(*soft.Device); ok && c.stderr != nil {
+		fmt.Fprintf(c.stderr, "goroce pingpong: packet path: %s\n", sd.Path())
 	}
-	if c.devName != "" && c.devName != sdev.Name() {
-		return fmt.Errorf("IB device %s not found", c.devName)
-	}
-	return pingpong.Run(context.Background(), &c.Config, sdev, out)
+	return pingpong.Run(context.Background(), &c.Config, dev, out)
 }

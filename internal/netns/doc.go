@@ -4,12 +4,16 @@
 // inside a namespace with NS.Do (sockets opened there belong to it) and
 // commands with NS.Exec. NS.SetLoss installs an nftables rule that drops a
 // share of the UDP datagrams arriving on a device, for fault tests.
+// NewRouter builds a star instead: host namespaces, each with its own subnet
+// and veth link to one router namespace that forwards between them, where
+// nftables rules can act on one path between two hosts.
 //
 // Creating namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the
 // ip command of iproute2; SetLoss needs nft. Tests call Require (and
 // RequireTool) first, which skip with the reason when these are missing.
 //
 // Namespaces are named goroce-<pid>-<n><a|b>, n the first number free in
-// /run/netns, so parallel tests and processes never share one; the package
+// /run/netns (a router's goroce-<pid>-<n>r and goroce-<pid>-<n>h<i>), so
+// parallel tests and processes never share one; the package
 // only ever deletes namespaces it created.
 package netns

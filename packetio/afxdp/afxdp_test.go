@@ -4,9 +4,10 @@ package afxdp_test
 
 import (
 	"errors"
-	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"testing"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio"

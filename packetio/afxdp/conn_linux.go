@@ -10,12 +10,12 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/pollwait"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -54,25 +54,21 @@ type Conn struct {
 	frameSize int
 
 	// Receive side: driver goroutine only.
-	rx          []packetio.Packet
-	held        [][]uint64 // per socket: frames of the packets Receive returned last, back to the fill ring at the next Receive
-	next        int        // socket to look at first (round robin)
-	recvFn      func(fd uintptr) bool
-	rxN         int
-	rxPoll      bool
-	deadline    time.Time
-	deadlineSet bool
-	loop        loopback // packets sent to the local address
+	rx     []packetio.Packet
+	held   [][]uint64 // per socket: frames of the packets Receive returned last, back to the fill ring at the next Receive
+	next   int        // socket to look at first (round robin)
+	recvFn func(fd uintptr) bool
+	rxN    int
+	wait   pollwait.Waiter // Receive's wait in the netpoller, and Wake
+	loop   loopback        // packets sent to the local address
 
 	// Send side: driver goroutine only. Frames are UMEM offsets of socks[0].
 	tx    []packetio.Packet
-	free  []uint64 // transmit frames not in use
-	lentF []uint64 // frames of the packets TxBatch lent, in order
-	used  []bool   // Transmit: lentF[i] went to the TX ring
-	lent  int
+	free  []uint64          // transmit frames not in use
+	lentF []uint64          // frames of the packets TxBatch lent, in order
+	used  []bool            // Transmit: lentF[i] went to the TX ring
+	txl   packetio.TxLender // how many of tx are lent
 
-	waking atomic.Bool
-	parked atomic.Bool
 	closed atomic.Bool
 	inUse  atomic.Int32 // driver calls under way; Close unmaps only when none
 	ctr    packetio.Counters
@@ -281,6 +277,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 		c.held[i] = make([]uint64, 0, o.Batch)
 	}
 	c.recvFn = c.recv
+	c.wait.Init(c.f, c.raw, &c.closed, &c.ctr.Wakes)
 	c.loop = loopback{slots: o.RxFrames, size: c.maxPacket}
 	txN := g.txFrames()
 	c.tx = make([]packetio.Packet, o.Batch)
@@ -356,369 +353,6 @@ func (c *Conn) Interface() string { return c.ifname }
 
 // Queues returns how many RX queues (sockets) the Conn serves.
 func (c *Conn) Queues() int { return len(c.socks) }
-
-// Receive implements packetio.Conn. Frames of the packets returned by the
-// previous Receive go back to the fill ring first (one batch, one store);
-// then it reads the RX rings, waiting in Go's netpoller when they are empty.
-func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
-	c.inUse.Add(1)
-	defer c.inUse.Add(-1)
-	if c.closed.Load() {
-		return nil, packetio.ErrClosed
-	}
-	c.rxPoll = false
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		c.rxPoll, deadline = true, time.Time{}
-	}
-	c.loop.release()
-	if c.loop.pending() > 0 {
-		// Looped-back packets first, then whatever the rings hold, without
-		// waiting.
-		k := c.takeLoop()
-		k = c.harvest(k)
-		if c.waking.Swap(false) {
-			c.ctr.Wakes.Add(1)
-		}
-		return c.rx[:k], nil
-	}
-	for {
-		if !c.deadlineSet || !c.deadline.Equal(deadline) {
-			if err := c.f.SetReadDeadline(deadline); err != nil {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadline, c.deadlineSet = deadline, true
-		}
-		c.rxN = 0
-		// As in packetio/udp: Wake sets waking, then (if parked) a past
-		// deadline; recv checks waking after parked is set.
-		c.parked.Store(true)
-		err := c.raw.Read(c.recvFn)
-		c.parked.Store(false)
-		if err != nil {
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadlineSet = false
-			if c.waking.Swap(false) {
-				c.ctr.Wakes.Add(1)
-				return c.rx[:0], nil
-			}
-			if c.rxPoll || (!deadline.IsZero() && !time.Now().Before(deadline)) {
-				return c.rx[:0], nil
-			}
-			continue
-		}
-		if c.waking.Swap(false) {
-			c.deadlineSet = false
-			c.ctr.Wakes.Add(1)
-		}
-		return c.rx[:c.rxN], nil
-	}
-}
-
-// recv is the netpoller callback of Receive: true when Receive should stop
-// waiting.
-func (c *Conn) recv(uintptr) bool {
-	if c.rxN = c.harvest(0); c.rxN > 0 {
-		return true
-	}
-	return c.rxPoll || c.waking.Load()
-}
-
-// recycle returns the frames of the last batch to the fill rings.
-func (c *Conn) recycle() {
-	for i, s := range c.socks {
-		h := c.held[i]
-		if len(h) == 0 {
-			continue
-		}
-		if s.fill.Outstanding() == 0 {
-			// The kernel took every frame it was given: a packet arriving
-			// now would find none (the kernel counts those drops in
-			// rx_fill_ring_empty_descs).
-			c.xctr.fillEmpty.Add(1)
-		}
-		start, got := s.fill.Reserve(uint32(len(h)))
-		for j := range got {
-			s.fill.Set(start+j, h[j])
-		}
-		s.fill.Submit()
-		// The fill ring has room for every receive frame, so got is
-		// len(h); keep any rest for the next time all the same.
-		c.held[i] = h[:copy(h, h[got:])]
-	}
-}
-
-// takeLoop puts up to a batch of looped-back packets in c.rx and returns
-// how many.
-func (c *Conn) takeLoop() int {
-	k := min(c.loop.pending(), c.batch)
-	var bytes uint64
-	for i := range k {
-		b, port := c.loop.take()
-		c.rx[i] = packetio.Packet{Buf: b, Addr: c.local, Port: port, Local: c.local, TOS: c.tos}
-		bytes += uint64(len(b))
-	}
-	c.ctr.Received(k, bytes)
-	return k
-}
-
-// harvest returns the frames of the last batch (the packets the previous
-// Receive returned, or frames dropped since) to the fill rings and reads
-// packets from the RX rings into c.rx[k0:], up to a batch in all; it
-// returns the new total.
-func (c *Conn) harvest(k0 int) int {
-	c.recycle()
-	k := k0
-	var bytes uint64
-	for range len(c.socks) {
-		i := c.next
-		if c.next++; c.next == len(c.socks) {
-			c.next = 0
-		}
-		s := c.socks[i]
-		if s.fill.needWakeup() {
-			// A zero-copy driver waits for a kick to look at the fill
-			// ring again.
-			kickRx(s.fd)
-			c.xctr.rxKicks.Add(1)
-		}
-		room := min(c.batch-k, cap(c.held[i])-len(c.held[i]))
-		if room <= 0 {
-			continue
-		}
-		start, got := s.rx.Peek(uint32(room))
-		drops := 0
-		for j := range got {
-			d := s.rx.Get(start + j)
-			c.held[i] = append(c.held[i], d.Addr&^uint64(c.frameSize-1))
-			if d.Addr+uint64(d.Len) > uint64(len(s.umem)) || !c.parse(s.umem[d.Addr:d.Addr+uint64(d.Len)], &c.rx[k]) {
-				drops++
-				continue
-			}
-			bytes += uint64(len(c.rx[k].Buf))
-			k++
-		}
-		s.rx.Release(got)
-		if drops > 0 {
-			c.xctr.malformed.Add(uint64(drops))
-			c.ctr.RxDrops.Add(uint64(drops))
-		}
-	}
-	c.ctr.Received(k-k0, bytes)
-	return k
-}
-
-// parse fills p from a received frame; false when it is not a well-formed
-// RoCEv2 IPv4 frame within MaxPacket.
-func (c *Conn) parse(b []byte, p *packetio.Packet) bool {
-	var f wire.Frame
-	if wire.ParseFrame(b, &f) != nil || f.IPVersion != 4 {
-		return false
-	}
-	t := f.Transport()
-	if len(t) > c.maxPacket {
-		return false
-	}
-	ip := f.IPv4()
-	p.Buf = t[:len(t):len(t)]
-	p.Addr = ip.Src()
-	p.Port = f.UDP().SrcPort()
-	p.Local = ip.Dst()
-	p.TOS = ip.TOS()
-	p.IPv4ID, p.IPv4DF, p.HasIPv4ID = ip.ID(), ip.DF(), true
-	return true
-}
-
-// TxBatch implements packetio.Conn. The lent buffers are UMEM frames past
-// the room for the Ethernet, IPv4 and UDP headers, which Transmit writes.
-func (c *Conn) TxBatch(n int) []packetio.Packet {
-	c.inUse.Add(1)
-	defer c.inUse.Add(-1)
-	c.free = append(c.free, c.lentF...) // lent before and not transmitted
-	c.lentF = c.lentF[:0]
-	if c.closed.Load() || n <= 0 {
-		c.lent = 0
-		return nil
-	}
-	s := c.socks[0]
-	want := min(n, c.batch)
-	c.reclaim(s)
-	if len(c.free) < want && s.tx.Outstanding() > 0 {
-		c.kick(s)
-		c.reclaim(s)
-	}
-	k := min(want, len(c.free))
-	fs := c.frameSize
-	for i := range k {
-		f := c.free[len(c.free)-1]
-		c.free = c.free[:len(c.free)-1]
-		c.lentF = append(c.lentF, f)
-		off := int(f) + hdrLen
-		c.tx[i] = packetio.Packet{Buf: s.umem[off:off:(int(f) + fs)]}
-	}
-	c.lent = k
-	return c.tx[:k]
-}
-
-// reclaim takes the frames the kernel has finished sending back from the
-// completion ring.
-func (c *Conn) reclaim(s *socket) {
-	start, got := s.comp.Peek(uint32(cap(c.free) - len(c.free)))
-	for i := range got {
-		c.free = append(c.free, s.comp.Get(start+i)&^uint64(c.frameSize-1))
-	}
-	s.comp.Release(got)
-}
-
-// PerPacketSourcePort reports true: every frame carries the UDP source port
-// of its Packet.Port (packetio.SourcePorts).
-func (c *Conn) PerPacketSourcePort() bool { return true }
-
-// Transmit implements packetio.Conn. For each packet it writes the
-// Ethernet header (the destination MAC from the neighbour table), the IPv4
-// header (DF set, Identification 0, TTL 64, the Conn's TOS) and the UDP
-// header (source port Packet.Port, or Options.Port when it is 0; checksum
-// 0) in front of the transport packet in its frame, puts the lot on the TX
-// ring with one store, and kicks the kernel when it asks.
-func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
-	c.inUse.Add(1)
-	defer c.inUse.Add(-1)
-	if c.closed.Load() {
-		return 0, packetio.ErrClosed
-	}
-	if len(pkts) > c.lent {
-		return 0, packetio.ErrNotLent
-	}
-	c.lent = 0
-	s := c.socks[0]
-	now := time.Now().UnixNano()
-	start, got := s.tx.Reserve(uint32(len(pkts)))
-	var fail packetio.TxFailures
-	var bytes uint64
-	m, loops := uint32(0), 0
-	for i := range pkts {
-		c.used[i] = false
-		p := &pkts[i]
-		a := p.Addr.Unmap()
-		n := len(p.Buf)
-		sport := p.Port
-		if sport == 0 {
-			sport = c.port
-		}
-		switch {
-		case !a.Is4() || a.IsUnspecified():
-			fail.Add(i, packetio.ErrAddress)
-			continue
-		case n > c.maxPacket:
-			fail.Add(i, packetio.ErrTooLarge)
-			continue
-		case a == c.local:
-			if !c.loop.push(p.Buf, sport) {
-				fail.Add(i, errLoopFull)
-				continue
-			}
-			loops++
-			bytes += uint64(n)
-			continue
-		case m == got: // cannot happen: the TX ring has a slot per transmit frame
-			fail.Add(i, errTxRingFull)
-			continue
-		}
-		mac, err := c.neigh.lookup(a, now)
-		if err != nil {
-			fail.Add(i, err)
-			continue
-		}
-		f := c.lentF[i]
-		frame := s.umem[f : f+uint64(c.frameSize)]
-		if n > 0 && unsafe.SliceData(p.Buf) != &frame[hdrLen] {
-			copy(frame[hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
-		}
-		wire.Ethernet(frame).Set(mac, c.srcMAC, wire.EtherTypeIPv4)
-		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: c.tos}
-		if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
-			fail.Add(i, err)
-			continue
-		}
-		l := hdrLen + n
-		if l < minFrame {
-			clear(frame[l:minFrame])
-			l = minFrame
-		}
-		s.tx.Set(start+m, unix.XDPDesc{Addr: f, Len: uint32(l)})
-		c.used[i] = true
-		m++
-		bytes += uint64(n)
-	}
-	s.tx.Cancel(got - m)
-	for i, f := range c.lentF {
-		if i >= len(pkts) || !c.used[i] {
-			c.free = append(c.free, f)
-		}
-	}
-	c.lentF = c.lentF[:0]
-	if m > 0 {
-		s.tx.Submit()
-		c.kick(s)
-	}
-	if loops > 0 {
-		c.xctr.looped.Add(uint64(loops))
-	}
-	sent := int(m) + loops
-	if sent > 0 {
-		c.ctr.PacketsOut.Add(uint64(sent))
-		c.ctr.BytesOut.Add(bytes)
-		c.ctr.TxBatches.Add(1)
-	}
-	if fail.Len() > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.Len()))
-		return sent, fail.Err(pkts)
-	}
-	return sent, nil
-}
-
-var (
-	errTxRingFull = errors.New("packetio/afxdp: TX ring full")
-	errLoopFull   = errors.New("packetio/afxdp: loopback queue full (packets to the local address not received yet)")
-)
-
-// kick has the kernel process the TX ring when it asks to be woken (always
-// in copy mode, where the sending happens inside sendto, at most 32 frames
-// per call), and takes completed frames back.
-func (c *Conn) kick(s *socket) {
-	for tries := 0; tries < 64 && s.tx.needWakeup(); tries++ {
-		e := kickTx(s.fd)
-		c.xctr.txKicks.Add(1)
-		switch e {
-		case 0, unix.EAGAIN, unix.ENOBUFS, unix.EINTR:
-		case unix.EBUSY:
-			// The device dropped a frame (NET_XMIT_DROP: a full veth
-			// peer ring, a qdisc); the frame is completed.
-			c.xctr.txDropped.Add(1)
-		default:
-			c.ctr.AsyncErrors.Add(1)
-			return
-		}
-		c.reclaim(s)
-		if s.tx.Outstanding() == 0 {
-			return
-		}
-	}
-	if s.tx.Outstanding() != 0 {
-		c.xctr.txStuck.Add(1)
-	}
-}
-
-// Wake implements packetio.Conn.
-func (c *Conn) Wake() {
-	if c.waking.Swap(true) {
-		return
-	}
-	if c.parked.Load() && !c.closed.Load() {
-		c.f.SetReadDeadline(time.Unix(1, 0))
-	}
-}
 
 // LocalAddr implements packetio.Conn.
 func (c *Conn) LocalAddr() netip.Addr { return c.local }

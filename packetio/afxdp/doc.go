@@ -68,7 +68,9 @@
 // consumer_linux.go for the RX and completion rings): the producer and
 // consumer indices are free-running, each side caches the other's index and
 // reads it (an acquire load) only when the cache says the ring is too full
-// or too empty, and a batch is published with one store of the index.
+// or too empty, and a batch is published with one store of the index. The
+// Conn is set up and closed in conn_linux.go, receives in receive_linux.go
+// and transmits in transmit_linux.go.
 //
 // # Receive
 //

@@ -5,7 +5,6 @@ package afxdp_test
 import (
 	"bytes"
 	"errors"
-	"github.com/goroce/goroce/internal/testenv"
 	"net"
 	"net/netip"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"

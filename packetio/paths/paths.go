@@ -124,20 +124,16 @@ func Open(local netip.Addr, name string, o Options) (packetio.Conn, Chosen, erro
 func open(local netip.Addr, name string, o Options) (packetio.Conn, string, error) {
 	switch name {
 	case UDP:
-		uo := udp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket, Port: o.Port}
-		if o.Inspect {
-			uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = udp.AnyPort, -1, -1, 1
-		}
+		uo := udp.Options{MaxPacket: o.MaxPacket}
+		uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = o.socket()
 		c, err := udp.Listen(local, uo)
 		if err != nil {
 			return nil, "", err
 		}
 		return c, "", nil
 	case Uring:
-		uo := uring.Options{Batch: o.Batch, MaxPacket: o.MaxPacket, Port: o.Port}
-		if o.Inspect {
-			uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = uring.AnyPort, -1, -1, 1
-		}
+		uo := uring.Options{MaxPacket: o.MaxPacket}
+		uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = o.socket()
 		c, err := uring.Listen(local, uo)
 		if err != nil {
 			return nil, "", err
@@ -154,4 +150,15 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 		return c, c.Mode() + " on " + c.Interface(), nil
 	}
 	return nil, "", fmt.Errorf("%w: %q", ErrUnknownPath, name)
+}
+
+// socket returns the port, socket buffer sizes and batch of a socket-based
+// path (udp, uring): those asked for (buffers: the paths' defaults), or for
+// Inspect a port the kernel chooses, the kernel's buffers and batches of
+// one.
+func (o Options) socket() (port, recvBuffer, sendBuffer, batch int) {
+	if o.Inspect {
+		return udp.AnyPort, -1, -1, 1
+	}
+	return o.Port, 0, 0, o.Batch
 }

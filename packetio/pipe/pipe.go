@@ -62,9 +62,7 @@ type Conn struct {
 	waking atomic.Bool
 
 	// Send side, driver goroutine only.
-	tx    []packetio.Packet
-	txMem []byte
-	lent  int
+	txl packetio.TxLender
 
 	ctr packetio.Counters
 }
@@ -95,8 +93,7 @@ func newConn(local netip.Addr, o Options) *Conn {
 		notify:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		timer:     time.NewTimer(time.Hour),
-		tx:        make([]packetio.Packet, o.Batch),
-		txMem:     make([]byte, o.Batch*o.MaxPacket),
+		txl:       packetio.NewTxLender(o.Batch, o.MaxPacket),
 	}
 	c.timer.Stop()
 	mem := make([]byte, o.Queue*o.MaxPacket)
@@ -169,13 +166,7 @@ func (c *Conn) take() []packetio.Packet {
 
 // TxBatch implements packetio.Conn.
 func (c *Conn) TxBatch(n int) []packetio.Packet {
-	if c.closed.Load() || n <= 0 {
-		c.lent = 0
-		return nil
-	}
-	tx := packetio.Lend(c.tx, c.txMem, c.maxPacket, n)
-	c.lent = len(tx)
-	return tx
+	return c.txl.Lend(c.closed.Load(), n)
 }
 
 // PerPacketSourcePort reports true: a packet arrives with the source port
@@ -185,22 +176,17 @@ func (c *Conn) PerPacketSourcePort() bool { return true }
 // Transmit implements packetio.Conn. The packets are copied into the peer's
 // queue before it returns.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
-	if c.closed.Load() {
-		return 0, packetio.ErrClosed
+	if err := c.txl.Take(c.closed.Load(), len(pkts)); err != nil {
+		return 0, err
 	}
-	if len(pkts) > c.lent {
-		return 0, packetio.ErrNotLent
-	}
-	c.lent = 0
 	if len(pkts) == 0 {
 		return 0, nil
 	}
 	p := c.peer
 	var (
-		sent, failed, firstFail int
-		bytes                   uint64
-		cause                   error
-		drops                   uint64
+		sent         int
+		bytes, drops uint64
+		fail         packetio.TxFailures
 	)
 	p.mu.Lock()
 	peerClosed := p.closed.Load()
@@ -214,10 +200,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			err = packetio.ErrNoRoute
 		}
 		if err != nil {
-			if failed == 0 {
-				firstFail, cause = i, err
-			}
-			failed++
+			fail.Add(i, err)
 			continue
 		}
 		sent++
@@ -241,8 +224,6 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		p.ctr.RxDrops.Add(drops)
 	}
 	if sent > 0 {
-		c.ctr.PacketsOut.Add(uint64(sent))
-		c.ctr.BytesOut.Add(bytes)
 		c.ctr.TxBatches.Add(1)
 		if !peerClosed {
 			select {
@@ -251,11 +232,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			}
 		}
 	}
-	if failed > 0 {
-		c.ctr.TxErrors.Add(uint64(failed))
-		return sent, &packetio.TransmitError{Index: firstFail, Addr: pkts[firstFail].Addr, Failed: failed, Err: cause}
-	}
-	return sent, nil
+	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
 // Wake implements packetio.Conn.

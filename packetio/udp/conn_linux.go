@@ -1,7 +1,6 @@
 package udp
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/pollwait"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
 )
 
@@ -27,28 +27,24 @@ type Conn struct {
 	// Receive side: driver goroutine only. rxHdrs[i] points at rxNames[i],
 	// rxIovs[i] (a MaxPacket slice of rxMem) and a controlSpace slice of
 	// rxControl, for good.
-	rx          []packetio.Packet
-	rxMem       []byte
-	rxHdrs      []mmsghdr
-	rxIovs      []unix.Iovec
-	rxNames     []sockaddrInet4
-	rxControl   []byte
-	recvFn      func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
-	rxN         int                   // recv's results
-	rxErrno     unix.Errno
-	rxPoll      bool      // recv returns at once when nothing is queued
-	deadline    time.Time // the read deadline last set on f, valid when deadlineSet
-	deadlineSet bool
+	rx        []packetio.Packet
+	rxMem     []byte
+	rxHdrs    []mmsghdr
+	rxIovs    []unix.Iovec
+	rxNames   []sockaddrInet4
+	rxControl []byte
+	recvFn    func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
+	rxN       int                   // recv's results
+	rxErrno   unix.Errno
+	wait      pollwait.Waiter // Receive's wait in the netpoller, and Wake
 
 	// Send side: driver goroutine only. txHdrs[i] points at txNames[i] and
 	// txIovs[i]; the iovec is aimed at each packet's Buf by Transmit.
-	tx      []packetio.Packet
-	txMem   []byte
+	txl     packetio.TxLender
 	txHdrs  []mmsghdr
 	txIovs  []unix.Iovec
 	txNames []sockaddrInet4
-	txIdx   []int // txHdrs index -> index in Transmit's pkts
-	lent    int
+	txIdx   []int                 // txHdrs index -> index in Transmit's pkts
 	sendFn  func(fd uintptr) bool // c.send, bound once
 	txOff   int                   // send's arguments: txHdrs[txOff:txEnd]
 	txEnd   int
@@ -66,8 +62,6 @@ type Conn struct {
 	txGroupOf []int
 	txGroups  []txGroup
 
-	waking atomic.Bool // a Wake is pending
-	parked atomic.Bool // Receive may be waiting in the netpoller
 	closed atomic.Bool
 	ctr    packetio.Counters
 }
@@ -81,15 +75,9 @@ var _ packetio.Conn = (*Conn)(nil)
 // error matching packetio.ErrNotSupported.
 func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	o := opts.withDefaults()
-	local = local.Unmap()
-	if !local.Is4() {
-		return nil, fmt.Errorf("packetio/udp: listen on %v: only IPv4 is implemented: %w", local, packetio.ErrNotSupported)
-	}
-	if o.Port < 0 {
-		o.Port = 0
-	}
-	if o.Port > 0xFFFF || o.DstPort < 0 || o.DstPort > 0xFFFF {
-		return nil, fmt.Errorf("packetio/udp: listen: port %d or destination port %d out of range", o.Port, o.DstPort)
+	local, err := o.shared().Check("packetio/udp", local)
+	if err != nil {
+		return nil, err
 	}
 	fd, port, err := udpsock.Open("packetio/udp", local, udpsock.Config{
 		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS, NonBlock: true,
@@ -147,11 +135,11 @@ func (c *Conn) initRx(batch int) {
 		h.setControl(c.rxControl[i*controlSpace : (i+1)*controlSpace])
 	}
 	c.recvFn = c.recv
+	c.wait.Init(c.f, c.raw, &c.closed, &c.ctr.Wakes)
 }
 
 func (c *Conn) initTx(batch int) {
-	c.tx = make([]packetio.Packet, batch)
-	c.txMem = make([]byte, batch*c.maxPacket)
+	c.txl = packetio.NewTxLender(batch, c.maxPacket)
 	c.txHdrs = make([]mmsghdr, batch)
 	c.txIovs = make([]unix.Iovec, batch)
 	c.txNames = make([]sockaddrInet4, batch)
@@ -173,19 +161,8 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
 	}
-	// A read deadline that has passed makes the poller fail without trying
-	// to read, so a past deadline means: no deadline, but do not wait.
-	c.rxPoll = false
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		c.rxPoll, deadline = true, time.Time{}
-	}
+	deadline = c.wait.Begin(deadline)
 	for {
-		if !c.deadlineSet || !c.deadline.Equal(deadline) {
-			if err := c.f.SetReadDeadline(deadline); err != nil {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadline, c.deadlineSet = deadline, true
-		}
 		for i := range c.rxHdrs {
 			h := &c.rxHdrs[i]
 			h.hdr.Namelen = uint32(sizeofSockaddrInet4)
@@ -193,37 +170,19 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 			h.hdr.Flags = 0
 		}
 		c.rxN, c.rxErrno = 0, 0
-		// Wake sets waking, then (if parked) a past deadline; recv checks
-		// waking after parked is set, so either recv sees the wake or the
-		// deadline ends the wait.
-		c.parked.Store(true)
-		err := c.raw.Read(c.recvFn)
-		c.parked.Store(false)
-		if err != nil {
-			if !errors.Is(err, os.ErrDeadlineExceeded) {
-				return nil, c.opErr("receive", err)
-			}
-			c.deadlineSet = false // a Wake may have replaced it
-			if c.waking.Swap(false) {
-				c.ctr.Wakes.Add(1)
-				return c.rx[:0], nil
-			}
-			if c.rxPoll || (!deadline.IsZero() && !time.Now().Before(deadline)) {
-				return c.rx[:0], nil
-			}
-			continue // the past deadline of a Wake already consumed
+		if ok, err := c.wait.Wait(deadline, c.recvFn); err != nil {
+			return nil, c.opErr("receive", err)
+		} else if !ok {
+			return c.rx[:0], nil
 		}
 		if c.rxErrno != 0 {
-			if asyncErrno(c.rxErrno) {
+			if udpsock.AsyncErrno(c.rxErrno) {
 				c.ctr.AsyncErrors.Add(1)
 				continue
 			}
 			return nil, c.opErr("recvmmsg", c.rxErrno)
 		}
-		if c.waking.Swap(false) {
-			c.deadlineSet = false
-			c.ctr.Wakes.Add(1)
-		}
+		c.wait.Consume()
 		return c.collect(c.rxN), nil
 	}
 }
@@ -240,7 +199,7 @@ func (c *Conn) recv(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return c.rxPoll || c.waking.Load()
+			return c.wait.Stop()
 		default:
 			c.rxErrno = errno
 			return true
@@ -268,11 +227,11 @@ func (c *Conn) collect(n int) []packetio.Packet {
 		p.Addr = netip.AddrFrom4(sa.addr)
 		p.Port = uint16(sa.port[0])<<8 | uint16(sa.port[1])
 		p.Local = c.local.Addr()
-		dst, ok, tos := udpsock.ParseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
-		if ok {
-			p.Local = netip.AddrFrom4(dst)
+		cm := udpsock.ParseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
+		if cm.HasDst {
+			p.Local = netip.AddrFrom4(cm.Dst)
 		}
-		p.TOS = tos
+		p.TOS, p.RxTime = cm.TOS, cm.RxTime
 		bytes += uint64(ln)
 		k++
 	}
@@ -285,13 +244,7 @@ func (c *Conn) collect(n int) []packetio.Packet {
 
 // TxBatch implements packetio.Conn.
 func (c *Conn) TxBatch(n int) []packetio.Packet {
-	if c.closed.Load() || n <= 0 {
-		c.lent = 0
-		return nil
-	}
-	tx := packetio.Lend(c.tx, c.txMem, c.maxPacket, n)
-	c.lent = len(tx)
-	return tx
+	return c.txl.Lend(c.closed.Load(), n)
 }
 
 // Transmit implements packetio.Conn. It sends with sendmmsg, as few calls as
@@ -305,13 +258,9 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 // a batch are grouped by socket, in order within each, one sendmmsg per
 // group as far as the kernel takes them.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
-	if c.closed.Load() {
-		return 0, packetio.ErrClosed
+	if err := c.txl.Take(c.closed.Load(), len(pkts)); err != nil {
+		return 0, err
 	}
-	if len(pkts) > c.lent {
-		return 0, packetio.ErrNotLent
-	}
-	c.lent = 0
 	var fail packetio.TxFailures
 	own := c.local.Port()
 	c.txGen++
@@ -321,13 +270,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	for i := range pkts {
 		p := &pkts[i]
 		c.txGroupOf[i] = -1
-		a := p.Addr.Unmap()
-		switch {
-		case !a.Is4() || a.IsUnspecified():
-			fail.Add(i, packetio.ErrAddress)
-			continue
-		case len(p.Buf) > c.maxPacket:
-			fail.Add(i, packetio.ErrTooLarge)
+		a, err := packetio.TxDest(p, c.maxPacket)
+		if err != nil {
+			fail.Add(i, err)
 			continue
 		}
 		g := 0
@@ -397,15 +342,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if opened > 0 {
 		c.ctr.SourcePortSockets.Add(opened)
 	}
-	if sent > 0 {
-		c.ctr.PacketsOut.Add(uint64(sent))
-		c.ctr.BytesOut.Add(bytes)
-	}
-	if fail.Len() > 0 {
-		c.ctr.TxErrors.Add(uint64(fail.Len()))
-		return sent, fail.Err(pkts)
-	}
-	return sent, nil
+	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
 // sendGroup sends txHdrs[off:end] on the socket of raw and returns how many
@@ -423,7 +360,7 @@ func (c *Conn) sendGroup(raw syscall.RawConn, off, end int, pkts []packetio.Pack
 			break
 		}
 		if c.txErrno != 0 {
-			if asyncErrno(c.txErrno) && retried != off {
+			if udpsock.AsyncErrno(c.txErrno) && retried != off {
 				c.ctr.AsyncErrors.Add(1)
 				retried = off
 				continue
@@ -469,26 +406,11 @@ func (c *Conn) send(fd uintptr) bool {
 	}
 }
 
-// asyncErrno tells errors that report an earlier datagram's fate (ICMP),
-// not the current call's.
-func asyncErrno(e unix.Errno) bool {
-	switch e {
-	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN, unix.EPROTO:
-		return true
-	}
-	return false
-}
-
 // Wake implements packetio.Conn. When a Receive is waiting it sets a read
 // deadline in the past, which the netpoller delivers at once; otherwise it
 // only sets a flag.
 func (c *Conn) Wake() {
-	if c.waking.Swap(true) {
-		return // already pending
-	}
-	if c.parked.Load() && !c.closed.Load() {
-		c.f.SetReadDeadline(time.Unix(1, 0)) // passed: ends the wait at once
-	}
+	c.wait.Wake()
 }
 
 // LocalAddr implements packetio.Conn.

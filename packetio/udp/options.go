@@ -1,21 +1,16 @@
 package udp
 
-import (
-	"github.com/goroce/goroce/packetio"
-	"github.com/goroce/goroce/wire"
-)
+import "github.com/goroce/goroce/packetio/internal/udpsock"
 
 // AnyPort, as Options.Port, lets the kernel choose the local port.
-const AnyPort = -1
-
-// maxBatch is the kernel's UIO_MAXIOV: recvmmsg and sendmmsg handle at most
-// that many messages per call.
-const maxBatch = 1024
+const AnyPort = udpsock.AnyPort
 
 // DefaultSocketBuffer is the default SO_RCVBUF and SO_SNDBUF size, in bytes.
-const DefaultSocketBuffer = 4 << 20
+const DefaultSocketBuffer = udpsock.DefaultSocketBuffer
 
-// Options configures Listen. The zero value gives the defaults.
+// Options configures Listen. The zero value gives the defaults. Port,
+// DstPort, Batch, MaxPacket, RecvBuffer, SendBuffer and TOS are shared with
+// package uring, whose Options mean the same by them.
 type Options struct {
 	// Port is the local UDP port. Default 4791 (RoCEv2); AnyPort lets the
 	// kernel choose one (tests).
@@ -55,25 +50,16 @@ type Options struct {
 const DefaultSourcePorts = 256
 
 func (o Options) withDefaults() Options {
-	if o.Port == 0 {
-		o.Port = wire.RoCEv2Port
-	}
-	if o.Batch <= 0 {
-		o.Batch = packetio.DefaultBatch
-	}
-	o.Batch = min(o.Batch, maxBatch)
-	if o.MaxPacket <= 0 {
-		o.MaxPacket = packetio.DefaultMaxPacket
-	}
-	if o.RecvBuffer == 0 {
-		o.RecvBuffer = DefaultSocketBuffer
-	}
-	if o.SendBuffer == 0 {
-		o.SendBuffer = DefaultSocketBuffer
-	}
+	o.shared().Defaults()
 	if o.SourcePorts == 0 {
 		o.SourcePorts = DefaultSourcePorts
 	}
 	o.SourcePorts = min(o.SourcePorts, 1<<15-1)
 	return o
+}
+
+// shared returns the options shared with the other socket-based path.
+func (o *Options) shared() udpsock.Shared {
+	return udpsock.Shared{Port: &o.Port, DstPort: &o.DstPort, Batch: &o.Batch, MaxPacket: &o.MaxPacket,
+		RecvBuffer: &o.RecvBuffer, SendBuffer: &o.SendBuffer}
 }

@@ -234,3 +234,21 @@ func BenchmarkUDPLoopback(b *testing.B) {
 		})
 	}
 }
+
+// TestRxTime: each received packet carries the kernel's receive time
+// (SO_TIMESTAMPNS), taken when it arrived, not when Receive read it: a
+// receiver that reads 30 ms late still sees the arrival time.
+func TestRxTime(t *testing.T) {
+	a, b := loopbackPair(t, udp.Options{})
+	before := time.Now().UnixNano()
+	packetiotest.Send(t, a, b, 0, 4, 64)
+	time.Sleep(30 * time.Millisecond)
+	read := time.Now().UnixNano()
+	got := packetiotest.Recv(t, b, 4, 5*time.Second)
+	for i, p := range got {
+		if p.RxTime < before || p.RxTime > read-25e6 {
+			t.Errorf("packet %d: receive time %d ns after the send began, read %d ns after it; want the arrival, at least 25 ms before the read",
+				i, p.RxTime-before, read-before)
+		}
+	}
+}

@@ -34,7 +34,9 @@
 // falling back when the kernel refuses one), sq_linux.go and cq_linux.go are
 // the submission and completion queues (indices loaded with acquire and
 // published with release atomics, once per batch), bufring_linux.go is the
-// provided-buffer ring, ops_linux.go fills SQEs, conn_linux.go is the Conn.
+// provided-buffer ring, ops_linux.go fills SQEs; the Conn is set up and
+// closed in conn_linux.go, receives in receive_linux.go and transmits in
+// transmit_linux.go.
 //
 // Receive. Where the kernel has them (Linux 6.0), a multishot RECVMSG
 // (IORING_RECV_MULTISHOT) stays armed on the socket and takes one buffer

@@ -1,47 +1,34 @@
 package uring
 
-import (
-	"github.com/goroce/goroce/packetio"
-	"github.com/goroce/goroce/wire"
-)
+import "github.com/goroce/goroce/packetio/internal/udpsock"
 
 // AnyPort, as Options.Port, lets the kernel choose the local port.
-const AnyPort = -1
+const AnyPort = udpsock.AnyPort
 
 // DefaultSocketBuffer is the default SO_RCVBUF and SO_SNDBUF size, in bytes.
-const DefaultSocketBuffer = 4 << 20
-
-// maxBatch bounds Options.Batch (as for package udp).
-const maxBatch = 1024
+const DefaultSocketBuffer = udpsock.DefaultSocketBuffer
 
 // maxRxBuffers bounds Options.RxBuffers: buffer IDs are 16 bits and a
 // provided-buffer ring has at most 32768 entries.
 const maxRxBuffers = 1 << 15
 
-// Options configures Listen. The zero value gives the defaults. The fields
-// shared with package udp mean the same.
+// Options configures Listen. The zero value gives the defaults.
 type Options struct {
-	// Port is the local UDP port. Default 4791 (RoCEv2); AnyPort lets the
-	// kernel choose one (tests).
-	Port int
-	// DstPort is the destination UDP port of transmitted packets. Default:
-	// the local port.
-	DstPort int
+	// Port, DstPort, MaxPacket, RecvBuffer, SendBuffer and TOS are package
+	// udp's, with its defaults: the local UDP port (4791; AnyPort lets the
+	// kernel choose), the destination port of transmitted packets (the
+	// local port), the largest transport packet (packetio.DefaultMaxPacket;
+	// longer datagrams received are dropped and counted), the requested
+	// SO_RCVBUF and SO_SNDBUF sizes (DefaultSocketBuffer, forced as root;
+	// negative keeps the kernel's) and the IPv4 TOS byte (IP_TOS, 0).
+	Port, DstPort          int
+	MaxPacket              int
+	RecvBuffer, SendBuffer int
+	TOS                    uint8
 	// Batch is the largest number of packets one Receive returns and one
 	// TxBatch lends (one SQE each, one io_uring_enter per Transmit).
 	// Default packetio.DefaultBatch; at most 1024.
 	Batch int
-	// MaxPacket is the largest transport packet (UDP payload), in bytes.
-	// Longer datagrams received are dropped and counted. Default
-	// packetio.DefaultMaxPacket.
-	MaxPacket int
-	// RecvBuffer and SendBuffer are the requested SO_RCVBUF and SO_SNDBUF
-	// sizes, in bytes. Default DefaultSocketBuffer; negative keeps the
-	// kernel's default. As root SO_RCVBUFFORCE/SO_SNDBUFFORCE are used.
-	RecvBuffer, SendBuffer int
-	// TOS is the IPv4 TOS byte (DSCP << 2 | ECN) of transmitted packets
-	// (IP_TOS). Default 0.
-	TOS uint8
 	// RxBuffers is the number of receive buffers the kernel fills (the
 	// provided-buffer ring's size, or the number of single-shot RECVMSGs
 	// outstanding), rounded up to a power of two. Default 8 x Batch, at
@@ -69,22 +56,7 @@ type Options struct {
 }
 
 func (o Options) withDefaults() Options {
-	if o.Port == 0 {
-		o.Port = wire.RoCEv2Port
-	}
-	if o.Batch <= 0 {
-		o.Batch = packetio.DefaultBatch
-	}
-	o.Batch = min(o.Batch, maxBatch)
-	if o.MaxPacket <= 0 {
-		o.MaxPacket = packetio.DefaultMaxPacket
-	}
-	if o.RecvBuffer == 0 {
-		o.RecvBuffer = DefaultSocketBuffer
-	}
-	if o.SendBuffer == 0 {
-		o.SendBuffer = DefaultSocketBuffer
-	}
+	o.shared().Defaults()
 	if o.RxBuffers <= 0 {
 		o.RxBuffers = max(8*o.Batch, 256)
 	}
@@ -99,4 +71,10 @@ func pow2(n int) int {
 		p <<= 1
 	}
 	return p
+}
+
+// shared returns the options shared with the other socket-based path.
+func (o *Options) shared() udpsock.Shared {
+	return udpsock.Shared{Port: &o.Port, DstPort: &o.DstPort, Batch: &o.Batch, MaxPacket: &o.MaxPacket,
+		RecvBuffer: &o.RecvBuffer, SendBuffer: &o.SendBuffer}
 }

@@ -5,9 +5,10 @@ package uring
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/goroce/goroce/internal/testenv"
 	"testing"
 	"unsafe"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"golang.org/x/sys/unix"
 )

@@ -4,7 +4,6 @@ package uring_test
 
 import (
 	"bytes"
-	"github.com/goroce/goroce/internal/testenv"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"

@@ -5,11 +5,12 @@ package uring_test
 import (
 	"errors"
 	"fmt"
-	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/packetiotest"

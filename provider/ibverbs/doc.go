@@ -24,6 +24,32 @@
 // lists what it will see. On a machine without an RDMA device the tests skip
 // and say so.
 //
+// # Files
+//
+// One file per libibverbs object, each with the verb that makes it:
+//
+//	device.go   Provider, Device, List and Open (ibv_get_device_list, ibv_open_device)
+//	context.go  Context: QueryDevice, QueryPort, Close, the lifetimes of what it made
+//	gid.go      the GID table: QueryGID, QueryGIDEntry, GIDIndexOf
+//	pd.go       PD (ibv_alloc_pd)
+//	mr.go       MR (ibv_reg_mr), Alloc and Free
+//	cq.go       CQ (ibv_create_cq), Poll, ReqNotify
+//	cqex.go     extended CQs (ibv_create_cq_ex): CreateCQEx, PollEx, WCEx
+//	channel.go  CompChannel (ibv_create_comp_channel), Wait
+//	events.go   GetAsyncEvent, and the waits on libibverbs' descriptors
+//	qp.go       QP (ibv_create_qp), Modify, Query
+//	post.go     PostSend and PostRecv: the batches of work requests and their
+//	            scatter/gather lists, shared with the SRQ
+//	srq.go      SRQ (ibv_create_srq)
+//	ah.go       AH (ibv_create_ah)
+//	errors.go   Error, and the verbs sentinels an errno maps to
+//	shim.h      the C shim's declarations, included by every Go file
+//	shim.c      the C shim: errno folding, flat work requests and
+//	            completions, one call per batch
+//
+// shim.c and shim.h carry the same build constraint as the Go files, so a
+// build without the tag (or with CGO_ENABLED=0) compiles none of them.
+//
 // # Devices
 //
 // Provider lists the devices libibverbs reports, under their names (rxe0,

@@ -71,6 +71,8 @@ func asyncNoEvent(t *testing.T, ctx verbs.Context) {
 // and its posted receives are flushed into its own (healthy) receive CQ. The
 // 4 completions that fit are delivered in order, the 12 that did not are
 // counted, the CQ takes nothing more, and the other context sees no event.
+// The engine's TestCQOverrun checks the send, shared and receive CQ cases
+// without sockets.
 func TestCQOverrun(t *testing.T) {
 	da, db := udpLoopDevices(t, engine.Config{})
 	a := newEnd(t, da, verbs.QPTRC, 1<<16)
@@ -163,62 +165,6 @@ func TestCQOverrun(t *testing.T) {
 	}
 }
 
-// TestCQOverrunSharedCQ: one CQ serves the send and receive queues of two
-// QPs; its overrun takes both QPs to ERROR, with one QP_FATAL each after the
-// CQ_ERR.
-func TestCQOverrunSharedCQ(t *testing.T) {
-	da, db := udpLoopDevices(t, engine.Config{})
-	ctx, err := da.Open()
-	must(t, err)
-	pd, err := ctx.AllocPD()
-	must(t, err)
-	cq, err := ctx.CreateCQ(2, nil)
-	must(t, err)
-	bs := []*end{newEnd(t, db, verbs.QPTRC, 4096), newEnd(t, db, verbs.QPTRC, 4096)}
-	b := bs[0]
-	buf := make([]byte, 4096)
-	mr, err := pd.RegMR(buf, e2eAccess)
-	must(t, err)
-	var qps []verbs.QP
-	for range 2 {
-		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
-			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
-		must(t, err)
-		qps = append(qps, qp)
-	}
-	for i, qp := range qps {
-		connect(t, &end{dev: da, qp: qp}, bs[i])
-	}
-	for i := range 3 {
-		_, err := qps[0].PostSend([]verbs.SendWR{{WRID: uint64(i + 1), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-			SGList: []verbs.SGE{{Addr: mr.Addr(), Length: 8, LKey: mr.LKey()}}, RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
-		must(t, err)
-	}
-	ev := asyncEvent(t, ctx)
-	if ev.Type != verbs.EventCQErr || ev.CQ != cq {
-		t.Fatalf("first event %v (%+v), want CQ_ERR", ev.Type, ev)
-	}
-	seen := map[verbs.QP]bool{}
-	for range 2 {
-		ev := asyncEvent(t, ctx)
-		if ev.Type != verbs.EventQPFatal || ev.QP == nil || seen[ev.QP] {
-			t.Fatalf("event %v (%+v), want QP_FATAL of each QP once", ev.Type, ev)
-		}
-		seen[ev.QP] = true
-	}
-	asyncNoEvent(t, ctx)
-	for i, qp := range qps {
-		attr, err := qp.Query()
-		must(t, err)
-		if attr.State != verbs.QPSErr {
-			t.Errorf("QP %d: state %v, want ERR", i, attr.State)
-		}
-	}
-	if got := wait(t, cq, 2); got[0].WRID != 1 || got[1].WRID != 2 {
-		t.Errorf("completions %+v, want WRIDs 1 and 2", got)
-	}
-}
-
 // TestGetAsyncEventCancel: with no event, GetAsyncEvent returns the
 // context's error.
 func TestGetAsyncEventCancel(t *testing.T) {
@@ -230,83 +176,4 @@ func TestGetAsyncEventCancel(t *testing.T) {
 	if _, err := ctx.GetAsyncEvent(c); !errors.Is(err, context.Canceled) {
 		t.Fatalf("GetAsyncEvent on a cancelled context: %v, want context.Canceled", err)
 	}
-}
-
-// TestCQOverrunReceive: the receive CQ overruns (rdma_rxe's responder
-// RESPST_ERR_CQ_OVERFLOW): 4 SENDs into a QP whose receive CQ holds 2. The
-// receiver gets CQ_ERR and QP_FATAL, its QP goes to ERROR, the completions
-// that fitted are there and the lost ones counted; the sender, whose
-// later SENDs the receiver no longer takes, ends with RETRY_EXC_ERR and
-// flushes, each WR completing once, in order.
-func TestCQOverrunReceive(t *testing.T) {
-	da, db := udpLoopDevices(t, engine.Config{})
-	a := newEnd(t, da, verbs.QPTRC, 4096)
-	b := newEnd(t, db, verbs.QPTRC, 4096)
-	rcq, err := b.ctx.CreateCQ(2, nil)
-	must(t, err)
-	must(t, b.qp.Destroy())
-	b.qp, err = b.pd.CreateQP(&verbs.QPInitAttr{SendCQ: b.cq, RecvCQ: rcq, QPType: verbs.QPTRC,
-		Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16}})
-	must(t, err)
-	connectTimeout(t, a, b, 10) // 4.2 ms ACK timeout, retry_cnt 7
-	const n = 4
-	for i := range n {
-		_, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(10 + i), SGList: []verbs.SGE{{Addr: b.mr.Addr() + uint64(i*64), Length: 64, LKey: b.mr.LKey()}}}})
-		must(t, err)
-	}
-	before := db.Stats()
-	for i := range n {
-		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(1 + i), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: 16, LKey: a.mr.LKey()}}}})
-		must(t, err)
-	}
-	ev := asyncEvent(t, b.ctx)
-	if ev.Type != verbs.EventCQErr || ev.CQ != rcq {
-		t.Fatalf("first event %v (%+v), want CQ_ERR of the receive CQ", ev.Type, ev)
-	}
-	ev = asyncEvent(t, b.ctx)
-	if ev.Type != verbs.EventQPFatal || ev.QP != b.qp {
-		t.Fatalf("second event %v (%+v), want QP_FATAL of the QP", ev.Type, ev)
-	}
-	got := wait(t, rcq, 2)
-	for i, w := range got {
-		if w.WRID != uint64(10+i) || w.Status != verbs.WCSuccess || w.Opcode != verbs.WCRecv || w.ByteLen != 16 {
-			t.Errorf("receive completion %d: %+v, want WRID %d SUCCESS", i, w, 10+i)
-		}
-	}
-	attr, err := b.qp.Query()
-	must(t, err)
-	if attr.State != verbs.QPSErr {
-		t.Errorf("receiver QP %v, want ERR", attr.State)
-	}
-	// The sender: successes, then RETRY_EXC_ERR, then flushes, in order.
-	sent := wait(t, a.cq, n)
-	succ := 0
-	for succ < n && sent[succ].Status == verbs.WCSuccess {
-		succ++
-	}
-	for i, w := range sent {
-		want := verbs.WCWRFlushErr
-		switch {
-		case i < succ:
-			want = verbs.WCSuccess
-		case i == succ:
-			want = verbs.WCRetryExcErr
-		}
-		if w.WRID != uint64(1+i) || w.Status != want {
-			t.Errorf("send completion %d: %+v, want WRID %d %v", i, w, 1+i, want)
-		}
-	}
-	if succ < 2 || succ == n {
-		t.Errorf("%d SENDs succeeded, want at least the 2 that fitted and not all %d", succ, n)
-	}
-	if lost := db.Stats().CQOverruns - before.CQOverruns; lost != n-2 {
-		t.Errorf("CQOverruns %d, want %d (the receives that did not fit, completed or flushed)", lost, n-2)
-	}
-	time.Sleep(20 * time.Millisecond)
-	e2eNoMore(t, "sender CQ", a.cq)
-	if k := rcq.Poll(make([]verbs.WC, 4)); k != 0 {
-		t.Errorf("the receive CQ in error took %d more completions", k)
-	}
-	t.Logf("%d of %d SENDs acknowledged before the receiver's QP failed", succ, n)
 }

@@ -281,11 +281,8 @@ func (d *Device) input(pkts []packetio.Packet) {
 	now := d.now()
 	for i := range pkts {
 		p := &pkts[i]
-		if p.HasIPv4ID {
-			d.eng.InputIPv4(now, p.Buf, p.Addr, p.Port, p.IPv4ID, p.IPv4DF)
-		} else {
-			d.eng.Input(now, p.Buf, p.Addr, p.Port)
-		}
+		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime}
+		d.eng.InputPacket(now, p.Buf, p.Addr, p.Port, &rx)
 	}
 	d.flush(now)
 	d.mu.Unlock()

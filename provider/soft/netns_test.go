@@ -1066,8 +1066,10 @@ func e2eUD(t *testing.T, env *e2eEnv) {
 }
 
 // e2eMisuse: the QP state machine and work requests refuse misuse with
-// errors that match the verbs sentinels and name the problem, and a refused
-// call changes nothing: the QP still connects and works afterwards.
+// errors that match the verbs sentinels and name the problem, through the
+// device, and a refused call changes nothing: the QP still connects and
+// works afterwards. A smoke: the engine's TestStateMachineMisuse tries
+// every refusal; the address handle's are the device's own.
 func e2eMisuse(t *testing.T, env *e2eEnv) {
 	ra, rb := e2eNewRes(t, env.a, 1<<16), e2eNewRes(t, env.b, 1<<16)
 	cqA, cqB := ra.cq(t, 64), rb.cq(t, 64)
@@ -1108,66 +1110,23 @@ func e2eMisuse(t *testing.T, env *e2eEnv) {
 	if n != 0 {
 		t.Errorf("PostSend in RESET posted %d", n)
 	}
-	_, err = qp.PostRecv([]verbs.RecvWR{{WRID: 2, SGList: ra.sge(0, 16)}})
-	check("PostRecv in RESET", err, verbs.ErrInvalidState, "RESET")
 	err = qp.Modify(rtrAttr, rtrMask)
 	check("RESET -> RTR", err, verbs.ErrInvalidState, "RESET", "RTR")
-	err = qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS}, verbs.AttrState)
-	check("RESET -> RTS", err, verbs.ErrInvalidState, "RESET", "RTS")
 	err = qp.Modify(initAttr, initMask&^verbs.AttrAccessFlags)
 	check("RESET -> INIT without ACCESS_FLAGS", err, verbs.ErrInvalidAttr, "ACCESS_FLAGS")
-	err = qp.Modify(initAttr, initMask&^(verbs.AttrPort|verbs.AttrPKeyIndex))
-	check("RESET -> INIT without PORT and PKEY_INDEX", err, verbs.ErrInvalidAttr, "PORT", "PKEY_INDEX")
-	err = qp.Modify(initAttr, initMask|verbs.AttrPathMTU)
-	check("RESET -> INIT with PATH_MTU", err, verbs.ErrInvalidAttr, "PATH_MTU")
-	err = qp.Modify(initAttr, initMask|verbs.AttrQKey)
-	check("RESET -> INIT of an RC QP with QKEY", err, verbs.ErrInvalidAttr, "QKEY")
 	state(verbs.QPSReset)
 
 	e2eMust(t, qp.Modify(initAttr, initMask))
-	state(verbs.QPSInit)
-	n, err = qp.PostSend(send)
-	check("PostSend in INIT", err, verbs.ErrInvalidState, "INIT")
-	if n != 0 {
-		t.Errorf("PostSend in INIT posted %d", n)
-	}
-	err = qp.Modify(rtsAttr, rtsMask)
-	check("INIT -> RTS", err, verbs.ErrInvalidState, "INIT", "RTS")
-	err = qp.Modify(rtrAttr, rtrMask&^verbs.AttrDestQPN)
-	check("INIT -> RTR without DEST_QPN", err, verbs.ErrInvalidAttr, "DEST_QPN")
-	err = qp.Modify(rtrAttr, rtrMask|verbs.AttrSQPSN)
-	check("INIT -> RTR with SQ_PSN", err, verbs.ErrInvalidAttr, "SQ_PSN")
-	for _, code := range []verbs.MTU{0, 6, 7, 255} {
-		bad := *rtrAttr
-		bad.PathMTU = code
-		err = qp.Modify(&bad, rtrMask)
-		check(fmt.Sprintf("INIT -> RTR with path MTU code %d", code), err, verbs.ErrInvalidAttr, "path MTU", fmt.Sprint(uint8(code)))
-	}
 	bad := *rtrAttr
-	bad.AHAttr.DGID = verbs.GID{0xfe, 0x80, 15: 1}
+	bad.PathMTU = 7
 	err = qp.Modify(&bad, rtrMask)
-	check("INIT -> RTR to a GID that is not IPv4-mapped", err, verbs.ErrInvalidAttr, "GID")
-	err = qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, CurState: verbs.QPSRTS, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex}}, rtrMask|verbs.AttrCurState)
-	check("INIT -> RTR claiming CUR_STATE RTS", err, verbs.ErrInvalidState, "INIT", "RTS")
+	check("INIT -> RTR with path MTU code 7", err, verbs.ErrInvalidAttr, "path MTU", "7")
 	state(verbs.QPSInit)
-
 	e2eMust(t, qp.Modify(rtrAttr, rtrMask))
-	state(verbs.QPSRTR)
-	err = qp.Modify(rtsAttr, rtsMask&^verbs.AttrSQPSN)
-	check("RTR -> RTS without SQ_PSN", err, verbs.ErrInvalidAttr, "SQ_PSN")
-	err = qp.Modify(rtsAttr, rtsMask|verbs.AttrDestQPN)
-	check("RTR -> RTS with DEST_QPN", err, verbs.ErrInvalidAttr, "DEST_QPN")
-	badRTS := *rtsAttr
-	badRTS.RetryCnt = 8
-	err = qp.Modify(&badRTS, rtsMask)
-	check("RTR -> RTS with retry_cnt 8", err, verbs.ErrInvalidAttr, "retry_cnt")
-	state(verbs.QPSRTR)
 	e2eMust(t, qp.Modify(rtsAttr, rtsMask))
 	state(verbs.QPSRTS)
-	err = qp.Modify(rtrAttr, rtrMask)
-	check("RTS -> RTR", err, verbs.ErrInvalidState, "RTS", "RTR")
 
-	// Bad work requests in RTS: the bad one is named, those before it post.
+	// A bad work request in RTS: it is named, those before it post.
 	copy(ra.buf, "sixteen bytes ok") // gathered when the SEND goes out
 	env.sync()
 	wrs := []verbs.SendWR{
@@ -1179,10 +1138,6 @@ func e2eMisuse(t *testing.T, env *e2eEnv) {
 	if n != 1 {
 		t.Errorf("PostSend posted %d WRs before the bad one, want 1", n)
 	}
-	n, err = qp.PostSend([]verbs.SendWR{{WRID: 0xBAD2, Opcode: verbs.WRAtomicCmpAndSwp, SGList: ra.sge(8, 8), RemoteAddr: rb.mr.Addr() + 4, RKey: rb.mr.RKey()}})
-	check("atomic at a misaligned address", err, verbs.ErrInvalidWR, "aligned")
-	n, err = qp.PostSend([]verbs.SendWR{{WRID: 0xBAD3, Opcode: verbs.WRSend, SGList: slices.Repeat(ra.sge(0, 1), 5)}})
-	check("5 SGEs, max_send_sge 4", err, verbs.ErrInvalidWR, "max_send_sge")
 
 	// The QP works: the SEND posted above reaches the peer.
 	e2eRCToRTS(t, peer, env.pmtu, qp.Num(), env.a.GID(), 9, 5)
@@ -1195,23 +1150,14 @@ func e2eMisuse(t *testing.T, env *e2eEnv) {
 	env.sync()
 	e2eSame(t, "message", rb.buf[:16], []byte("sixteen bytes ok"))
 
-	// UD: a send needs an address handle; RDMA is refused.
+	// UD: a send needs an address handle, which needs an IPv4-mapped GID.
 	ud := ra.qp(t, verbs.QPTUD, cqA, cqA, nil, 16)
-	err = ud.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort)
-	check("UD RESET -> INIT without QKEY", err, verbs.ErrInvalidAttr, "QKEY")
-	err = ud.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, QKey: 1, AccessFlags: verbs.AccessRemoteWrite},
-		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrQKey|verbs.AttrAccessFlags)
-	check("UD RESET -> INIT with ACCESS_FLAGS", err, verbs.ErrInvalidAttr, "ACCESS_FLAGS")
 	e2eUDToRTS(t, ud, 1, 0)
 	n, err = ud.PostSend([]verbs.SendWR{{WRID: 0xAD, Opcode: verbs.WRSend, SGList: ra.sge(0, 16), RemoteQPN: peer.Num(), RemoteQKey: 1}})
 	check("UD send without an AH", err, verbs.ErrInvalidWR, "address handle", "0xad")
 	if n != 0 {
 		t.Errorf("UD send without an AH: %d posted", n)
 	}
-	h, err := ra.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: env.b.GID(), PortNum: 1})
-	e2eMust(t, err)
-	_, err = ud.PostSend([]verbs.SendWR{{WRID: 0xAE, Opcode: verbs.WRRDMAWrite, SGList: ra.sge(0, 16), AH: h, RemoteQPN: 1, RemoteQKey: 1}})
-	check("RDMA WRITE on a UD QP", err, verbs.ErrInvalidWR, "RDMA_WRITE", "UD")
 	_, err = ra.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GID{0xfe, 0x80, 15: 1}})
 	check("AH to a GID that is not IPv4-mapped", err, verbs.ErrInvalidAttr, "GID")
 	e2eNoMore(t, "A CQ", cqA)

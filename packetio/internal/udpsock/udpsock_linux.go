@@ -61,6 +61,11 @@ func configure(prefix string, fd int, local netip.Addr, cfg Config) error {
 		{"IP_MTU_DISCOVER", unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO},
 		{"IP_PKTINFO", unix.IPPROTO_IP, unix.IP_PKTINFO, 1},
 		{"IP_RECVTOS", unix.IPPROTO_IP, unix.IP_RECVTOS, 1},
+		// The kernel's receive time of each datagram (CLOCK_REALTIME,
+		// taken as the packet reached the socket layer): completions
+		// are stamped with it, so a probe's network RTT leaves out the
+		// time the receiver took to wake up.
+		{"SO_TIMESTAMPNS", unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
 		// UDP checksum 0, as rdma_rxe and RoCE NICs send over IPv4: the
 		// ICRC protects the packet, and the checksum work is saved.
 		{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
@@ -122,13 +127,22 @@ type SockaddrInet4 struct {
 const SizeofSockaddrInet4 = unsafe.Sizeof(SockaddrInet4{})
 
 // ControlSpace is the receive control buffer per message, in bytes: room for
-// IP_PKTINFO (CmsgSpace(12): 32 bytes on 64-bit) and IP_TOS (CmsgSpace(1): 24)
-// and a little more.
+// IP_PKTINFO (CmsgSpace(12): 32 bytes on 64-bit), IP_TOS (CmsgSpace(1): 24)
+// and SCM_TIMESTAMPNS (CmsgSpace(16): 32), and a little more.
 const ControlSpace = 96
 
-// ParseControl reads the IP_PKTINFO destination address and the IP_TOS byte
-// from received control messages. It does not allocate.
-func ParseControl(b []byte) (dst [4]byte, hasDst bool, tos uint8) {
+// Control is what ParseControl found in a datagram's control messages.
+type Control struct {
+	Dst    [4]byte // the IP_PKTINFO destination address, if HasDst
+	HasDst bool
+	TOS    uint8 // the IP_TOS byte
+	RxTime int64 // the SCM_TIMESTAMPNS receive time, Unix ns; 0 if none
+}
+
+// ParseControl reads the IP_PKTINFO destination address, the IP_TOS byte
+// and the SCM_TIMESTAMPNS receive time from received control messages. It
+// does not allocate.
+func ParseControl(b []byte) (c Control) {
 	const align = unix.SizeofPtr
 	for len(b) >= unix.SizeofCmsghdr {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(unsafe.SliceData(b)))
@@ -141,14 +155,18 @@ func ParseControl(b []byte) (dst [4]byte, hasDst bool, tos uint8) {
 			switch h.Type {
 			case unix.IP_PKTINFO: // struct in_pktinfo: ifindex, spec_dst, addr (the header's destination)
 				if len(data) >= unix.SizeofInet4Pktinfo {
-					copy(dst[:], data[8:12])
-					hasDst = true
+					copy(c.Dst[:], data[8:12])
+					c.HasDst = true
 				}
 			case unix.IP_TOS:
 				if len(data) >= 1 {
-					tos = data[0]
+					c.TOS = data[0]
 				}
 			}
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16 {
+			ts := (*unix.Timespec)(unsafe.Pointer(unsafe.SliceData(data)))
+			c.RxTime = ts.Nano()
 		}
 		l = (l + align - 1) &^ (align - 1)
 		if l >= len(b) {
@@ -156,5 +174,15 @@ func ParseControl(b []byte) (dst [4]byte, hasDst bool, tos uint8) {
 		}
 		b = b[l:]
 	}
-	return dst, hasDst, tos
+	return c
+}
+
+// AsyncErrno tells the errors that report an earlier datagram's fate (an
+// ICMP error the kernel queued on the socket), not the current call's.
+func AsyncErrno(e unix.Errno) bool {
+	switch e {
+	case unix.ECONNREFUSED, unix.EHOSTUNREACH, unix.ENETUNREACH, unix.EHOSTDOWN, unix.ENETDOWN, unix.EPROTO:
+		return true
+	}
+	return false
 }

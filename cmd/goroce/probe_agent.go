@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"github.com/goroce/goroce/provider/soft"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/goroce/goroce/probe/agent"
+)
+
+// runProbeAgent is `goroce probe agent`: the long-running prober,
+// responder and HTTP server of one node of a pinglist, until SIGINT or
+// SIGTERM; SIGHUP reloads the pinglist.
+func runProbeAgent(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("probe agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var sc softConfig
+	sc.register(fs)
+	var config, devName, listen, jsonl, level string
+	fs.StringVar(&config, "config", "", "the pinglist `file` (YAML; see package probe/pinglist); required")
+	fs.StringVar(&devName, "d", "", "use device `dev` (default: the soft device "+softName+" on --addr)")
+	fs.StringVar(&listen, "listen", "", "HTTP listen `address` for /metrics, /probe/v1/... and the page (default \":<the pinglist's http_port>\", 9478)")
+	fs.StringVar(&jsonl, "jsonl", "", "append every probe (T1..T6, seq, label, source port, outcome) to `file` as JSON lines")
+	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: goroce probe agent --config FILE [-d dev] [--path P] [--addr A] [--listen :9478] [--jsonl FILE]")
+		fmt.Fprintln(stderr, "\nRuns the prober of one node of a fleet: a responder, probes to every target the\npinglist gives this node (found by --addr), and an HTTP server with /metrics,\n/probe/v1/self, /probe/v1/paths, /probe/v1/fleet and a live page at /.\nThe pinglist is reloaded when the file changes and on SIGHUP.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 || config == "" {
+		if config == "" {
+			fmt.Fprintln(stderr, "goroce probe agent: --config is required")
+		}
+		fs.Usage()
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		fmt.Fprintln(stderr, "goroce probe agent: --log-level:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	if err := probeAgent(sc, devName, config, listen, jsonl, log); err != nil {
+		fmt.Fprintln(stderr, "goroce probe agent:", err)
+		return 1
+	}
+	return 0
+}
+
+func probeAgent(sc softConfig, devName, config, listen, jsonl string, log *slog.Logger) error {
+	self, _, err := sc.resolve()
+	if err != nil {
+		return err
+	}
+	if _, ok := openHW(devName); ok && sc.addr == "" {
+		return errors.New("-d " + devName + ": give this node's address (as the pinglist lists it) with --addr")
+	}
+	dev, provider, closeDev, err := sc.openDevice(devName)
+	if err != nil {
+		return err
+	}
+	defer closeDev()
+	if sd, ok := dev.(*soft.Device); ok {
+		log.Info("soft device", "name", sd.Name(), "addr", sd.Addr(), "packet_path", sd.Path())
+	}
+	vctx, err := dev.Open()
+	if err != nil {
+		return err
+	}
+	defer vctx.Close()
+	var jw io.Writer
+	if jsonl != "" {
+		f, err := os.OpenFile(jsonl, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		jw = f
+	}
+	a, err := agent.New(agent.Options{
+		Device: vctx, Provider: provider, Pinglist: config, Self: self,
+		Listen: listen, Logger: log, JSONL: jw,
+	})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				log.Info("SIGHUP: reloading the pinglist")
+				a.Reload() // logs and counts its errors
+			}
+		}
+	}()
+	return a.Run(ctx)
+}

@@ -1,0 +1,156 @@
+package afxdp
+
+import (
+	"time"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/wire"
+)
+
+// Receive implements packetio.Conn. Frames of the packets returned by the
+// previous Receive go back to the fill ring first (one batch, one store);
+// then it reads the RX rings, waiting in Go's netpoller when they are empty.
+func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
+	c.inUse.Add(1)
+	defer c.inUse.Add(-1)
+	if c.closed.Load() {
+		return nil, packetio.ErrClosed
+	}
+	deadline = c.wait.Begin(deadline)
+	c.loop.release()
+	if c.loop.pending() > 0 {
+		// Looped-back packets first, then whatever the rings hold, without
+		// waiting.
+		k := c.takeLoop()
+		k = c.harvest(k)
+		c.wait.Consume()
+		return c.rx[:k], nil
+	}
+	c.rxN = 0
+	if ok, err := c.wait.Wait(deadline, c.recvFn); err != nil {
+		return nil, c.opErr("receive", err)
+	} else if !ok {
+		return c.rx[:0], nil
+	}
+	c.wait.Consume()
+	return c.rx[:c.rxN], nil
+}
+
+// recv is the netpoller callback of Receive: true when Receive should stop
+// waiting.
+func (c *Conn) recv(uintptr) bool {
+	if c.rxN = c.harvest(0); c.rxN > 0 {
+		return true
+	}
+	return c.wait.Stop()
+}
+
+// recycle returns the frames of the last batch to the fill rings.
+func (c *Conn) recycle() {
+	for i, s := range c.socks {
+		h := c.held[i]
+		if len(h) == 0 {
+			continue
+		}
+		if s.fill.Outstanding() == 0 {
+			// The kernel took every frame it was given: a packet arriving
+			// now would find none (the kernel counts those drops in
+			// rx_fill_ring_empty_descs).
+			c.xctr.fillEmpty.Add(1)
+		}
+		start, got := s.fill.Reserve(uint32(len(h)))
+		for j := range got {
+			s.fill.Set(start+j, h[j])
+		}
+		s.fill.Submit()
+		// The fill ring has room for every receive frame, so got is
+		// len(h); keep any rest for the next time all the same.
+		c.held[i] = h[:copy(h, h[got:])]
+	}
+}
+
+// takeLoop puts up to a batch of looped-back packets in c.rx and returns
+// how many.
+func (c *Conn) takeLoop() int {
+	k := min(c.loop.pending(), c.batch)
+	var bytes uint64
+	for i := range k {
+		b, port := c.loop.take()
+		c.rx[i] = packetio.Packet{Buf: b, Addr: c.local, Port: port, Local: c.local, TOS: c.tos}
+		bytes += uint64(len(b))
+	}
+	c.ctr.Received(k, bytes)
+	return k
+}
+
+// harvest returns the frames of the last batch (the packets the previous
+// Receive returned, or frames dropped since) to the fill rings and reads
+// packets from the RX rings into c.rx[k0:], up to a batch in all; it
+// returns the new total.
+func (c *Conn) harvest(k0 int) int {
+	c.recycle()
+	k := k0
+	var bytes uint64
+	for range len(c.socks) {
+		i := c.next
+		if c.next++; c.next == len(c.socks) {
+			c.next = 0
+		}
+		s := c.socks[i]
+		if s.fill.needWakeup() {
+			// A zero-copy driver waits for a kick to look at the fill
+			// ring again.
+			kickRx(s.fd)
+			c.xctr.rxKicks.Add(1)
+		}
+		room := min(c.batch-k, cap(c.held[i])-len(c.held[i]))
+		if room <= 0 {
+			continue
+		}
+		start, got := s.rx.Peek(uint32(room))
+		drops := 0
+		for j := range got {
+			d := s.rx.Get(start + j)
+			c.held[i] = append(c.held[i], d.Addr&^uint64(c.frameSize-1))
+			if d.Addr+uint64(d.Len) > uint64(len(s.umem)) || !c.parse(s.umem[d.Addr:d.Addr+uint64(d.Len)], &c.rx[k]) {
+				drops++
+				continue
+			}
+			bytes += uint64(len(c.rx[k].Buf))
+			k++
+		}
+		s.rx.Release(got)
+		if drops > 0 {
+			c.xctr.malformed.Add(uint64(drops))
+			c.ctr.RxDrops.Add(uint64(drops))
+		}
+	}
+	c.ctr.Received(k-k0, bytes)
+	return k
+}
+
+// parse fills p from a received frame; false when it is not a well-formed
+// RoCEv2 IPv4 frame within MaxPacket.
+func (c *Conn) parse(b []byte, p *packetio.Packet) bool {
+	var f wire.Frame
+	if wire.ParseFrame(b, &f) != nil || f.IPVersion != 4 {
+		return false
+	}
+	t := f.Transport()
+	if len(t) > c.maxPacket {
+		return false
+	}
+	ip := f.IPv4()
+	p.Buf = t[:len(t):len(t)]
+	p.Addr = ip.Src()
+	p.Port = f.UDP().SrcPort()
+	p.Local = ip.Dst()
+	p.TOS = ip.TOS()
+	p.IPv4ID, p.IPv4DF, p.HasIPv4ID = ip.ID(), ip.DF(), true
+	return true
+}
+
+// Wake implements packetio.Conn.
+func (c *Conn) Wake() {
+	c.wait.Wake()
+}

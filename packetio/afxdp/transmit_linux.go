@@ -1,0 +1,177 @@
+package afxdp
+
+import (
+	"errors"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/wire"
+)
+
+// TxBatch implements packetio.Conn. The lent buffers are UMEM frames past
+// the room for the Ethernet, IPv4 and UDP headers, which Transmit writes.
+func (c *Conn) TxBatch(n int) []packetio.Packet {
+	c.inUse.Add(1)
+	defer c.inUse.Add(-1)
+	c.free = append(c.free, c.lentF...) // lent before and not transmitted
+	c.lentF = c.lentF[:0]
+	if c.closed.Load() || n <= 0 {
+		return c.txl.Keep(nil)
+	}
+	s := c.socks[0]
+	want := min(n, c.batch)
+	c.reclaim(s)
+	if len(c.free) < want && s.tx.Outstanding() > 0 {
+		c.kick(s)
+		c.reclaim(s)
+	}
+	k := min(want, len(c.free))
+	fs := c.frameSize
+	for i := range k {
+		f := c.free[len(c.free)-1]
+		c.free = c.free[:len(c.free)-1]
+		c.lentF = append(c.lentF, f)
+		off := int(f) + hdrLen
+		c.tx[i] = packetio.Packet{Buf: s.umem[off:off:(int(f) + fs)]}
+	}
+	return c.txl.Keep(c.tx[:k])
+}
+
+// reclaim takes the frames the kernel has finished sending back from the
+// completion ring.
+func (c *Conn) reclaim(s *socket) {
+	start, got := s.comp.Peek(uint32(cap(c.free) - len(c.free)))
+	for i := range got {
+		c.free = append(c.free, s.comp.Get(start+i)&^uint64(c.frameSize-1))
+	}
+	s.comp.Release(got)
+}
+
+// PerPacketSourcePort reports true: every frame carries the UDP source port
+// of its Packet.Port (packetio.SourcePorts).
+func (c *Conn) PerPacketSourcePort() bool { return true }
+
+// Transmit implements packetio.Conn. For each packet it writes the
+// Ethernet header (the destination MAC from the neighbour table), the IPv4
+// header (DF set, Identification 0, TTL 64, the Conn's TOS) and the UDP
+// header (source port Packet.Port, or Options.Port when it is 0; checksum
+// 0) in front of the transport packet in its frame, puts the lot on the TX
+// ring with one store, and kicks the kernel when it asks.
+func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
+	c.inUse.Add(1)
+	defer c.inUse.Add(-1)
+	if err := c.txl.Take(c.closed.Load(), len(pkts)); err != nil {
+		return 0, err
+	}
+	s := c.socks[0]
+	now := time.Now().UnixNano()
+	start, got := s.tx.Reserve(uint32(len(pkts)))
+	var fail packetio.TxFailures
+	var bytes uint64
+	m, loops := uint32(0), 0
+	for i := range pkts {
+		c.used[i] = false
+		p := &pkts[i]
+		a, err := packetio.TxDest(p, c.maxPacket)
+		n := len(p.Buf)
+		sport := p.Port
+		if sport == 0 {
+			sport = c.port
+		}
+		switch {
+		case err != nil:
+			fail.Add(i, err)
+			continue
+		case a == c.local:
+			if !c.loop.push(p.Buf, sport) {
+				fail.Add(i, errLoopFull)
+				continue
+			}
+			loops++
+			bytes += uint64(n)
+			continue
+		case m == got: // cannot happen: the TX ring has a slot per transmit frame
+			fail.Add(i, errTxRingFull)
+			continue
+		}
+		mac, err := c.neigh.lookup(a, now)
+		if err != nil {
+			fail.Add(i, err)
+			continue
+		}
+		f := c.lentF[i]
+		frame := s.umem[f : f+uint64(c.frameSize)]
+		if n > 0 && unsafe.SliceData(p.Buf) != &frame[hdrLen] {
+			copy(frame[hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
+		}
+		wire.Ethernet(frame).Set(mac, c.srcMAC, wire.EtherTypeIPv4)
+		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: c.tos}
+		if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
+			fail.Add(i, err)
+			continue
+		}
+		l := hdrLen + n
+		if l < minFrame {
+			clear(frame[l:minFrame])
+			l = minFrame
+		}
+		s.tx.Set(start+m, unix.XDPDesc{Addr: f, Len: uint32(l)})
+		c.used[i] = true
+		m++
+		bytes += uint64(n)
+	}
+	s.tx.Cancel(got - m)
+	for i, f := range c.lentF {
+		if i >= len(pkts) || !c.used[i] {
+			c.free = append(c.free, f)
+		}
+	}
+	c.lentF = c.lentF[:0]
+	if m > 0 {
+		s.tx.Submit()
+		c.kick(s)
+	}
+	if loops > 0 {
+		c.xctr.looped.Add(uint64(loops))
+	}
+	sent := int(m) + loops
+	if sent > 0 {
+		c.ctr.TxBatches.Add(1)
+	}
+	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
+}
+
+var (
+	errTxRingFull = errors.New("packetio/afxdp: TX ring full")
+	errLoopFull   = errors.New("packetio/afxdp: loopback queue full (packets to the local address not received yet)")
+)
+
+// kick has the kernel process the TX ring when it asks to be woken (always
+// in copy mode, where the sending happens inside sendto, at most 32 frames
+// per call), and takes completed frames back.
+func (c *Conn) kick(s *socket) {
+	for tries := 0; tries < 64 && s.tx.needWakeup(); tries++ {
+		e := kickTx(s.fd)
+		c.xctr.txKicks.Add(1)
+		switch e {
+		case 0, unix.EAGAIN, unix.ENOBUFS, unix.EINTR:
+		case unix.EBUSY:
+			// The device dropped a frame (NET_XMIT_DROP: a full veth
+			// peer ring, a qdisc); the frame is completed.
+			c.xctr.txDropped.Add(1)
+		default:
+			c.ctr.AsyncErrors.Add(1)
+			return
+		}
+		c.reclaim(s)
+		if s.tx.Outstanding() == 0 {
+			return
+		}
+	}
+	if s.tx.Outstanding() != 0 {
+		c.xctr.txStuck.Add(1)
+	}
+}

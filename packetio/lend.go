@@ -1,0 +1,76 @@
+package packetio
+
+import "net/netip"
+
+// Lend fills the first n of tx (n capped at len(tx)) with empty packets whose
+// buffers are consecutive size-byte slices of mem, for a Conn's TxBatch, and
+// returns them.
+func Lend(tx []Packet, mem []byte, size, n int) []Packet {
+	n = min(n, len(tx))
+	for i := range n {
+		tx[i] = Packet{Buf: mem[i*size : i*size : (i+1)*size]}
+	}
+	return tx[:n]
+}
+
+// TxLender keeps the transmit side's lending for a Conn implementation:
+// the packets TxBatch lends (Lend, or Keep for buffers the Conn finds
+// itself) and how many are lent, which Transmit checks and takes back
+// (Take). It is used from the one goroutine that calls TxBatch and
+// Transmit.
+type TxLender struct {
+	tx   []Packet
+	mem  []byte
+	size int
+	lent int
+}
+
+// NewTxLender returns a TxLender that lends up to batch packets of size
+// bytes each, from one allocation.
+func NewTxLender(batch, size int) TxLender {
+	return TxLender{tx: make([]Packet, batch), mem: make([]byte, batch*size), size: size}
+}
+
+// Lend is TxBatch for a Conn that lends buffers of its own memory: up to n
+// packets, or none after Close (closed) or for n <= 0. The packets lent
+// before and not transmitted are taken back.
+func (l *TxLender) Lend(closed bool, n int) []Packet {
+	if closed || n <= 0 {
+		return l.Keep(nil)
+	}
+	return l.Keep(Lend(l.tx, l.mem, l.size, n))
+}
+
+// Keep records tx as the packets lent and returns it.
+func (l *TxLender) Keep(tx []Packet) []Packet {
+	l.lent = len(tx)
+	return tx
+}
+
+// Take is the start of Transmit of n packets: ErrClosed after Close
+// (closed), ErrNotLent when more packets are given than the last TxBatch
+// lent; otherwise the lent packets are taken back and it returns nil.
+func (l *TxLender) Take(closed bool, n int) error {
+	if closed {
+		return ErrClosed
+	}
+	if n > l.lent {
+		return ErrNotLent
+	}
+	l.lent = 0
+	return nil
+}
+
+// TxDest returns the destination of p, unmapped, for a Conn that sends to
+// IPv4 addresses: ErrAddress when it is not a unicast IPv4 address,
+// ErrTooLarge when p is longer than maxPacket.
+func TxDest(p *Packet, maxPacket int) (netip.Addr, error) {
+	a := p.Addr.Unmap()
+	switch {
+	case !a.Is4() || a.IsUnspecified():
+		return a, ErrAddress
+	case len(p.Buf) > maxPacket:
+		return a, ErrTooLarge
+	}
+	return a, nil
+}

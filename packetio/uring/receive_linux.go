@@ -1,0 +1,355 @@
+package uring
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/udpsock"
+)
+
+// Receive implements packetio.Conn. It returns the completions already in
+// the ring without a system call; otherwise it waits in io_uring_enter
+// until a completion arrives, the deadline passes (a timeout in
+// IORING_ENTER_EXT_ARG) or Wake writes the eventfd whose READ is kept
+// outstanding in the ring.
+func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
+	if c.closed.Load() {
+		return nil, packetio.ErrClosed
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return nil, packetio.ErrClosed
+	}
+	c.recycle()
+	poll := !deadline.IsZero() && !time.Now().Before(deadline)
+	entered := false
+	for {
+		pkts, err := c.harvest()
+		if err != nil {
+			return nil, err
+		}
+		if len(pkts) > 0 {
+			if c.waking.Swap(false) {
+				c.ctr.Wakes.Add(1)
+			}
+			return pkts, c.flush()
+		}
+		if c.waking.Swap(false) {
+			c.ctr.Wakes.Add(1)
+			return c.rx[:0], c.flush()
+		}
+		if c.closed.Load() {
+			return nil, packetio.ErrClosed
+		}
+		if err := c.arm(); err != nil {
+			return nil, err
+		}
+		wait, arg := uint32(1), (*getEventsArg)(nil)
+		if !deadline.IsZero() {
+			d := time.Until(deadline)
+			if poll || d <= 0 {
+				if entered {
+					return c.rx[:0], c.flush()
+				}
+				// Once without waiting: submit the arms, run task work.
+				wait = 0
+			} else {
+				c.ts = unix.NsecToTimespec(int64(d))
+				arg = &c.arg
+			}
+		}
+		// Wake sets waking, then writes the eventfd if parked; this side
+		// sets parked, then looks at waking: one of the two sees the
+		// other.
+		c.parked.Store(true)
+		if c.waking.Load() || c.closed.Load() {
+			c.parked.Store(false)
+			continue
+		}
+		_, errno := c.r.submit(wait, arg)
+		c.parked.Store(false)
+		entered = true
+		switch errno {
+		case 0, unix.ETIME, unix.EINTR, unix.EAGAIN, unix.EBUSY:
+		case unix.EEXIST:
+			return nil, ErrWrongThread
+		default:
+			return nil, c.opErr("io_uring_enter", errno)
+		}
+	}
+}
+
+// flush submits SQEs queued by arm without waiting.
+func (c *Conn) flush() error {
+	if c.r.sq.tail == c.r.sq.published && c.r.sq.pendingKernel() == 0 {
+		return nil
+	}
+	for {
+		_, errno := c.r.submit(0, nil)
+		switch errno {
+		case 0:
+			return nil
+		case unix.EINTR, unix.EAGAIN, unix.EBUSY:
+			continue
+		case unix.EEXIST:
+			return ErrWrongThread
+		default:
+			return c.opErr("io_uring_enter", errno)
+		}
+	}
+}
+
+// recycle gives the slots of the last Receive back to the kernel.
+func (c *Conn) recycle() {
+	if c.singleshot {
+		c.rearm = append(c.rearm, c.rxSlots...)
+	} else {
+		for _, s := range c.rxSlots {
+			c.giveSlot(s)
+		}
+		c.bufs.publish()
+	}
+	c.rxSlots = c.rxSlots[:0]
+}
+
+// giveSlot queues slot s back into the provided-buffer ring (publish
+// follows).
+func (c *Conn) giveSlot(s uint16) {
+	c.bufs.add(unsafe.Pointer(&c.rxMem[int(s)*c.slotSize]), uint32(c.slotSize), s)
+}
+
+// arm queues what must be outstanding while waiting: the multishot RECVMSG
+// (or a single-shot RECVMSG per free slot) and the eventfd READ.
+func (c *Conn) arm() error {
+	if !c.wakeArmed {
+		s := c.r.sq.get()
+		if s == nil {
+			if err := c.flush(); err != nil {
+				return err
+			}
+			if s = c.r.sq.get(); s == nil {
+				return nil // the kernel holds every SQE; try again later
+			}
+		}
+		prepRead(s, c.efd, c.rxMem[c.nSlots*c.slotSize:][:8], userData(kindWake, 0, 0))
+		c.wakeArmed = true
+		c.inflight++
+	}
+	if c.singleshot {
+		for len(c.rearm) > 0 && c.ssArmed < c.batch {
+			s := c.r.sq.get()
+			if s == nil {
+				if err := c.flush(); err != nil {
+					return err
+				}
+				if s = c.r.sq.get(); s == nil {
+					return nil
+				}
+			}
+			slot := c.rearm[len(c.rearm)-1]
+			c.rearm = c.rearm[:len(c.rearm)-1]
+			h := &c.ssHdrs[slot]
+			h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
+			h.SetControllen(udpsock.ControlSpace)
+			h.Flags = 0
+			prepRecvmsg(s, c.sock, h, userData(kindRecv, 0, uint32(slot)))
+			c.inflight++
+			c.ssArmed++
+		}
+		return nil
+	}
+	if !c.msArmed {
+		s := c.r.sq.get()
+		if s == nil {
+			if err := c.flush(); err != nil {
+				return err
+			}
+			if s = c.r.sq.get(); s == nil {
+				return nil
+			}
+		}
+		prepRecvmsgMultishot(s, c.sock, &c.msHdr, bgid, userData(kindRecv, 0, 0))
+		c.msArmed = true
+		c.inflight++
+	}
+	return nil
+}
+
+// nextCQE returns the next completion: first those Transmit set aside,
+// then the ring's.
+func (c *Conn) nextCQE() (cqe, bool) {
+	if c.pendLen > 0 {
+		e := c.pend[c.pendHead]
+		c.pendHead = (c.pendHead + 1) & (len(c.pend) - 1)
+		c.pendLen--
+		return e, true
+	}
+	return c.r.cq.next()
+}
+
+// setAside keeps a completion that is not Transmit's for Receive.
+func (c *Conn) setAside(e cqe) error {
+	if c.pendLen == len(c.pend) {
+		return errors.New("packetio/uring: more receive completions outstanding than receive buffers")
+	}
+	c.pend[(c.pendHead+c.pendLen)&(len(c.pend)-1)] = e
+	c.pendLen++
+	return nil
+}
+
+// harvest turns completions into packets, up to a batch.
+func (c *Conn) harvest() ([]packetio.Packet, error) {
+	k := 0
+	var bytes, drops uint64
+	var err error
+	for k < c.batch {
+		e, ok := c.nextCQE()
+		if !ok {
+			break
+		}
+		switch udKind(e.userData) {
+		case kindWake:
+			c.wakeArmed = false
+			c.inflight--
+		case kindNop:
+			c.nops++
+		case kindRecv:
+			var ok, drop bool
+			if ok, drop, err = c.recvCompletion(e, &c.rx[k]); err != nil {
+				break
+			}
+			if drop {
+				drops++
+			}
+			if ok {
+				bytes += uint64(len(c.rx[k].Buf))
+				k++
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	c.r.cq.release()
+	if !c.singleshot {
+		c.bufs.publish() // slots of dropped packets
+	}
+	if drops > 0 {
+		c.ctr.RxDrops.Add(drops)
+	}
+	c.ctr.Received(k, bytes)
+	return c.rx[:k], err
+}
+
+// recvCompletion reads one receive completion into p; ok when p is a
+// packet, drop when a datagram was dropped.
+func (c *Conn) recvCompletion(e cqe, p *packetio.Packet) (ok, drop bool, err error) {
+	var slot int
+	if c.singleshot {
+		slot = int(udIdx(e.userData))
+		if slot >= c.nSlots || udGen(e.userData) != 0 {
+			return false, false, nil
+		}
+		c.inflight--
+		c.ssArmed--
+	} else {
+		if e.flags&cqeFMore == 0 {
+			c.msArmed = false
+			c.inflight--
+		}
+		if e.flags&cqeFBuffer == 0 {
+			slot = -1
+		} else {
+			slot = int(e.flags >> 16)
+		}
+		if slot >= c.nSlots {
+			return false, false, fmt.Errorf("packetio/uring: receive completion names buffer %d of %d", slot, c.nSlots)
+		}
+	}
+	if e.res < 0 {
+		errno := unix.Errno(-e.res)
+		if slot >= 0 {
+			c.release(slot)
+		}
+		switch {
+		case errno == unix.ENOBUFS || errno == unix.ECANCELED || errno == unix.EINTR || errno == unix.EAGAIN:
+			return false, false, nil // arm again
+		case errno == unix.EINVAL && !c.singleshot && !c.msWorked:
+			c.toSingleshot() // the kernel has no multishot RECVMSG
+			return false, false, nil
+		case udpsock.AsyncErrno(errno):
+			c.ctr.AsyncErrors.Add(1)
+			return false, false, nil
+		default:
+			return false, false, c.opErr("recvmsg", errno)
+		}
+	}
+	if slot < 0 {
+		return false, false, nil
+	}
+	base := slot * c.slotSize
+	var n, controllen int
+	var truncated bool
+	var name *udpsock.SockaddrInet4
+	if c.singleshot {
+		h := &c.ssHdrs[slot]
+		n = int(e.res)
+		controllen = int(h.Controllen)
+		truncated = h.Flags&unix.MSG_TRUNC != 0
+		if h.Namelen < uint32(udpsock.SizeofSockaddrInet4) {
+			truncated = true
+		}
+	} else {
+		c.msWorked = true
+		out := (*recvmsgOut)(unsafe.Pointer(&c.rxMem[base]))
+		n = int(out.payloadlen)
+		controllen = int(min(out.controllen, udpsock.ControlSpace))
+		truncated = out.flags&unix.MSG_TRUNC != 0 || int(e.res) < slotPayload ||
+			n > int(e.res)-slotPayload || out.namelen < uint32(udpsock.SizeofSockaddrInet4)
+	}
+	name = (*udpsock.SockaddrInet4)(unsafe.Pointer(&c.rxMem[base+slotName]))
+	if truncated || n > c.maxPacket || name.Family != unix.AF_INET {
+		c.release(slot)
+		return false, true, nil
+	}
+	off := base + slotPayload
+	p.Buf = c.rxMem[off : off+n : off+n]
+	p.Addr = netip.AddrFrom4(name.Addr)
+	p.Port = uint16(name.Port[0])<<8 | uint16(name.Port[1])
+	p.Local = c.local.Addr()
+	cm := udpsock.ParseControl(c.rxMem[base+slotControl : base+slotControl+controllen])
+	if cm.HasDst {
+		p.Local = netip.AddrFrom4(cm.Dst)
+	}
+	p.TOS, p.RxTime = cm.TOS, cm.RxTime
+	c.rxSlots = append(c.rxSlots, uint16(slot))
+	return true, false, nil
+}
+
+// release gives a slot back at once (a failed or dropped receive).
+func (c *Conn) release(slot int) {
+	if c.singleshot {
+		c.rearm = append(c.rearm, uint16(slot))
+	} else {
+		c.giveSlot(uint16(slot))
+	}
+}
+
+// Wake implements packetio.Conn. When a Receive is waiting it writes the
+// eventfd whose READ the ring keeps outstanding; otherwise it only sets a
+// flag.
+func (c *Conn) Wake() {
+	if c.waking.Swap(true) {
+		return // already pending
+	}
+	if c.parked.Load() && !c.closed.Load() {
+		c.efile.Write(c.one[:])
+	}
+}

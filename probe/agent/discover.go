@@ -1,0 +1,201 @@
+package agent
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/goroce/goroce/probe"
+	"github.com/goroce/goroce/probe/pinglist"
+)
+
+// peer is what the agent knows of one target node's responder. The
+// scheduler reads info atomically; the discovery goroutine writes it.
+type peer struct {
+	node pinglist.Node
+	info atomic.Pointer[peerInfo]
+	// lostRun counts consecutive lost probes (written by the result
+	// callback), a hint that the responder restarted with other QPNs.
+	lostRun atomic.Uint32
+
+	// The discovery goroutine's own fields.
+	failures int
+	due      time.Time
+	busy     bool
+	gone     bool
+}
+
+// peerInfo is a discovered responder: one Peer per responder QPN.
+type peerInfo struct {
+	peers   []probe.Peer
+	fetched time.Time
+}
+
+// discoveryResult is the outcome of one fetch of a peer's Self.
+type discoveryResult struct {
+	p    *peer
+	self probe.Self
+	err  error
+}
+
+// backoff is the wait before retry number failures (1 based) of an
+// unreachable peer: doubling from RetryMin up to RetryMax, with ±25 %
+// jitter so that a fleet does not retry in step.
+func (o *Options) backoff(failures int) time.Duration {
+	d := o.RetryMin
+	for i := 1; i < failures && d < o.RetryMax; i++ {
+		d *= 2
+	}
+	d = min(d, o.RetryMax)
+	return d - d/4 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// discover runs the discovery loop until ctx ends: it fetches the Self of
+// every peer that has none yet (at most Options.DiscoveryWorkers at once),
+// retries failures with backoff, refreshes known peers every
+// Options.Refresh, and at once when a peer's probes keep being lost.
+func (a *Agent) discover(ctx context.Context) {
+	peers := map[netip.Addr]*peer{}
+	results := make(chan discoveryResult, a.opts.DiscoveryWorkers)
+	inFlight := 0
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		next := now.Add(time.Hour)
+		for _, p := range peers {
+			if p.busy {
+				continue
+			}
+			if !p.due.After(now) && inFlight < a.opts.DiscoveryWorkers {
+				p.busy = true
+				inFlight++
+				go a.fetchSelf(ctx, p, results)
+				continue
+			}
+			if p.due.Before(next) {
+				next = p.due
+			}
+		}
+		if inFlight >= a.opts.DiscoveryWorkers {
+			next = now.Add(time.Hour) // a result wakes the loop
+		}
+		timer.Reset(max(next.Sub(now), time.Millisecond))
+		select {
+		case <-ctx.Done():
+			for ; inFlight > 0; inFlight-- {
+				<-results
+			}
+			return
+		case set := <-a.peerSet:
+			// A reload: keep the peers that stay (with what they know).
+			// A peer whose node changed (renamed, regrouped) is a new
+			// record.
+			for addr, p := range peers {
+				if set[addr] != p {
+					p.gone = true
+					delete(peers, addr)
+				}
+			}
+			for addr, p := range set {
+				if _, ok := peers[addr]; !ok {
+					p.due = now
+					peers[addr] = p
+				}
+			}
+		case p := <-a.rediscover:
+			if !p.gone && !p.busy {
+				p.due = now
+			}
+		case r := <-results:
+			inFlight--
+			r.p.busy = false
+			if r.p.gone {
+				continue
+			}
+			if r.err != nil {
+				r.p.failures++
+				r.p.due = now.Add(a.opts.backoff(r.p.failures))
+				a.discoveryErrors.Inc()
+				if r.p.failures == 1 || r.p.failures%10 == 0 {
+					a.log.Info("responder not reachable yet", "target", r.p.node.Name, "addr", r.p.node.Addr, "failures", r.p.failures, "err", r.err)
+				}
+				continue
+			}
+			info, err := peerInfoOf(r.p.node, r.self, now)
+			if err != nil {
+				r.p.failures++
+				r.p.due = now.Add(a.opts.backoff(r.p.failures))
+				a.discoveryErrors.Inc()
+				a.log.Warn("bad responder description", "target", r.p.node.Name, "err", err)
+				continue
+			}
+			old := r.p.info.Load()
+			if old == nil || !samePeers(old.peers, info.peers) {
+				a.log.Info("responder found", "target", r.p.node.Name, "addr", r.p.node.Addr, "qpns", r.self.QPNs, "timestamps", r.self.Timestamps)
+			}
+			r.p.info.Store(info)
+			r.p.lostRun.Store(0)
+			r.p.failures = 0
+			r.p.due = now.Add(a.opts.Refresh)
+			a.discoveryOK.Inc()
+		case <-timer.C:
+		}
+		a.unresolved.Set(float64(countUnresolved(peers)))
+	}
+}
+
+func countUnresolved(peers map[netip.Addr]*peer) int {
+	n := 0
+	for _, p := range peers {
+		if p.info.Load() == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// fetchSelf fetches p's Self and sends the outcome to results.
+func (a *Agent) fetchSelf(ctx context.Context, p *peer, results chan<- discoveryResult) {
+	fctx, cancel := context.WithTimeout(ctx, a.opts.FetchTimeout)
+	defer cancel()
+	s, err := probe.FetchSelf(fctx, a.opts.HTTPClient, a.baseURL(p.node.Addr))
+	results <- discoveryResult{p: p, self: s, err: err}
+}
+
+// baseURL is the HTTP base of the agent at addr, on the pinglist's port.
+func (a *Agent) baseURL(addr netip.Addr) string {
+	return "http://" + netip.AddrPortFrom(addr, uint16(a.httpPort.Load())).String()
+}
+
+// peerInfoOf turns a fetched Self into one Peer per responder QPN, named
+// and grouped as the pinglist says (the pinglist, not the peer, is the
+// authority on names).
+func peerInfoOf(n pinglist.Node, s probe.Self, now time.Time) (*peerInfo, error) {
+	base, err := s.Peer()
+	if err != nil {
+		return nil, err
+	}
+	base.Name, base.Group, base.Addr = n.Name, n.Group, n.Addr
+	info := &peerInfo{fetched: now}
+	for _, q := range s.QPNs {
+		p := base
+		p.QPN = q & 0xFFFFFF
+		info.peers = append(info.peers, p)
+	}
+	return info, nil
+}
+
+func samePeers(a, b []probe.Peer) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,139 @@
+package soft
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/paths"
+	"github.com/goroce/goroce/packetio/tee"
+)
+
+// OpenOptions says where Open puts a soft device: the one place that
+// decides a soft device's address, packet path and capture, for goroce's
+// commands and for programs that want the same choices.
+type OpenOptions struct {
+	// Name of the device (default "soft0").
+	Name string
+	// Addr is the local IPv4 address; "" picks one (see ResolveAddr).
+	Addr string
+	// Path names the packet path (packetio/paths: udp, uring, afxdp or
+	// auto; default auto).
+	Path string
+	// Pcap, if set, is a file that records every packet the device sends
+	// and receives (tee.PcapWriter with Incoming), closed with the device.
+	Pcap string
+	// Inspect opens the device for inspection only (devices, devinfo): on
+	// a port the kernel chooses, so that it works beside a running goroce
+	// (auto then never attaches AF_XDP).
+	Inspect bool
+}
+
+// Open resolves the address, opens the packet path and makes the device on
+// it; the device takes its active MTU from the link and the path
+// (PortMTU). It returns the path the device took.
+func Open(o OpenOptions) (*Device, paths.Chosen, error) {
+	addr, err := ResolveAddr(o.Addr)
+	if err != nil {
+		return nil, paths.Chosen{}, err
+	}
+	if o.Path == "" {
+		o.Path = paths.Auto
+	}
+	if o.Name == "" {
+		o.Name = "soft0"
+	}
+	conn, ch, err := paths.Open(addr, o.Path, paths.Options{Inspect: o.Inspect})
+	if err != nil {
+		return nil, ch, err
+	}
+	if o.Pcap != "" && !o.Inspect {
+		if conn, err = recordTo(conn, o.Pcap); err != nil {
+			return nil, ch, err
+		}
+	}
+	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String()})
+	if err != nil {
+		conn.Close()
+		return nil, ch, err
+	}
+	return dev, ch, nil
+}
+
+// ResolveAddr returns the soft device's address: s when it is an IPv4
+// address, or, when s is empty, the first non-loopback IPv4 address of an
+// interface that is up.
+func ResolveAddr(s string) (netip.Addr, error) {
+	if s != "" {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return netip.Addr{}, fmt.Errorf("soft: address: %w", err)
+		}
+		if a = a.Unmap(); !a.Is4() {
+			return netip.Addr{}, fmt.Errorf("soft: address %v: soft devices use IPv4 addresses", a)
+		}
+		return a, nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("soft: listing network interfaces: %w", err)
+	}
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagUp == 0 || ifc.Flags&net.FlagLoopback != 0 {
+			continue
+		}
+		as, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range as {
+			if n, ok := a.(*net.IPNet); ok {
+				if x, ok := netip.AddrFromSlice(n.IP); ok && x.Unmap().Is4() && !x.IsLoopback() {
+					return x.Unmap(), nil
+				}
+			}
+		}
+	}
+	return netip.Addr{}, errors.New("soft: no IPv4 address on an interface that is up: give one")
+}
+
+// pcapConn records every packet of a Conn to a pcap file, closed with the
+// Conn.
+type pcapConn struct {
+	*tee.Conn
+	f  *os.File
+	pw *tee.PcapWriter
+}
+
+// recordTo wraps conn so that it records to the pcap file at path; on error
+// it closes conn.
+func recordTo(conn packetio.Conn, path string) (packetio.Conn, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("soft: pcap: %w", err)
+	}
+	pw, err := tee.NewPcapWriter(f)
+	if err != nil {
+		f.Close()
+		conn.Close()
+		return nil, fmt.Errorf("soft: pcap: %w", err)
+	}
+	pw.Incoming = true
+	return &pcapConn{Conn: tee.New(conn, pw.Write), f: f, pw: pw}, nil
+}
+
+// Close closes the Conn, then the file.
+func (c *pcapConn) Close() error {
+	err := c.Conn.Close()
+	if ferr := c.f.Close(); err == nil {
+		err = ferr
+	}
+	if werr := c.pw.Err(); err == nil && werr != nil {
+		err = fmt.Errorf("soft: pcap: %w", werr)
+	}
+	return err
+}
