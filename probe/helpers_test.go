@@ -156,7 +156,7 @@ func (u *rawUD) send(payload []byte, gid verbs.GID, qpn uint32) {
 	ah := u.ahs[gid]
 	if ah == nil {
 		var err error
-		if ah, err = u.pd.CreateAH(&verbs.AHAttr{DGID: gid, HopLimit: 64, PortNum: 1}); err != nil {
+		if ah, err = u.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: gid, HopLimit: 64, PortNum: 1}); err != nil {
 			u.t.Fatal(err)
 		}
 		u.ahs[gid] = ah

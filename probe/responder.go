@@ -19,7 +19,7 @@ type ResponderOptions struct {
 	// of probes each QP answers at once (its ACK send slots).
 	Depth int
 	// GIDIndex is the source GID index of the ACKs (default 0: the port's
-	// first IPv4-mapped GID, index 0 on a soft device, often 1 on
+	// first IPv4-mapped GID, index 1 on a soft device and on
 	// rdma_rxe).
 	GIDIndex int
 	// BeforeACK1 is a diagnostic hook called before each first ACK is

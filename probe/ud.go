@@ -256,8 +256,8 @@ func (d *idler) spin() bool {
 func (d *idler) busy() { d.since = time.Time{} }
 
 // pickGID returns the GID index to send from: index when > 0, else the
-// first IPv4-mapped GID of the port (index 0 on a soft device, often 1 on
-// rdma_rxe), else index 0.
+// first IPv4-mapped GID of the port (index 1 on a soft device and on
+// rdma_rxe, whose index 0 is the link-local IPv6 GID), else index 0.
 func pickGID(vctx verbs.Context, pa verbs.PortAttr, index int) (int, verbs.GID, error) {
 	if index > 0 {
 		g, err := vctx.QueryGID(port, index)

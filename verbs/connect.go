@@ -64,7 +64,7 @@ func NewEndpoint(ctx Context, qp QP, port uint8, gidIndex int) (Endpoint, error)
 	if err != nil {
 		return Endpoint{}, err
 	}
-	gid, err := ctx.QueryGID(port, gidIndex)
+	gid, err := ctx.QueryGID(port, GIDIndexOrDefault(gidIndex))
 	if err != nil {
 		return Endpoint{}, err
 	}
@@ -83,7 +83,8 @@ func NewEndpoint(ctx Context, qp QP, port uint8, gidIndex int) (Endpoint, error)
 // those of perftest and rdma-core's ibv_rc_pingpong.
 type ConnectOptions struct {
 	// Port is the local port (default 1); GIDIndex the local GID index the
-	// packets leave from (default 0).
+	// packets leave from (default DefaultGIDIndex, 1: the IPv4-mapped GID
+	// of soft devices and rdma_rxe).
 	Port     uint8
 	GIDIndex int
 	// Access is what the remote side may do to this side's memory through
@@ -186,7 +187,7 @@ func Connect(qp QP, local, remote Endpoint, opts *ConnectOptions) error {
 			AttrState | AttrPKeyIndex | AttrPort | AttrAccessFlags},
 		{QPAttr{State: QPSRTR, PathMTU: o.MTU, DestQPN: remote.QPN, RQPSN: remote.PSN & 0xffffff,
 			MaxDestRdAtomic: o.MaxDestRdAtomic, MinRNRTimer: o.MinRNRTimer,
-			AHAttr: AHAttr{DGID: remote.GID, SGIDIndex: uint8(o.GIDIndex), HopLimit: o.HopLimit,
+			AHAttr: AHAttr{DGID: remote.GID, SGIDIndex: uint8(GIDIndexOrDefault(o.GIDIndex)), HopLimit: o.HopLimit,
 				TrafficClass: o.TrafficClass, FlowLabel: o.FlowLabel, PortNum: o.Port}},
 			AttrState | AttrAV | AttrPathMTU | AttrDestQPN | AttrRQPSN | AttrMaxDestRdAtomic | AttrMinRNRTimer},
 		{QPAttr{State: QPSRTS, SQPSN: local.PSN & 0xffffff, Timeout: o.Timeout, RetryCnt: o.RetryCnt,

@@ -52,7 +52,7 @@ func TestRegistry(t *testing.T) {
 	if ctx.Device() != verbs.Device(b) {
 		t.Fatalf("Open(soft1) opened %s", ctx.Device().Name())
 	}
-	if g, err := ctx.QueryGID(1, 0); err != nil || g.Addr() != netip.MustParseAddr("10.0.0.2") {
+	if g, err := ctx.QueryGID(1, verbs.DefaultGIDIndex); err != nil || g.Addr() != netip.MustParseAddr("10.0.0.2") {
 		t.Fatalf("soft1's GID = %v, %v", g, err)
 	}
 	if _, err := r.Open("mlx5_0"); !errors.Is(err, verbs.ErrNoDevice) {

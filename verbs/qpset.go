@@ -17,7 +17,7 @@ type QPSet struct {
 	CQ   CQ
 	MR   MR
 	QP   QP
-	// Endpoint describes the QP (port 1, GID index 0 unless
+	// Endpoint describes the QP (port 1, GID index DefaultGIDIndex unless
 	// QPSetOptions say otherwise) and exposes MR.
 	Endpoint Endpoint
 }
@@ -31,7 +31,8 @@ type QPSetOptions struct {
 	// 64 WRs and 1 SGE each way).
 	CQE int
 	Cap QPCap
-	// Port and GIDIndex are those of the Endpoint (default 1 and 0).
+	// Port and GIDIndex are those of the Endpoint (default 1 and
+	// DefaultGIDIndex).
 	Port     uint8
 	GIDIndex int
 }

@@ -28,5 +28,16 @@
 //
 // perftest without a GID (gid_index -1, InfiniBand) sends 59-byte key
 // messages without the GID; RoCE always carries the GID, so only the 108-byte
-// form is spoken here. The rdma_cm variant (-R) is not supported.
+// form is spoken here.
+//
+// # -R: rdma_cm
+//
+// perftest's -R connects through rdma_cm instead (DialCM, AcceptCM: soft
+// devices, which run goroce's connection manager on QP 1): one RC
+// connection in rdma_cm's TCP port space, port 18515 by default, carries
+// every step above as a SEND into the peer's one posted receive, the same
+// bytes but for the key messages, which are perftest's struct
+// pingpong_dest in binary (CMKeyMsgLen, AppendCMKeyMsg), and for "done",
+// which is not sent. The data QPs then connect by rdma_cm to the same port,
+// one connection each, between two handshakes (Conn.CM tells the port).
 package perftest

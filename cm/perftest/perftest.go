@@ -223,9 +223,12 @@ type Report struct {
 	MsgRate float64
 }
 
-// Conn is one side of the exchange over a stream connection.
+// Conn is one side of the exchange: over a stream connection (NewConn,
+// Dial, Accept) or, as perftest's -R, over an RC connection made through
+// rdma_cm (DialCM, AcceptCM).
 type Conn struct {
 	c      net.Conn
+	cm     *cmLink
 	client bool
 	buf    [KeyMsgLen]byte
 	rbuf   [KeyMsgLen]byte
@@ -286,13 +289,31 @@ func Accept(ctx context.Context, ln net.Listener) (*Conn, error) {
 func (c *Conn) Client() bool { return c.client }
 
 // SetDeadline sets the deadline of the underlying connection.
-func (c *Conn) SetDeadline(t time.Time) error { return c.c.SetDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.cm != nil {
+		c.cm.setDeadline(t)
+		return nil
+	}
+	return c.c.SetDeadline(t)
+}
 
-// Close closes the connection.
-func (c *Conn) Close() error { return c.c.Close() }
+// Close closes the connection (under -R: disconnects, waiting a few
+// seconds at most for the peer's DREP, and releases the QP).
+func (c *Conn) Close() error {
+	if c.cm != nil {
+		return c.cm.close()
+	}
+	return c.c.Close()
+}
 
-// RemoteAddr returns the peer's address.
-func (c *Conn) RemoteAddr() net.Addr { return c.c.RemoteAddr() }
+// RemoteAddr returns the peer's address (under -R its IP address and
+// rdma_cm port, as a *net.TCPAddr).
+func (c *Conn) RemoteAddr() net.Addr {
+	if c.cm != nil {
+		return net.TCPAddrFromAddrPort(c.cm.peer)
+	}
+	return c.c.RemoteAddr()
+}
 
 // Exchange sends mine and reads len(theirs) bytes into theirs, in the order
 // of perftest's ctx_xchg_data: the client writes first. The two must have the
@@ -302,12 +323,18 @@ func (c *Conn) Exchange(mine, theirs []byte) error {
 		return fmt.Errorf("perftest: exchange of %d bytes against %d", len(mine), len(theirs))
 	}
 	write := func() error {
+		if c.cm != nil {
+			return c.cm.send(mine)
+		}
 		if _, err := c.c.Write(mine); err != nil {
 			return fmt.Errorf("perftest: couldn't send %d bytes: %w", len(mine), err)
 		}
 		return nil
 	}
 	read := func() error {
+		if c.cm != nil {
+			return c.cm.recv(theirs)
+		}
 		if _, err := io.ReadFull(c.c, theirs); err != nil {
 			return fmt.Errorf("perftest: couldn't read %d bytes: %w", len(theirs), err)
 		}
@@ -404,8 +431,12 @@ func (c *Conn) ExchangeMTU(mtu verbs.MTU) (verbs.MTU, error) {
 }
 
 // HandShake exchanges key messages (ctx_hand_shake): perftest uses it both
-// to tell a QP's address and as a sync point.
+// to tell a QP's address and as a sync point. Under -R the messages are
+// binary (AppendCMKeyMsg).
 func (c *Conn) HandShake(mine Dest) (Dest, error) {
+	if c.cm != nil {
+		return c.handShakeCM(mine)
+	}
 	b, err := mine.AppendKeyMsg(c.buf[:0])
 	if err != nil {
 		return Dest{}, err
@@ -437,8 +468,13 @@ func (c *Conn) ExchangeReports(mine Report) (Report, error) {
 // then "done" and its NUL. perftest never reads the peer's "done"; Finish
 // reads it for at most linger (the peer may already have closed) so that
 // closing does not reset a connection the peer still writes to, and then
-// closes the connection.
+// closes the connection. Under -R, as ctx_close_connection there, Finish
+// is the handshake alone and leaves the connection to Close.
 func (c *Conn) Finish(mine Dest, linger time.Duration) error {
+	if c.cm != nil {
+		_, err := c.HandShake(mine)
+		return err
+	}
 	defer c.c.Close()
 	if _, err := c.HandShake(mine); err != nil {
 		return err

@@ -31,6 +31,11 @@ type DialOptions struct {
 	PrivateData []byte
 	// TrafficClass is the IP ToS of the connection.
 	TrafficClass uint8
+	// ACKTimeout, when not 0, is this side's QP's local ACK timeout code
+	// (4.096 µs x 2^ACKTimeout), as rdma_set_option's
+	// RDMA_OPTION_ID_ACK_TIMEOUT sets it; default: the one the REQ
+	// carries (19 as Linux's, about 2 s).
+	ACKTimeout uint8
 }
 
 // AcceptOptions configure Request.Accept. Zero fields take the defaults.
@@ -42,6 +47,8 @@ type AcceptOptions struct {
 	RNRRetryCount int
 	// PrivateData goes to the dialer with the REP (at most 196 bytes).
 	PrivateData []byte
+	// ACKTimeout as in DialOptions.
+	ACKTimeout uint8
 }
 
 func depth(v int) uint8 {
@@ -246,6 +253,9 @@ func (r *Request) Accept(ctx context.Context, qp verbs.QP, opts AcceptOptions) (
 	}
 	c := newConn(mg, r.id, qp, r.Local(), r.Peer(), r.PrivateData)
 	p := PassivePlan(&req, &rep, r.from)
+	if opts.ACKTimeout != 0 {
+		p[2].Attr.Timeout = min(opts.ACKTimeout, 31)
+	}
 	if err := p.Apply(qp); err != nil {
 		_ = r.Reject(nil)
 		return nil, err
@@ -287,6 +297,7 @@ type Conn struct {
 	qp            verbs.QP
 	local, remote netip.AddrPort
 	peerPrivate   []byte
+	ackTimeout    uint8 // DialOptions.ACKTimeout
 
 	events chan Event
 	done   chan struct{}
@@ -411,6 +422,7 @@ func (mg *Manager) Dial(ctx context.Context, address string, qp verbs.QP, opts D
 			return err
 		}
 		c = newConn(mg, id, qp, local, ap, nil)
+		c.ackTimeout = min(opts.ACKTimeout, 31)
 		mg.conns[id] = c
 		return nil
 	})
@@ -455,6 +467,9 @@ func (c *Conn) ready(rep ib.REP) error {
 	}
 	c.peerPrivate = append([]byte(nil), rep.PrivateData[:]...)
 	p := ActivePlan(&req, &rep, c.remote.Addr())
+	if c.ackTimeout != 0 {
+		p[2].Attr.Timeout = c.ackTimeout
+	}
 	if err := p.Apply(c.qp); err != nil {
 		_ = mg.call(func(now int64) error {
 			delete(mg.conns, c.id)

@@ -70,7 +70,7 @@ func plan(req *ib.REQ, peer netip.Addr, destQPN, sqPSN, rqPSN uint32, maxRd, max
 			verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
 		{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU(req.PathMTU), DestQPN: destQPN, RQPSN: rqPSN,
 			MaxDestRdAtomic: maxDest, MinRNRTimer: MinRNRTimer,
-			AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(peer), FlowLabel: req.FlowLabel, HopLimit: req.HopLimit,
+			AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(peer), SGIDIndex: verbs.DefaultGIDIndex, FlowLabel: req.FlowLabel, HopLimit: req.HopLimit,
 				TrafficClass: req.TrafficClass, PortNum: 1}},
 			verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN |
 				verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},

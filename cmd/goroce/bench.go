@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/cm/rdmacm"
 	"github.com/goroce/goroce/internal/bench"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
@@ -34,6 +35,7 @@ type benchConfig struct {
 	json     bool
 	loopback bool
 	baseline bool
+	rdmaCM   bool
 	timeout  time.Duration
 	soft     softConfig
 	stderr   io.Writer
@@ -81,7 +83,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.devName, "d", "", "use device `dev` (default: the first device found, "+softName+")")
 	fs.StringVar(&c.devName, "ib-dev", "", "same as -d")
 	intFlag("i", "ib-port", 1, "use `port` of the device", &c.ibPort)
-	intFlag("x", "gid-index", 0, "local port GID `index` (soft devices have GID 0, their IPv4-mapped address)", &o.GIDIndex)
+	intFlag("x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address)", &o.GIDIndex)
 	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
 	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
 	fs.BoolVar(&o.All, "all", false, "same as -a")
@@ -104,6 +106,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.json, "json", false, "print the results as JSON instead of the table")
 	fs.BoolVar(&c.loopback, "loopback", false, "run both sides in this process on two soft devices: --addr (default 127.0.0.1) and the next address")
 	fs.BoolVar(&c.baseline, "baseline", false, "run the raw-UDP equivalent of the test instead (send/write/read_bw, send/write_lat): the same packet sizes and window as plain datagrams on the same UDP path, for comparison")
+	fs.BoolVar(&c.rdmaCM, "R", false, "connect through rdma_cm (perftest's -R): the exchange over an RC connection to rdma_cm port -p, then one rdma_cm connection per QP")
+	fs.BoolVar(&c.rdmaCM, "rdma_cm", false, "same as -R")
 	fs.BoolVar(&o.Verify, "verify", false, "check the data of SEND, WRITE and READ tests (goroce on both sides)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (default: never, as perftest)")
 	fs.Usage = func() {
@@ -160,6 +164,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.baseline && c.loopback {
 		return usageErr("--baseline runs between two hosts (or namespaces), not with --loopback")
+	}
+	if c.rdmaCM && c.baseline {
+		return usageErr("--baseline runs over TCP and UDP, not rdma_cm (-R)")
 	}
 	if chk := c.opts; chk.Check() != nil {
 		return usageErr("%v", chk.Check())
@@ -224,7 +231,25 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 	o := c.opts
 	o.Client = c.host != ""
 	var conn *perftest.Conn
-	if o.Client {
+	if c.rdmaCM {
+		cmdev, ok := dev.(rdmacm.Device)
+		if !ok {
+			return fmt.Errorf("-R (rdma_cm) needs a soft device: %s has no QP 1 of goroce's", dev.Name())
+		}
+		if o.Client {
+			conn, err = perftest.DialCM(ctx, cmdev, c.host, c.port)
+		} else {
+			banner := stdout
+			if c.json {
+				banner = c.stderr
+			}
+			fmt.Fprint(banner, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
+			conn, err = perftest.AcceptCM(ctx, cmdev, c.port)
+		}
+		if err != nil {
+			return err
+		}
+	} else if o.Client {
 		if conn, err = perftest.Dial(ctx, c.host, c.port); err != nil {
 			return err
 		}
@@ -315,17 +340,26 @@ func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 		return err
 	}
 	defer cliDev.Close()
-	ln, err := net.Listen("tcp", net.JoinHostPort(a.String(), "0"))
-	if err != nil {
-		return err
+	var ln net.Listener
+	port := c.port
+	if !c.rdmaCM {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(a.String(), "0")); err != nil {
+			return err
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
 	var wg sync.WaitGroup
 	var srvErr error
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		conn, err := perftest.Accept(ctx, ln)
+		var conn *perftest.Conn
+		var err error
+		if c.rdmaCM {
+			conn, err = perftest.AcceptCM(ctx, srvDev, port)
+		} else {
+			conn, err = perftest.Accept(ctx, ln)
+		}
 		if err != nil {
 			srvErr = err
 			return
@@ -344,7 +378,12 @@ func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 			cancel() // the client would wait for a server that is gone
 		}
 	}()
-	conn, err := perftest.Dial(ctx, a.String(), port)
+	var conn *perftest.Conn
+	if c.rdmaCM {
+		conn, err = perftest.DialCM(ctx, cliDev, a.String(), port)
+	} else {
+		conn, err = perftest.Dial(ctx, a.String(), port)
+	}
 	if err != nil {
 		cancel()
 		wg.Wait()

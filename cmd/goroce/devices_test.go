@@ -57,7 +57,8 @@ func TestDevinfo(t *testing.T) {
 	}
 
 	_, out, _ = runArgs("devinfo", "-v", "--addr", "127.0.0.1")
-	for _, l := range []string{"\t\t\tGID[  0]:\t\t::ffff:127.0.0.1, RoCE v2\n", "\tmax_qp:\t\t\t\t", "\t\t\tgid_tbl_len:\t\t1\n"} {
+	for _, l := range []string{"\t\t\tGID[  0]:\t\tfe80::200:5eff:fe00:1, RoCE v2\n", "\t\t\tGID[  1]:\t\t::ffff:127.0.0.1, RoCE v2\n",
+		"\tmax_qp:\t\t\t\t", "\t\t\tgid_tbl_len:\t\t2\n"} {
 		if !strings.Contains(out, l) {
 			t.Errorf("-v: no %q in:\n%s", l, out)
 		}

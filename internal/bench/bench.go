@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/cm/rdmacm"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -113,7 +114,7 @@ type Options struct {
 	// WRAtomicCmpAndSwp.
 	Atomic   verbs.WROpcode
 	Port     uint8 // -i; 0: 1
-	GIDIndex int   // -x
+	GIDIndex int   // -x; 0: verbs.DefaultGIDIndex (1, the IPv4-mapped GID of soft devices and rdma_rxe)
 	Gbits    bool  // --report_gbits: bandwidth in Gb/sec
 	// Verify checks the data of SEND, WRITE and READ tests (goroce against
 	// goroce only: perftest writes no pattern).
@@ -145,6 +146,7 @@ type Outcome struct {
 	Local, Remote []perftest.Dest // per QP
 	MTU           verbs.MTU       // the path MTU used
 	PeerVersion   string
+	RDMACM        bool // the exchange and the data QPs went through rdma_cm (-R)
 	Results       []Result
 }
 
@@ -237,6 +239,9 @@ func (o *Options) normalize() error {
 	if o.Port == 0 {
 		o.Port = 1
 	}
+	if o.GIDIndex == 0 {
+		o.GIDIndex = verbs.DefaultGIDIndex
+	}
 	if o.GIDIndex < 0 {
 		return fmt.Errorf("%w: GID index %d (RoCE needs a GID)", ErrUsage, o.GIDIndex)
 	}
@@ -322,6 +327,8 @@ type session struct {
 	vmr  verbs.MR
 	sq   int // the send queue's depth
 
+	cmConns []*rdmacm.Conn // the data connections under -R
+
 	rposted []uint64 // receives posted per QP
 	rsge    [1]verbs.SGE
 	rwr     [1]verbs.RecvWR
@@ -359,6 +366,12 @@ func (s *session) run(ctx context.Context) error {
 	s.out.MTU = s.mtu
 	if err := s.setup(pa); err != nil {
 		return err
+	}
+	if info, ok := s.conn.CM(); ok {
+		s.out.RDMACM = true
+		if err := s.cmConnect(ctx, info); err != nil {
+			return err
+		}
 	}
 	return s.script(ctx)
 }
@@ -447,6 +460,9 @@ func (s *session) hand(i int) error {
 // connect brings every QP to RTS aimed at the peer's: ctx_connect.
 func (s *session) connect() error {
 	o := &s.o
+	if len(s.cmConns) > 0 {
+		return nil // rdma_cm connected them
+	}
 	da, err := s.vctx.QueryDevice()
 	if err != nil {
 		return err
@@ -602,6 +618,7 @@ func (s *session) script(ctx context.Context) error {
 // close releases everything, the QPs first; an RC side first lets the link
 // go quiet so that the last ACKs leave before the QPs are gone.
 func (s *session) close() {
+	s.cmClose()
 	if len(s.qps) > 0 {
 		s.drain()
 	}

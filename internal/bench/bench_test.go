@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/cm/perftest"
+	"github.com/goroce/goroce/cm/rdmacm"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -188,12 +189,23 @@ func newDev(t testing.TB, addr netip.Addr) *soft.Device {
 // pair runs a test between two soft devices over UDP on loopback and
 // returns both outcomes.
 func pair(t testing.TB, srv, cli *soft.Device, o Options) (server, client *Outcome) {
+	return pairOver(t, srv, cli, o, false)
+}
+
+// pairOver is pair with the exchange over TCP or, with cm, over rdma_cm
+// (perftest's -R).
+func pairOver(t testing.TB, srv, cli *soft.Device, o Options, cm bool) (server, client *Outcome) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ln, err := net.Listen("tcp", net.JoinHostPort(addrA.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
+	var ln net.Listener
+	port := perftest.Port
+	if !cm {
+		var err error
+		if ln, err = net.Listen("tcp", net.JoinHostPort(addrA.String(), "0")); err != nil {
+			t.Fatal(err)
+		}
+		port = ln.Addr().(*net.TCPAddr).Port
 	}
 	type res struct {
 		out *Outcome
@@ -201,7 +213,13 @@ func pair(t testing.TB, srv, cli *soft.Device, o Options) (server, client *Outco
 	}
 	ch := make(chan res, 1)
 	go func() {
-		c, err := perftest.Accept(ctx, ln)
+		var c *perftest.Conn
+		var err error
+		if cm {
+			c, err = perftest.AcceptCM(ctx, srv, port)
+		} else {
+			c, err = perftest.Accept(ctx, ln)
+		}
 		if err != nil {
 			ch <- res{nil, err}
 			return
@@ -221,7 +239,13 @@ func pair(t testing.TB, srv, cli *soft.Device, o Options) (server, client *Outco
 		}
 		ch <- res{out, err}
 	}()
-	c, err := perftest.Dial(ctx, addrA.String(), ln.Addr().(*net.TCPAddr).Port)
+	var c *perftest.Conn
+	var err error
+	if cm {
+		c, err = perftest.DialCM(ctx, cli, addrA.String(), port)
+	} else {
+		c, err = perftest.Dial(ctx, addrA.String(), port)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,5 +476,58 @@ func TestBaseSizes(t *testing.T) {
 	}
 	if got := baseSizes(Test{Verb: Send}, 64, 1024); len(got) != 1 || got[0] != 12+64+4 {
 		t.Errorf("send 64: %v", got)
+	}
+}
+
+// TestRunLoopbackCM runs tests with perftest's -R between two soft devices
+// over UDP on loopback: the exchange over an rdma_cm connection, the data
+// QPs connected through rdma_cm, the data verified; then every connection
+// is disconnected (the managers track none once time-wait is over) and
+// nothing was rejected.
+func TestRunLoopbackCM(t *testing.T) {
+	srv, cli := newDev(t, addrA), newDev(t, addrB)
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{
+		{"write_bw", Options{Test: Test{Verb: Write}, Size: 4096, Iters: 300, Verify: true}},
+		{"write_bw-4qp", Options{Test: Test{Verb: Write}, Size: 4096, Iters: 200, QPs: 4, Verify: true}},
+		{"send_bw", Options{Test: Test{Verb: Send}, Size: 3000, Iters: 300, RxDepth: 64, Verify: true}},
+		{"send_bw-4qp", Options{Test: Test{Verb: Send}, Size: 3000, Iters: 200, QPs: 4, RxDepth: 64, Verify: true}},
+		{"read_bw-2qp", Options{Test: Test{Verb: Read}, Size: 9000, Iters: 100, QPs: 2, Verify: true, OutReads: 4}},
+		{"send_lat", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 100, Verify: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			so, co := pairOver(t, srv, cli, c.o, true)
+			o := c.o
+			o.normalize()
+			if len(so.Local) != o.QPs || len(co.Remote) != o.QPs {
+				t.Fatalf("%d local and %d remote QPs", len(so.Local), len(co.Remote))
+			}
+			for i := range so.Local {
+				if so.Local[i] != co.Remote[i] || co.Local[i] != so.Remote[i] {
+					t.Errorf("QP %d: the sides disagree: server %+v / %+v, client %+v / %+v", i, so.Local[i], so.Remote[i], co.Local[i], co.Remote[i])
+				}
+			}
+			for _, out := range []*Outcome{so, co} {
+				if len(out.Results) != 1 {
+					t.Fatalf("%d results", len(out.Results))
+				}
+				r := out.Results[0]
+				if n := o.Iters * o.QPs; r.Size != o.Size || r.Iters != uint64(n) || !r.Verified {
+					t.Errorf("result %+v: want %d bytes, %d iterations, verified", r, o.Size, n)
+				}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for _, d := range []*soft.Device{srv, cli} {
+				mg := rdmacm.Attach(d, rdmacm.MachineConfig{})
+				for mg.Stats().Conns != 0 && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Millisecond)
+				}
+				if st := mg.Stats(); st.Conns != 0 || st.Machine.Rejects != 0 {
+					t.Errorf("%v: %d connections left, %d rejects: %+v", d.Addr(), st.Conns, st.Machine.Rejects, st)
+				}
+			}
+		})
 	}
 }

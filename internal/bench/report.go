@@ -71,12 +71,18 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 	} else {
 		b.WriteString(" Max inline data : 0[B]\n")
 	}
-	b.WriteString(" rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n")
+	if out.RDMACM {
+		b.WriteString(" rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n")
+	} else {
+		b.WriteString(" rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n")
+	}
 	b.WriteString(ResultLine)
 	// As ctx_print_pingpong_data: READ adds the outstanding reads, READ and
-	// WRITE the R_Key and address; SEND and atomics print neither.
-	rdma := t.Verb == Write || t.Verb == Read
-	outs := t.Verb == Read
+	// WRITE the R_Key and address; SEND and atomics print neither. Under
+	// -R perftest prints the basic format only (its exchange's verb is
+	// SEND).
+	rdma := (t.Verb == Write || t.Verb == Read) && !out.RDMACM
+	outs := t.Verb == Read && !out.RDMACM
 	for i, d := range out.Local {
 		fmt.Fprintf(&b, " local address: %s\n", d.Format(rdma, outs))
 		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))

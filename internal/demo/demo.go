@@ -224,7 +224,7 @@ func (d *demo) connect() error {
 			{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 				verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
 			{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: d.o.MTU, DestQPN: y.qp.Num(), RQPSN: 0x1000, MaxDestRdAtomic: 1, MinRNRTimer: 12,
-				AHAttr: verbs.AHAttr{DGID: y.dev.GID(), PortNum: 1}},
+				AHAttr: verbs.AHAttr{DGID: y.dev.GID(), SGIDIndex: verbs.DefaultGIDIndex, PortNum: 1}},
 				verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
 			{verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0x1000, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 				verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},

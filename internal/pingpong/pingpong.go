@@ -105,8 +105,11 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 		return fmt.Errorf("couldn't get port info: %w", err)
 	}
 	p.local.LID = pa.LID
+	if c.GIDIndex == 0 {
+		c.GIDIndex = verbs.DefaultGIDIndex
+	}
 	if c.GIDIndex < 0 {
-		return errors.New("a soft device needs its GID: use -g 0")
+		return errors.New("RoCE needs a GID: use -g 1 (the IPv4-mapped GID of soft devices and rdma_rxe)")
 	}
 	if p.local.GID, err = p.vctx.QueryGID(uint8(c.IBPort), c.GIDIndex); err != nil {
 		return fmt.Errorf("can't read sgid of index %d: %w", c.GIDIndex, err)

@@ -75,7 +75,7 @@ func openEnd(t testing.TB, conn portConn, name string) *rcEnd {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gid, err := ctx.QueryGID(1, 0)
+	gid, err := ctx.QueryGID(1, verbs.DefaultGIDIndex)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func connectRC(t testing.TB, a, b *rcEnd, mtu verbs.MTU) {
 			{verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead},
 				verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags},
 			{verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: peer.qp.Num(), RQPSN: 0,
-				MaxDestRdAtomic: 4, MinRNRTimer: 1, AHAttr: verbs.AHAttr{DGID: peer.gid}},
+				MaxDestRdAtomic: 4, MinRNRTimer: 1, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: peer.gid}},
 				verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer},
 			{verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 4},
 				verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic},

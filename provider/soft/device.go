@@ -70,9 +70,11 @@ type Device struct {
 	opts Options
 	name string
 	addr netip.Addr
-	conn packetio.Conn
-	eng  *engine.Engine
-	mtu  verbs.MTU
+	// linkLocal is GID 0 (see GIDIndexLinkLocal).
+	linkLocal verbs.GID
+	conn      packetio.Conn
+	eng       *engine.Engine
+	mtu       verbs.MTU
 	// mtuWhy says where mtu comes from, for the errors that name it.
 	mtuWhy string
 	start  time.Time
@@ -131,6 +133,7 @@ func New(opts Options) (*Device, error) {
 	}
 	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu, mtuWhy: why,
 		start: time.Now(), done: make(chan struct{}), gone: make(chan struct{})}
+	d.linkLocal = linkLocalGID(d.addr, d.GUID())
 	dev = d
 	go d.run()
 	return d, nil
@@ -151,7 +154,7 @@ func (d *Device) Path() string { return d.opts.Path }
 // Addr returns the device's IPv4 address.
 func (d *Device) Addr() netip.Addr { return d.addr }
 
-// GID returns the device's GID (the IPv4-mapped address), index 0.
+// GID returns the device's IPv4-mapped GID, GID index 1 (GIDIndexIPv4).
 func (d *Device) GID() verbs.GID { return verbs.GIDFromAddr(d.addr) }
 
 // Open returns a context on the device.

@@ -338,7 +338,7 @@ func e2eRCToRTS(t testing.TB, qp verbs.QP, pmtu verbs.MTU, peerQPN uint32, peer 
 		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	e2eMust(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: pmtu, DestQPN: peerQPN, RQPSN: rqpsn,
-		MaxDestRdAtomic: 16, MinRNRTimer: 12, AHAttr: verbs.AHAttr{DGID: peer, PortNum: 1}},
+		MaxDestRdAtomic: 16, MinRNRTimer: 12, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: peer, PortNum: 1}},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
 	e2eMust(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: sqpsn, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))

@@ -137,7 +137,7 @@ func ecmpRun(t *testing.T, path, prefix string) {
 	}
 	ahs := make([]verbs.AH, len(labels))
 	for i, l := range labels {
-		ahs[i], err = a.pd.CreateAH(&verbs.AHAttr{DGID: db.GID(), FlowLabel: l, PortNum: 1})
+		ahs[i], err = a.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: db.GID(), FlowLabel: l, PortNum: 1})
 		must(t, err)
 		defer ahs[i].Destroy()
 	}

@@ -112,7 +112,7 @@ func (h *hostile) rcQP(peerQPN wire.QPN, access verbs.AccessFlags) *hostileQP {
 	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: access},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: uint32(peerQPN), RQPSN: 0x10,
-		MaxDestRdAtomic: 4, MinRNRTimer: 5, AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(hostilePeer), PortNum: 1}},
+		MaxDestRdAtomic: 4, MinRNRTimer: 5, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GIDFromAddr(hostilePeer), PortNum: 1}},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
 	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0x50, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))

@@ -143,12 +143,12 @@ func TestLimits(t *testing.T) {
 	must(t, err)
 
 	// AHs: 1.
-	ah, err := pd.CreateAH(&verbs.AHAttr{DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2"))})
+	ah, err := pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2"))})
 	must(t, err)
-	_, err = pd.CreateAH(&verbs.AHAttr{DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2"))})
+	_, err = pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2"))})
 	limited("second AH", err, "max_ah", false)
 	must(t, ah.Destroy())
-	_, err = pd.CreateAH(&verbs.AHAttr{DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2"))})
+	_, err = pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.9.0.2"))})
 	must(t, err)
 }
 

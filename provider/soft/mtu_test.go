@@ -56,7 +56,7 @@ func TestActiveMTUFromPath(t *testing.T) {
 	must(t, err)
 	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1}, verbs.AttrState|verbs.AttrPort|verbs.AttrPKeyIndex|verbs.AttrAccessFlags))
 	err = qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU4096, DestQPN: 1,
-		AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.3.2"))}},
+		AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GIDFromAddr(netip.MustParseAddr("10.0.3.2"))}},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer)
 	if !errors.Is(err, verbs.ErrInvalidAttr) || !strings.Contains(err.Error(), "path MTU 4096") || !strings.Contains(err.Error(), "active MTU 2048") {
 		t.Errorf("RTR with path MTU 4096 on a 2048 port: %v, want ErrInvalidAttr naming both", err)

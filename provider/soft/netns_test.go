@@ -913,7 +913,7 @@ func e2eUD(t *testing.T, env *e2eEnv) {
 	}
 	// AH per sender and destination device, from the sender's PD.
 	ah := func(from *udQP, to *udQP) verbs.AH {
-		h, err := from.res.pd.CreateAH(&verbs.AHAttr{DGID: to.dev.GID(), PortNum: 1})
+		h, err := from.res.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: to.dev.GID(), PortNum: 1})
 		e2eMust(t, err)
 		t.Cleanup(func() { h.Destroy() })
 		return h
@@ -1100,7 +1100,7 @@ func e2eMisuse(t *testing.T, env *e2eEnv) {
 	initAttr := &verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite}
 	initMask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
 	rtrAttr := &verbs.QPAttr{State: verbs.QPSRTR, PathMTU: env.pmtu, DestQPN: peer.Num(), RQPSN: 5, MaxDestRdAtomic: 1,
-		MinRNRTimer: 12, AHAttr: verbs.AHAttr{DGID: env.b.GID(), PortNum: 1}}
+		MinRNRTimer: 12, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: env.b.GID(), PortNum: 1}}
 	rtrMask := verbs.AttrState | verbs.AttrAV | verbs.AttrPathMTU | verbs.AttrDestQPN | verbs.AttrRQPSN | verbs.AttrMaxDestRdAtomic | verbs.AttrMinRNRTimer
 	rtsAttr := &verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 9, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 1}
 	rtsMask := verbs.AttrState | verbs.AttrSQPSN | verbs.AttrTimeout | verbs.AttrRetryCnt | verbs.AttrRNRRetry | verbs.AttrMaxQPRdAtomic
@@ -1158,7 +1158,7 @@ func e2eMisuse(t *testing.T, env *e2eEnv) {
 	if n != 0 {
 		t.Errorf("UD send without an AH: %d posted", n)
 	}
-	_, err = ra.pd.CreateAH(&verbs.AHAttr{DGID: verbs.GID{0xfe, 0x80, 15: 1}})
+	_, err = ra.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GID{0xfe, 0x80, 15: 1}})
 	check("AH to a GID that is not IPv4-mapped", err, verbs.ErrInvalidAttr, "GID")
 	e2eNoMore(t, "A CQ", cqA)
 }

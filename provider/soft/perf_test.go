@@ -208,7 +208,7 @@ func perfRTS(t testing.TB, qp perfModifier, dest uint32, dgid verbs.GID, mtu ver
 	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: dest, RQPSN: 100,
-		MaxDestRdAtomic: rd, MinRNRTimer: 12, AHAttr: verbs.AHAttr{DGID: dgid}},
+		MaxDestRdAtomic: rd, MinRNRTimer: 12, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: dgid}},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
 	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: rd},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))

@@ -271,7 +271,7 @@ func connectTimeout(t testing.TB, a, b *end, timeout uint8) {
 		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 			verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: y.qp.Num(), RQPSN: 0xFFFF00,
-			MaxDestRdAtomic: 16, MinRNRTimer: 1, AHAttr: verbs.AHAttr{DGID: y.dev.GID()}},
+			MaxDestRdAtomic: 16, MinRNRTimer: 1, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: y.dev.GID()}},
 			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
 		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0xFFFF00, Timeout: timeout, RetryCnt: 7, RNRRetry: 7, MaxRdAtomic: 16},
 			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))

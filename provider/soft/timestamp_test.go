@@ -23,7 +23,7 @@ func newUDPair(t *testing.T, da, db *Device) *udPair {
 		e2eUDToRTS(t, e.qp, tsQKey, 0)
 	}
 	var err error
-	p.ah, err = p.a.pd.CreateAH(&verbs.AHAttr{DGID: db.GID(), PortNum: 1})
+	p.ah, err = p.a.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: db.GID(), PortNum: 1})
 	must(t, err)
 	t.Cleanup(func() { p.ah.Destroy() })
 	return p

@@ -29,7 +29,7 @@ func vanishRCToRTS(t testing.TB, qp verbs.QP, peerQPN uint32, peer verbs.GID, ps
 		AccessFlags: verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
 	e2eMust(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: peerQPN, RQPSN: psn,
-		MaxDestRdAtomic: 16, MinRNRTimer: 1, AHAttr: verbs.AHAttr{DGID: peer, PortNum: 1}},
+		MaxDestRdAtomic: 16, MinRNRTimer: 1, AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: peer, PortNum: 1}},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
 	e2eMust(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: psn, Timeout: timeout, RetryCnt: retry, RNRRetry: 7, MaxRdAtomic: 16},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))

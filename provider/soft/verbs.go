@@ -80,17 +80,22 @@ func (c *Context) QueryPort(port uint8) (verbs.PortAttr, error) {
 	if port != 1 {
 		return verbs.PortAttr{}, fmt.Errorf("soft: port %d: the device has port 1: %w", port, verbs.ErrInvalidAttr)
 	}
-	return verbs.PortAttr{State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: c.d.mtu, GIDTblLen: 1,
+	return verbs.PortAttr{State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: c.d.mtu, GIDTblLen: GIDTableLen,
 		PKeyTblLen: 1, LinkLayer: "Ethernet"}, nil
 }
 
-// QueryGID returns GID index of port 1: index 0 is the IPv4-mapped GID.
+// QueryGID returns GID index of port 1, laid out as rdma_rxe's: index 0
+// is the link-local IPv6 GID (GIDIndexLinkLocal), index 1 the IPv4-mapped
+// GID (GIDIndexIPv4), the one the device sends from.
 func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
 	if err := c.alive(); err != nil {
 		return verbs.GID{}, err
 	}
-	if port != 1 || index != 0 {
-		return verbs.GID{}, fmt.Errorf("soft: GID %d/%d: the device has GID 0 on port 1: %w", port, index, verbs.ErrInvalidAttr)
+	switch {
+	case port != 1 || index < 0 || index >= GIDTableLen:
+		return verbs.GID{}, fmt.Errorf("soft: GID %d/%d: the device has GIDs 0 and 1 on port 1: %w", port, index, verbs.ErrInvalidAttr)
+	case index == GIDIndexLinkLocal:
+		return c.d.linkLocal, nil
 	}
 	return c.d.GID(), nil
 }
@@ -301,6 +306,9 @@ func (p *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	}
 	if !attr.DGID.Addr().Is4() {
 		return nil, fmt.Errorf("soft: GID %v is not IPv4-mapped: %w", attr.DGID, verbs.ErrInvalidAttr)
+	}
+	if err := p.d.checkSGID(attr.SGIDIndex); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
 	}
 	p.d.mu.Lock()
 	defer p.d.mu.Unlock()
@@ -571,6 +579,11 @@ func (q *QP) Modify(attr *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	}
 	if err := q.check(); err != nil {
 		return err
+	}
+	if mask&verbs.AttrAV != 0 {
+		if err := q.d.checkSGID(attr.AHAttr.SGIDIndex); err != nil {
+			return fmt.Errorf("soft: QP %#x: %w", q.qp.Num(), err)
+		}
 	}
 	if mask&verbs.AttrPathMTU != 0 && attr.PathMTU > q.d.mtu && attr.PathMTU <= verbs.MTU4096 {
 		return fmt.Errorf("soft: QP %#x: path MTU %d exceeds the port's active MTU %d (%s): %w",

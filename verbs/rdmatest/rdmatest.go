@@ -191,7 +191,7 @@ func UD(t testing.TB, opts *Options) *Pair {
 		if err := verbs.ConnectUD(s.me.QP, 1, QKey, s.me.Endpoint.PSN); err != nil {
 			t.Fatalf("rdmatest: %v", err)
 		}
-		ah, err := s.me.PD.CreateAH(&verbs.AHAttr{DGID: s.peer.Endpoint.GID, HopLimit: 64, PortNum: 1})
+		ah, err := s.me.PD.CreateAH(&verbs.AHAttr{DGID: s.peer.Endpoint.GID, SGIDIndex: verbs.DefaultGIDIndex, HopLimit: 64, PortNum: 1})
 		if err != nil {
 			t.Fatalf("rdmatest: CreateAH: %v", err)
 		}

@@ -205,7 +205,7 @@ func testClosed(t *testing.T, env *Env) {
 			destroyed("CreateQP", err)
 			_, err = sa.pd.CreateSRQ(4, 1)
 			destroyed("CreateSRQ", err)
-			_, err = sa.pd.CreateAH(&verbs.AHAttr{DGID: sb.gid, PortNum: env.Port})
+			_, err = sa.pd.CreateAH(&verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: sb.gid, PortNum: env.Port})
 			destroyed("CreateAH", err)
 			_, err = qa.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, SGList: sa.sge(0, 8)}})
 			destroyed("PostSend", err)

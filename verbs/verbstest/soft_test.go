@@ -8,6 +8,7 @@ import (
 	"github.com/goroce/goroce/packetio/pipe"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
+	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/verbs/verbstest"
 )
 
@@ -30,7 +31,7 @@ func softEnv(t *testing.T, ca, cb packetio.Conn) verbstest.Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return verbstest.Env{A: ctxA, B: ctxB, Fresh: freshPipe}
+	return verbstest.Env{A: ctxA, B: ctxB, GIDIndexA: verbs.DefaultGIDIndex, GIDIndexB: verbs.DefaultGIDIndex, Fresh: freshPipe}
 }
 
 // freshPipe makes two new soft devices joined by the in-memory path, for
