@@ -357,12 +357,14 @@ func (c *Conn) handShakeCM(mine Dest) (Dest, error) {
 	return ParseCMKeyMsg(in[:n])
 }
 
-// close disconnects (DREQ, a bounded wait for the DREP) and releases the
-// QP and its resources.
+// close disconnects (DREQ, a bounded wait for the DREP while the DREQ is
+// resent: a minute, several of Linux's 6.4 s resend intervals, since a
+// perftest peer that never gets a DREQ waits for it forever) and releases
+// the QP and its resources.
 func (l *cmLink) close() error {
 	l.closeOnce.Do(func() {
 		if l.conn != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			_ = l.conn.CloseContext(ctx)
 			cancel()
 		}

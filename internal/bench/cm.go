@@ -117,20 +117,28 @@ func (s *session) cmAccept(ctx context.Context, ln *rdmacm.Listener, d int) erro
 	return err
 }
 
+// closeWait bounds the wait for a DREP at the end of a run. A DREP usually
+// comes within a round trip; a lost DREQ is resent every 6.4 s with Linux's
+// CM timers, and a peer that never sees one (perftest's client) waits for
+// it forever, so the wait covers several resends: with 5 s, only the first
+// DREQ went out before the process ended, and under CM loss a perftest
+// client was left waiting.
+const closeWait = 60 * time.Second
+
 // ackTimeout is the data QPs' local ACK timeout code: perftest's default
 // qp_timeout, which it sets on its rdma_cm ids (RDMA_OPTION_ID_ACK_TIMEOUT)
 // and uses without -R too.
 const ackTimeout = 14
 
-// cmClose disconnects the data connections, all at once, each waiting a
-// few seconds at most for its DREP.
+// cmClose disconnects the data connections, all at once, each waiting for
+// its DREP up to closeWait while its DREQ is resent (see closeWait).
 func (s *session) cmClose() {
 	var wg sync.WaitGroup
 	for _, c := range s.cmConns {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), closeWait)
 			defer cancel()
 			_ = c.CloseContext(ctx)
 		}()
