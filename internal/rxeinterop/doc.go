@@ -13,7 +13,9 @@
 // checker as well; GOROCE_RXE_CAPTURES, when set to a directory, keeps the
 // captures there.
 //
-//	GOROCE_RXE_VM=/work/shared/harness/rxe-vm RXE_VM_BUILD=/work/rxe-build \
-//	GOROCE_WIRE_CHECK=/work/shared/tools/wire-check/check-pcap.sh \
-//	go test -v ./internal/rxeinterop
+//	GOROCE_RXE_VM=../shared/harness/rxe-vm RXE_VM_BUILD=build/rxe-vm \
+//	GOROCE_WIRE_CHECK=../shared/tools/wire-check/check-pcap.sh \
+//	go test -timeout 30m -v ./internal/rxeinterop
+//
+// TestBenchCMRxeLoss (about four minutes) runs only with -args -rxe.long.
 package rxeinterop
