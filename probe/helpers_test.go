@@ -1,13 +1,13 @@
 package probe_test
 
 import (
+	"github.com/goroce/goroce/verbs/rdmatest"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/probe"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -25,22 +25,7 @@ var (
 // closed at the end of the test.
 func softContext(t testing.TB, a netip.Addr) (*soft.Device, verbs.Context) {
 	t.Helper()
-	c, err := udp.Listen(a, udp.Options{})
-	if err != nil {
-		t.Skipf("UDP socket on %v: %v", a, err)
-	}
-	d, err := soft.New(soft.Options{Name: "probe" + a.String(), Conn: c})
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	ctx, err := d.Open()
-	if err != nil {
-		d.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Close(); d.Close() })
-	return d, ctx
+	return rdmatest.Context(t, "probe"+a.String(), a)
 }
 
 // collector gathers a prober's results.

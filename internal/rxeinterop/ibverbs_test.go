@@ -24,16 +24,7 @@ import (
 // this machine's libibverbs-dev; the guest's rdma-core 44 runs them) and
 // copied into the kept guest's share directory.
 func TestIbverbsRxe(t *testing.T) {
-	if os.Getenv("GOROCE_RXE_VM") == "" {
-		testenv.Skip(t, testenv.Ibverbs, "set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run provider/ibverbs on Linux rdma_rxe in a qemu guest")
-	}
-	const header = "/usr/include/infiniband/verbs.h"
-	if _, err := os.Stat(header); err != nil {
-		testenv.Skipf(t, testenv.Ibverbs, "provider/ibverbs needs libibverbs-dev (%s: %v)", header, err)
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		testenv.Skip(t, testenv.Ibverbs, "provider/ibverbs needs cgo and a C compiler (gcc)")
-	}
+	requireIbverbsGuest(t, "provider/ibverbs")
 	h := newHarness(t)
 	tmp := t.TempDir()
 	suite, ibvBin := filepath.Join(tmp, "ibverbs.test"), filepath.Join(tmp, "goroce-ibv")
@@ -150,4 +141,22 @@ func TestIbverbsRxe(t *testing.T) {
 			t.Errorf("goroce devices/devinfo in the guest do not show rxe0 and its IPv4-mapped GID")
 		}
 	})
+}
+
+// requireIbverbsGuest skips (or, with the suites required, fails) t unless
+// goroce can be built with the libibverbs provider for the rxe guest:
+// GOROCE_RXE_VM set, libibverbs-dev's header and a C compiler here. what
+// says what the test runs there.
+func requireIbverbsGuest(t *testing.T, what string) {
+	t.Helper()
+	if os.Getenv("GOROCE_RXE_VM") == "" {
+		testenv.Skip(t, testenv.RxeVM, "set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run "+what+" on Linux rdma_rxe in a qemu guest")
+	}
+	const header = "/usr/include/infiniband/verbs.h"
+	if _, err := os.Stat(header); err != nil {
+		testenv.Skipf(t, testenv.Ibverbs, "provider/ibverbs needs libibverbs-dev (%s: %v)", header, err)
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		testenv.Skip(t, testenv.Ibverbs, "provider/ibverbs needs cgo and a C compiler (gcc)")
+	}
 }

@@ -29,16 +29,7 @@ const probeCount = 20
 // bridge is checked (goroce decode, and check-pcap.sh with
 // GOROCE_WIRE_CHECK).
 func TestProbeRxe(t *testing.T) {
-	if os.Getenv("GOROCE_RXE_VM") == "" {
-		testenv.Skip(t, testenv.RxeVM, "set GOROCE_RXE_VM to the rxe-vm harness directory (and RXE_VM_BUILD to its build directory) to run goroce probe on Linux rdma_rxe in a qemu guest")
-	}
-	const header = "/usr/include/infiniband/verbs.h"
-	if _, err := os.Stat(header); err != nil {
-		testenv.Skipf(t, testenv.Ibverbs, "goroce on rxe0 needs provider/ibverbs, hence libibverbs-dev (%s: %v)", header, err)
-	}
-	if _, err := exec.LookPath("gcc"); err != nil {
-		testenv.Skip(t, testenv.Ibverbs, "goroce on rxe0 needs provider/ibverbs, hence cgo and a C compiler (gcc)")
-	}
+	requireIbverbsGuest(t, "goroce probe")
 	h := newHarness(t)
 	ibvBin := filepath.Join(t.TempDir(), "goroce-ibv")
 	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-tags", "ibverbs", "-o", ibvBin, "github.com/goroce/goroce/cmd/goroce")

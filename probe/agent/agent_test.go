@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/goroce/goroce/verbs/rdmatest"
 	"io"
 	"net"
 	"net/http"
@@ -19,10 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/probe"
 	"github.com/goroce/goroce/probe/agent"
-	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -34,21 +33,7 @@ func addr(i int) netip.Addr { return netip.AddrFrom4([4]byte{127, 0, 45, byte(10
 // closed at the end of the test.
 func softContext(t testing.TB, a netip.Addr) verbs.Context {
 	t.Helper()
-	c, err := udp.Listen(a, udp.Options{})
-	if err != nil {
-		t.Skipf("UDP socket on %v: %v", a, err)
-	}
-	d, err := soft.New(soft.Options{Name: "agent" + a.String(), Conn: c})
-	if err != nil {
-		c.Close()
-		t.Fatal(err)
-	}
-	ctx, err := d.Open()
-	if err != nil {
-		d.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctx.Close(); d.Close() })
+	_, ctx := rdmatest.Context(t, "agent"+a.String(), a)
 	return ctx
 }
 

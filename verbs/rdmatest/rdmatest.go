@@ -306,3 +306,26 @@ func (s *Side) wait1(t testing.TB, ch verbs.CompChannel, cq verbs.CQ, n int) []v
 // device's lock, which its driver holds while it serves the peer. Real
 // RDMA needs nothing of the sort.
 func (s *Side) Sync() { s.QP.Query() }
+
+// Context opens one soft device on a UDP socket bound to addr (port 4791)
+// and its context, both closed when the test ends; the test skips when the
+// socket cannot be opened (the address or port is in use).
+func Context(t testing.TB, name string, addr netip.Addr) (*soft.Device, verbs.Context) {
+	t.Helper()
+	c, err := udp.Listen(addr, udp.Options{})
+	if err != nil {
+		t.Skipf("UDP socket on %v: %v", addr, err)
+	}
+	d, err := soft.New(soft.Options{Name: name, Conn: c})
+	if err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	ctx, err := d.Open()
+	if err != nil {
+		d.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close(); d.Close() })
+	return d, ctx
+}
