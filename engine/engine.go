@@ -100,6 +100,7 @@ type Stats struct {
 	NoRecvDrops            uint64 // UD packets with no receive posted
 	CQOverruns             uint64 // completions lost to a full CQ (which is then in error)
 	AsyncEvents            uint64 // asynchronous events raised
+	TxBuildErrors          uint64 // packets that could not be built and were not sent (an engine defect; never expected)
 }
 
 // Engine is a RoCEv2 transport for the queue pairs of one device.

@@ -623,7 +623,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 	}
 	e.now = now
 	if len(e.gsi.queue) > 0 {
-		if n, to, ok := e.gsiOutput(buf); ok {
+		if n, to, ok := e.gsiOutput(buf); ok && n > 0 {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)
 			return n, to, e.lastSport, true
@@ -634,10 +634,14 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			e.rr = 0
 		}
 		qp := e.active[e.rr]
-		if n, ok := qp.output(now, buf); ok {
+		n, ok := qp.output(now, buf)
+		if ok && n > 0 {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)
 			return n, qp.lastDst, e.lastSport, true
+		}
+		if ok { // finish could not build it: counted, never sent empty
+			e.stats.TxBuildErrors++
 		}
 		e.rr++
 	}

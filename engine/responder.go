@@ -68,6 +68,10 @@ type responder struct {
 
 func (r *responder) queued() int { return r.qt - r.qh }
 
+// nextMSN counts a completed message: the MSN is 24 bits and wraps (an
+// MSN past wire.MSNMask would make every later ACK unbuildable).
+func (r *responder) nextMSN() { r.msn = (r.msn + 1) & wire.MSNMask }
+
 func (r *responder) push(it respItem) bool {
 	if r.queued() >= respQueueLen {
 		return false
@@ -250,7 +254,7 @@ func (qp *QP) respSend(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
 			wc.InvalidatedRKey, wc.Flags = ie.RKey(), verbs.WCFlagWithInv
 		}
 		qp.recvDone(wc, p.BTH().SE())
-		r.msn++
+		r.nextMSN()
 	}
 	return true
 }
@@ -297,7 +301,7 @@ func (qp *QP) respWrite(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
 				Imm: p.ImmDt().Imm(), Flags: verbs.WCFlagWithImm}, p.BTH().SE())
 		}
 		r.inMsg, r.wdst = wire.OpNone, nil
-		r.msn++
+		r.nextMSN()
 	}
 	return true
 }
@@ -315,7 +319,7 @@ func (qp *QP) respRead(p *wire.Packet, psn wire.PSN) {
 	}
 	n := (reth.DMALen() + uint32(qp.mtu) - 1) / uint32(qp.mtu)
 	n = max(n, 1)
-	r.msn++
+	r.nextMSN()
 	r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, data: data, rkey: reth.RKey(), npkts: n})
 	r.epsn = psn.Add(n)
 }
@@ -343,7 +347,7 @@ func (qp *QP) respAtomic(p *wire.Packet, psn wire.PSN) {
 			}
 		}
 	}
-	r.msn++
+	r.nextMSN()
 	if len(r.replay) > 0 {
 		r.replay[r.replayNext] = atomicReplay{psn: psn, orig: orig, valid: true}
 		r.replayNext = (r.replayNext + 1) % len(r.replay)

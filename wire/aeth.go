@@ -22,12 +22,16 @@ type AETH []byte
 // Syndrome returns the syndrome byte.
 func (a AETH) Syndrome() Syndrome { return Syndrome(a[0]) }
 
+// MSNMask is the largest message sequence number: the MSN is a 24-bit
+// counter that wraps to 0 after it (IBA 9.7.5.1.2), as the PSN does.
+const MSNMask = 0xFFFFFF
+
 // MSN returns the 24-bit message sequence number.
-func (a AETH) MSN() uint32 { return binary.BigEndian.Uint32(a) & 0xFFFFFF }
+func (a AETH) MSN() uint32 { return binary.BigEndian.Uint32(a) & MSNMask }
 
 // Set writes the syndrome and MSN (the MSN's top 8 bits are dropped).
 func (a AETH) Set(s Syndrome, msn uint32) {
-	binary.BigEndian.PutUint32(a, msn&0xFFFFFF)
+	binary.BigEndian.PutUint32(a, msn&MSNMask)
 	a[0] = byte(s)
 }
 
