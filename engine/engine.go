@@ -257,7 +257,7 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 		if qp.state < verbs.QPSRTR || qp.state == verbs.QPSErr {
 			return
 		}
-		if from.Unmap() != qp.remote {
+		if from != qp.remote { // unmapped above
 			e.stats.WrongPeerDrops++
 			return
 		}
@@ -291,16 +291,16 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16
 		}
 	}
 	switch {
+	case cerr == nil && seen:
+		e.stats.ICRCFullChecks++
+	case cerr == nil:
+		e.stats.ICRCRecoveredChecks++
 	case errors.Is(cerr, wire.ErrICRC):
 		e.stats.ICRCDrops++
 		return false
-	case cerr != nil:
+	default:
 		e.stats.MalformedDrops++
 		return false
-	case seen:
-		e.stats.ICRCFullChecks++
-	default:
-		e.stats.ICRCRecoveredChecks++
 	}
 	return true
 }
