@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -33,7 +34,7 @@ type benchConfig struct {
 	baseline bool
 	rdmaCM   bool
 	timeout  time.Duration
-	soft     softConfig
+	soft     devinfo.Soft
 	stderr   io.Writer
 }
 
@@ -70,7 +71,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	name := "bench " + args[0]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.soft.register(fs)
+	registerSoft(fs, &c.soft)
 	intFlag := func(short, long string, def int, usage string, p *int) {
 		fs.IntVar(p, short, def, usage)
 		fs.IntVar(p, long, def, "same as -"+short)
@@ -203,7 +204,7 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 	defer cancel()
 	if c.baseline {
 		// No device: the raw-UDP baseline uses the packet path alone.
-		addr, ifMTU, err := c.soft.resolve()
+		addr, ifMTU, err := c.soft.Resolve()
 		if err != nil {
 			return err
 		}
@@ -217,7 +218,7 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 		}
 		return bench.RunBaselineSide(ctx, ucon, c.opts, c.side(stdout))
 	}
-	dev, _, closeDev, err := c.soft.openDevice(c.devName)
+	dev, _, closeDev, err := c.soft.OpenDevice(c.devName)
 	if err != nil {
 		return err
 	}
@@ -231,20 +232,20 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 	ctx, cancel := c.context()
 	defer cancel()
-	if c.soft.addr == "" {
-		c.soft.addr = "127.0.0.1"
+	if c.soft.Addr == "" {
+		c.soft.Addr = "127.0.0.1"
 	}
-	a, err := netip.ParseAddr(c.soft.addr)
+	a, err := netip.ParseAddr(c.soft.Addr)
 	if err != nil || !a.Is4() {
-		return fmt.Errorf("--addr %q: want an IPv4 address", c.soft.addr)
+		return fmt.Errorf("--addr %q: want an IPv4 address", c.soft.Addr)
 	}
-	srvCfg, cliCfg := softConfig{addr: a.String()}, softConfig{addr: a.Next().String()}
-	srvDev, err := srvCfg.open(true)
+	srvCfg, cliCfg := devinfo.Soft{Addr: a.String()}, devinfo.Soft{Addr: a.Next().String()}
+	srvDev, err := srvCfg.Open(true)
 	if err != nil {
 		return err
 	}
 	defer srvDev.Close()
-	cliDev, err := cliCfg.open(true)
+	cliDev, err := cliCfg.Open(true)
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/goroce/goroce/internal/testenv"
 	"io"
 	"net"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/goroce/goroce/internal/netns"
 )

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/probe"
 	"github.com/goroce/goroce/probe/ping"
-	"github.com/goroce/goroce/verbs"
 )
 
 // runProbe is `goroce probe`: the fabric prober's subcommands.
@@ -59,40 +58,13 @@ the responder's. Run "goroce probe SUBCOMMAND -h" for the flags.
 // device by -d in an ibverbs build, else the soft device on --addr.
 type deviceFlags struct {
 	dev  string
-	soft softConfig
+	soft devinfo.Soft
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.dev, "d", "", "RDMA device `dev` (default: the soft device "+softName+"; a libibverbs device such as rxe0 in an ibverbs build)")
 	fs.StringVar(&d.dev, "ib-dev", "", "same as -d")
-	d.soft.register(fs)
-}
-
-// probeDevice is an open device.
-type probeDevice struct {
-	ctx      verbs.Context
-	closeDev func()
-	name     string
-	provider string
-}
-
-func (d *probeDevice) close() {
-	d.ctx.Close()
-	d.closeDev()
-}
-
-// open opens the device the flags name.
-func (d *deviceFlags) open() (*probeDevice, error) {
-	dev, provider, closeDev, err := d.soft.openDevice(d.dev)
-	if err != nil {
-		return nil, err
-	}
-	ctx, err := dev.Open()
-	if err != nil {
-		closeDev()
-		return nil, fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
-	}
-	return &probeDevice{ctx: ctx, closeDev: closeDev, name: dev.Name(), provider: provider}, nil
+	registerSoft(fs, &d.soft)
 }
 
 // secondsFlag is a duration given as seconds ("0.2", as ping takes it) or
@@ -206,12 +178,12 @@ flags:`)
 	}
 	labels := probe.FlowLabels(c.seed, nLabels)
 
-	dev, err := c.dev.open()
+	dev, err := c.dev.soft.OpenContext(c.dev.dev)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe once:", err)
 		return 2
 	}
-	defer dev.close()
+	defer dev.Close()
 
 	hs := make([]*ping.Host, len(hosts))
 	for i, h := range hosts {
@@ -224,8 +196,8 @@ flags:`)
 	if !c.json {
 		lines = stdout
 	}
-	lossy, err := ping.Main(ctx, dev.ctx, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels,
-		Lines: lines, Device: dev.name, Provider: dev.provider, JSON: c.json}, stdout)
+	lossy, err := ping.Main(ctx, dev.Context, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels,
+		Lines: lines, Device: dev.Name, Provider: dev.Provider, JSON: c.json}, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe once:", err)
 		return 2
@@ -262,41 +234,28 @@ flags:`)
 		fs.Usage()
 		return 2
 	}
-	dev, err := df.open()
+	dev, err := df.soft.OpenContext(df.dev)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe responder:", err)
 		return 2
 	}
-	defer dev.close()
-	r, err := probe.NewResponder(dev.ctx, probe.ResponderOptions{QPs: qps})
+	defer dev.Close()
+	srv, err := probe.NewSelfServer(dev.Context, probe.SelfServerOptions{QPs: qps, Listen: net.JoinHostPort("", strconv.Itoa(httpPort)),
+		Provider: dev.Provider, Device: dev.Name})
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe responder:", err)
 		return 2
 	}
-	defer r.Close()
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(httpPort)))
-	if err != nil {
-		fmt.Fprintln(stderr, "goroce probe responder:", err)
-		return 2
-	}
-	name, _ := os.Hostname()
-	self := probe.Self{Name: name, Addr: r.GID().Addr().String(), GID: r.GID().String(), QPNs: r.QPNs(), QKey: probe.QKey,
-		Provider: dev.provider, Device: dev.name, Timestamps: r.Timestamps().String(), Started: time.Now().UTC()}
-	mux := http.NewServeMux()
-	mux.Handle(probe.SelfPath, probe.SelfHandler(func() probe.Self { return self }))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
 	defer srv.Close()
+	self := srv.Self()
 	qs := make([]string, len(self.QPNs))
 	for i, q := range self.QPNs {
 		qs[i] = fmt.Sprintf("0x%06x", q)
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	fmt.Fprintf(stdout, "goroce probe responder: %s (%s) GID %s QPNs %s Q_Key 0x%08x, %s timestamps; self at http://%s%s\n",
-		dev.name, dev.provider, self.GID, strings.Join(qs, ","), probe.QKey, self.Timestamps,
-		net.JoinHostPort(self.Addr, strconv.Itoa(port)), probe.SelfPath)
+	fmt.Fprintf(stdout, "goroce probe responder: %s (%s) GID %s QPNs %s Q_Key 0x%08x, %s timestamps; self at %s\n",
+		dev.Name, dev.Provider, self.GID, strings.Join(qs, ","), probe.QKey, self.Timestamps, srv.URL())
 	<-ctx.Done()
-	s := r.Stats()
+	s := srv.Stats()
 	fmt.Fprintf(stdout, "goroce probe responder: %d received, %d answered, %d invalid, %d dropped\n", s.Received, s.Answered, s.Invalid, s.Dropped)
 	return 0
 }

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/goroce/goroce/provider/soft"
 	"io"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/goroce/goroce/internal/devinfo"
+	"github.com/goroce/goroce/provider/soft"
 
 	"github.com/goroce/goroce/probe/agent"
 )
@@ -21,8 +23,8 @@ import (
 func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("probe agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var sc softConfig
-	sc.register(fs)
+	var sc devinfo.Soft
+	registerSoft(fs, &sc)
 	var config, devName, listen, jsonl, level string
 	fs.StringVar(&config, "config", "", "the pinglist `file` (YAML; see package probe/pinglist); required")
 	fs.StringVar(&devName, "d", "", "use device `dev` (default: the soft device "+softName+" on --addr)")
@@ -57,15 +59,15 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func probeAgent(sc softConfig, devName, config, listen, jsonl string, log *slog.Logger) error {
-	self, _, err := sc.resolve()
+func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, log *slog.Logger) error {
+	self, _, err := sc.Resolve()
 	if err != nil {
 		return err
 	}
-	if _, ok := openHW(devName); ok && sc.addr == "" {
+	if _, ok := devinfo.OpenHW(devName); ok && sc.Addr == "" {
 		return errors.New("-d " + devName + ": give this node's address (as the pinglist lists it) with --addr")
 	}
-	dev, provider, closeDev, err := sc.openDevice(devName)
+	dev, provider, closeDev, err := sc.OpenDevice(devName)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/internal/rping"
 )
 
@@ -22,9 +23,9 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		server, client bool
 		src            string
 		selfQP         bool
-		soft           softConfig
+		soft           devinfo.Soft
 	)
-	soft.register(fs)
+	registerSoft(fs, &soft)
 	fs.BoolVar(&server, "s", false, "server side")
 	fs.BoolVar(&client, "c", false, "client side")
 	fs.StringVar(&c.Addr, "a", "", "`addr`ess: the server's (client), the one to bind (server; default any)")
@@ -50,15 +51,15 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c.Server = server
-	if soft.addr == "" {
+	if soft.Addr == "" {
 		switch {
 		case client && src != "":
-			soft.addr = src
+			soft.Addr = src
 		case server && c.Addr != "":
-			soft.addr = c.Addr
+			soft.Addr = c.Addr
 		}
 	}
-	dev, err := soft.open(true)
+	dev, err := soft.Open(true)
 	if err != nil {
 		fmt.Fprintf(stderr, "goroce rping: %v\n", err)
 		return 1
