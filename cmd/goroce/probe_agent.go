@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/provider/soft"
@@ -59,6 +57,7 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// probeAgent runs the agent (agent.RunUntilSignal) on the device -d names.
 func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, log *slog.Logger) error {
 	self, _, err := sc.Resolve()
 	if err != nil {
@@ -67,19 +66,14 @@ func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, log *slo
 	if _, ok := devinfo.OpenHW(devName); ok && sc.Addr == "" {
 		return errors.New("-d " + devName + ": give this node's address (as the pinglist lists it) with --addr")
 	}
-	dev, provider, closeDev, err := sc.OpenDevice(devName)
+	dev, err := sc.OpenContext(devName)
 	if err != nil {
 		return err
 	}
-	defer closeDev()
-	if sd, ok := dev.(*soft.Device); ok {
+	defer dev.Close()
+	if sd, ok := dev.Device.(*soft.Device); ok {
 		log.Info("soft device", "name", sd.Name(), "addr", sd.Addr(), "packet_path", sd.Path())
 	}
-	vctx, err := dev.Open()
-	if err != nil {
-		return err
-	}
-	defer vctx.Close()
 	var jw io.Writer
 	if jsonl != "" {
 		f, err := os.OpenFile(jsonl, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -89,28 +83,10 @@ func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, log *slo
 		defer f.Close()
 		jw = f
 	}
-	a, err := agent.New(agent.Options{
-		Device: vctx, Provider: provider, Pinglist: config, Self: self,
-		Listen: listen, Logger: log, JSONL: jw,
-	})
+	a, err := agent.New(agent.Options{Device: dev.Context, Provider: dev.Provider, Pinglist: config, Self: self,
+		Listen: listen, Logger: log, JSONL: jw})
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading the pinglist")
-				a.Reload() // logs and counts its errors
-			}
-		}
-	}()
-	return a.Run(ctx)
+	return a.RunUntilSignal(context.Background())
 }

@@ -65,7 +65,8 @@ func (s Soft) OpenDevice(name string) (verbs.Device, string, func(), error) {
 
 // Opened is a device opened by Soft.OpenContext, with its context.
 type Opened struct {
-	// Context is the device's open context.
+	// Device is the device, and Context its open context.
+	Device  verbs.Device
 	Context verbs.Context
 	// Name is the device's name.
 	Name string
@@ -93,7 +94,7 @@ func (s Soft) OpenContext(name string) (*Opened, error) {
 		closeDev()
 		return nil, fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
 	}
-	return &Opened{Context: ctx, Name: dev.Name(), Provider: provider, closeDev: closeDev}, nil
+	return &Opened{Device: dev, Context: ctx, Name: dev.Name(), Provider: provider, closeDev: closeDev}, nil
 }
 
 // hwRegistry is a registry of this build's providers other than the soft
