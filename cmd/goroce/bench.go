@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
@@ -111,7 +112,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args[1:]); !ok {
+	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
 		return code
 	}
 	switch {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/packetio/paths"
 	"github.com/goroce/goroce/verbs"
@@ -31,7 +32,7 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: goroce devices [--addr A]\n\nLists the RDMA devices, as ibv_devices: goroce's soft device "+softName+",\nbound to a local IPv4 address, and its node GUID.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -79,7 +80,7 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: goroce devinfo [-d dev] [-i port] [-l] [-v] [--addr A]\n\nPrints the attributes of the RDMA devices and their ports, as ibv_devinfo.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 || port < 0 {
@@ -123,31 +124,4 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
-}
-
-// parseFlags parses args, allowing operands between flags as getopt does
-// (ibv_rc_pingpong HOST -n 10). Parsed operands are left in fs.Args(). ok is
-// false when the command must end with code.
-func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
-	var operands []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if err == flag.ErrHelp {
-				return 0, false
-			}
-			return 2, false
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if i := len(args) - len(rest) - 1; i >= 0 && args[i] == "--" {
-			operands = append(operands, rest...) // after "--": operands only
-			break
-		}
-		operands = append(operands, rest[0])
-		args = rest[1:]
-	}
-	fs.Parse(append([]string{"--"}, operands...))
-	return 0, true
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/provider/soft"
@@ -83,7 +84,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for connection\n       goroce %s [flags] HOST    connect to server at HOST\n\nflags:\n", name, name)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args[1:]); !ok {
+	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
 		return code
 	}
 	switch {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/probe"
 	"github.com/goroce/goroce/probe/ping"
@@ -67,33 +67,6 @@ func (d *deviceFlags) register(fs *flag.FlagSet) {
 	registerSoft(fs, &d.soft)
 }
 
-// secondsFlag is a duration given as seconds ("0.2", as ping takes it) or
-// with a unit ("200ms").
-type secondsFlag struct{ d *time.Duration }
-
-func (s secondsFlag) String() string {
-	if s.d == nil {
-		return ""
-	}
-	return s.d.String()
-}
-
-func (s secondsFlag) Set(v string) error {
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if f < 0 || f > 1e6 {
-			return errors.New("out of range")
-		}
-		*s.d = time.Duration(f * float64(time.Second))
-		return nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return errors.New("not a duration (seconds, or with a unit: 200ms)")
-	}
-	*s.d = d
-	return nil
-}
-
 // onceConfig holds the flags of goroce probe once.
 type onceConfig struct {
 	dev      deviceFlags
@@ -117,10 +90,10 @@ func runProbeOnce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	c.interval, c.timeout = time.Second, time.Second
 	fs.IntVar(&c.count, "c", 0, "probes per host (default 5, or one per label with --labels or --paths)")
 	fs.IntVar(&c.count, "count", 0, "same as -c")
-	fs.Var(secondsFlag{&c.interval}, "i", "interval between rounds of probes, in seconds or with a unit (default 1)")
-	fs.Var(secondsFlag{&c.interval}, "interval", "same as -i")
-	fs.Var(secondsFlag{&c.timeout}, "W", "time to wait for a probe's ACKs before it is lost, in seconds or with a unit (default 1)")
-	fs.Var(secondsFlag{&c.timeout}, "timeout", "same as -W")
+	fs.Var(cliflag.Seconds{D: &c.interval}, "i", "interval between rounds of probes, in seconds or with a unit (default 1)")
+	fs.Var(cliflag.Seconds{D: &c.interval}, "interval", "same as -i")
+	fs.Var(cliflag.Seconds{D: &c.timeout}, "W", "time to wait for a probe's ACKs before it is lost, in seconds or with a unit (default 1)")
+	fs.Var(cliflag.Seconds{D: &c.timeout}, "timeout", "same as -W")
 	fs.IntVar(&c.labels, "labels", 0, "number of distinct flow labels (UDP source ports, ECMP paths) the probes rotate over (default 1)")
 	fs.IntVar(&c.paths, "paths", 0, "number of equal-cost paths to cover: as many labels as cover them with probability --prob")
 	fs.Float64Var(&c.prob, "prob", 0.99, "with --paths: the probability that every path is taken")
@@ -140,7 +113,7 @@ summary per host. Exit status 1 when a probe was lost or failed, 2 on usage or s
 flags:`)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	hosts := fs.Args()
@@ -227,7 +200,7 @@ JSON at http://ADDR:PORT`+probe.SelfPath+`, until SIGINT or SIGTERM.
 flags:`)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 || qps < 1 || qps > 64 || httpPort < 0 || httpPort > 0xFFFF {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/provider/soft"
 
@@ -34,7 +35,7 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nRuns the prober of one node of a fleet: a responder, probes to every target the\npinglist gives this node (found by --addr), and an HTTP server with /metrics,\n/probe/v1/self, /probe/v1/paths, /probe/v1/fleet and a live page at /.\nThe pinglist is reloaded when the file changes and on SIGHUP.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 || config == "" {

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/internal/rping"
 )
@@ -43,7 +43,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: goroce rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port] [-P]\n       goroce rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n\nlibrdmacm's rping over goroce's soft device: rdma_cm (the IB CM on QP 1)\nthen RDMA READ, WRITE and SEND, so that either side may be rdma-core's rping.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, splitShortFlags(args)); !ok {
+	if code, ok := cliflag.Parse(fs, cliflag.SplitShort(args, "scvVdPq")); !ok {
 		return code
 	}
 	if fs.NArg() != 0 || server == client {
@@ -75,20 +75,4 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// splitShortFlags turns getopt's grouped boolean flags ("-vV") into
-// separate ones, as rping's users type them.
-func splitShortFlags(args []string) []string {
-	var out []string
-	for _, a := range args {
-		if len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.Trim(a[1:], "scvVdPq") == "" {
-			for _, r := range a[1:] {
-				out = append(out, "-"+string(r))
-			}
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
 }
