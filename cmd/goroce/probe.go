@@ -136,20 +136,13 @@ flags:`)
 		fmt.Fprintln(stderr, "goroce probe once: -W must be positive")
 		return 2
 	}
-	nLabels := 1
-	if c.paths > 0 {
-		nLabels = probe.LabelCount(c.paths, c.prob)
-	} else if c.labels > 0 {
-		nLabels = c.labels
-	}
-	nLabels = min(nLabels, probe.MaxLabels)
+	labels := ping.Labels(c.labels, c.paths, c.prob, c.seed)
 	if !set["c"] && !set["count"] {
-		c.count = 5
+		c.count = ping.DefaultCount
 		if c.paths > 0 || c.labels > 0 {
-			c.count = nLabels
+			c.count = len(labels)
 		}
 	}
-	labels := probe.FlowLabels(c.seed, nLabels)
 
 	dev, err := c.dev.soft.OpenContext(c.dev.dev)
 	if err != nil {
@@ -158,12 +151,10 @@ flags:`)
 	}
 	defer dev.Close()
 
-	hs := make([]*ping.Host, len(hosts))
-	for i, h := range hosts {
-		if hs[i], err = ping.Resolve(ctx, h, uint32(c.qpn), c.httpPort); err != nil {
-			fmt.Fprintf(stderr, "goroce probe once: %s: %v\n", h, err)
-			return 2
-		}
+	hs, err := ping.ResolveAll(ctx, hosts, uint32(c.qpn), c.httpPort)
+	if err != nil {
+		fmt.Fprintln(stderr, "goroce probe once:", err)
+		return 2
 	}
 	var lines io.Writer
 	if !c.json {
