@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"strings"
 	"time"
 
@@ -228,28 +227,16 @@ func runBenchSide(c *benchConfig, stdout io.Writer) error {
 }
 
 // runBenchLoopback runs both sides in this process (bench.RunLoopback), on
-// two soft devices: the server on --addr (default 127.0.0.1), the client on
-// the next address. The client's report is printed.
+// two soft devices (devinfo.Soft.OpenPair): the server on --addr (default
+// 127.0.0.1), the client on the next address. The client's report is printed.
 func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 	ctx, cancel := c.context()
 	defer cancel()
-	if c.soft.Addr == "" {
-		c.soft.Addr = "127.0.0.1"
-	}
-	a, err := netip.ParseAddr(c.soft.Addr)
-	if err != nil || !a.Is4() {
-		return fmt.Errorf("--addr %q: want an IPv4 address", c.soft.Addr)
-	}
-	srvCfg, cliCfg := devinfo.Soft{Addr: a.String()}, devinfo.Soft{Addr: a.Next().String()}
-	srvDev, err := srvCfg.Open(true)
+	srvDev, cliDev, a, err := c.soft.OpenPair()
 	if err != nil {
 		return err
 	}
 	defer srvDev.Close()
-	cliDev, err := cliCfg.Open(true)
-	if err != nil {
-		return err
-	}
 	defer cliDev.Close()
 	return bench.RunLoopback(ctx, srvDev, cliDev, a, c.opts, c.side(stdout))
 }

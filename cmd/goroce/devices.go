@@ -8,7 +8,6 @@ import (
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/packetio/paths"
-	"github.com/goroce/goroce/verbs"
 )
 
 // softName is the name of the soft device the commands open.
@@ -39,22 +38,15 @@ func runDevices(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	hw, hwErr := devinfo.HWDevices()
-	var devs []verbs.Device
-	dev, err := sc.Open(false)
+	l, err := sc.List(false)
 	if err != nil {
-		if len(hw) == 0 {
-			fmt.Fprintln(stderr, "goroce devices:", err)
-			return 1
-		}
-	} else {
-		defer dev.Close()
-		devs = append(devs, dev)
+		fmt.Fprintln(stderr, "goroce devices:", err)
+		return 1
 	}
-	devs = append(devs, hw...)
-	devinfo.WriteDevices(stdout, devs)
-	if hwErr != nil {
-		fmt.Fprintln(stderr, "goroce devices:", hwErr)
+	defer l.Close()
+	devinfo.WriteDevices(stdout, l.Devices)
+	if l.HWErr != nil {
+		fmt.Fprintln(stderr, "goroce devices:", l.HWErr)
 	}
 	return 0
 }
@@ -94,30 +86,21 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	var devs []verbs.Device
-	hw, _ := devinfo.HWDevices()
-	dev, err := sc.Open(false)
+	l, err := sc.List(devName != "")
 	if err != nil {
-		if len(hw) == 0 || devName != "" {
-			fmt.Fprintln(stderr, "goroce devinfo:", err)
-			return 1
-		}
-	} else {
-		defer dev.Close()
-		devs = append(devs, dev)
+		fmt.Fprintln(stderr, "goroce devinfo:", err)
+		return 1
 	}
-	if devName == "" {
-		devs = append(devs, hw...)
-	}
+	defer l.Close()
 	if list {
-		devinfo.WriteNames(stdout, devs)
+		devinfo.WriteNames(stdout, l.Devices)
 		return 0
 	}
-	if devName != "" && (dev == nil || devName != dev.Name()) {
+	if devName != "" && devName != l.Soft.Name() { // List(true) has the soft device alone
 		fmt.Fprintf(stderr, "IB device '%s' wasn't found\n", devName)
 		return 1
 	}
-	for _, d := range devs {
+	for _, d := range l.Devices {
 		if err := devinfo.Write(stdout, d, uint8(port), verbose, devinfo.GIDType); err != nil {
 			fmt.Fprintln(stderr, "goroce devinfo:", err)
 			return 1

@@ -9,7 +9,9 @@
 // Soft says which soft device a command opens (address, packet path, pcap
 // file); Soft.OpenDevice and Soft.OpenContext open the device -d names: a
 // libibverbs device in a build with -tags ibverbs (OpenHW, HWDevices), else
-// the soft device SoftName.
+// the soft device SoftName. Soft.List gathers what goroce devices and
+// goroce devinfo list (Listing), and Soft.OpenPair opens the two devices
+// of goroce bench --loopback.
 package devinfo
 
 import (

@@ -146,3 +146,67 @@ func WriteNames(w io.Writer, devs []verbs.Device) {
 	}
 	fmt.Fprintln(w)
 }
+
+// Listing is what a listing command (goroce devices, goroce devinfo) shows:
+// the soft device, opened for inspection, then this build's other devices.
+type Listing struct {
+	// Devices are the devices listed, the soft device first.
+	Devices []verbs.Device
+	// Soft is the soft device; nil when it could not be opened.
+	Soft *soft.Device
+	// HWErr is the error listing the other devices (HWDevices), if any.
+	HWErr error
+}
+
+// Close closes the soft device.
+func (l *Listing) Close() {
+	if l.Soft != nil {
+		l.Soft.Close()
+	}
+}
+
+// List opens s's soft device for inspection and lists it with this build's
+// other devices, or alone when softOnly is set. The soft device's error is
+// returned when nothing would be listed without it: softOnly is set, or
+// there is no other device.
+func (s Soft) List(softOnly bool) (*Listing, error) {
+	l := &Listing{}
+	var hw []verbs.Device
+	if !softOnly {
+		hw, l.HWErr = HWDevices()
+	}
+	dev, err := s.Open(false)
+	if err != nil {
+		if softOnly || len(hw) == 0 {
+			return nil, err
+		}
+	} else {
+		l.Soft = dev
+		l.Devices = append(l.Devices, dev)
+	}
+	l.Devices = append(l.Devices, hw...)
+	return l, nil
+}
+
+// OpenPair opens two soft devices for traffic, for both sides of a test in
+// one process (goroce bench --loopback): the first on s.Addr (default
+// 127.0.0.1), which must be an IPv4 address, the second on the next
+// address, both on the default packet path and without a pcap file. It
+// returns the first device's address.
+func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error) {
+	if s.Addr == "" {
+		s.Addr = "127.0.0.1"
+	}
+	a, err := netip.ParseAddr(s.Addr)
+	if err != nil || !a.Is4() {
+		return nil, nil, netip.Addr{}, fmt.Errorf("--addr %q: want an IPv4 address", s.Addr)
+	}
+	if first, err = (Soft{Addr: a.String()}).Open(true); err != nil {
+		return nil, nil, netip.Addr{}, err
+	}
+	if second, err = (Soft{Addr: a.Next().String()}).Open(true); err != nil {
+		first.Close()
+		return nil, nil, netip.Addr{}, err
+	}
+	return first, second, a, nil
+}

@@ -97,3 +97,68 @@ func TestSoftOpen(t *testing.T) {
 	}
 	dev.Close()
 }
+
+func TestList(t *testing.T) {
+	hw, _ := HWDevices()
+	for _, softOnly := range []bool{false, true} {
+		l, err := Soft{Addr: testAddr, Path: "udp"}.List(softOnly)
+		if err != nil {
+			t.Fatalf("List(%v): %v", softOnly, err)
+		}
+		want := 1 + len(hw)
+		if softOnly {
+			want = 1
+		}
+		if l.Soft == nil || len(l.Devices) != want || l.Devices[0] != verbs.Device(l.Soft) || l.Soft.Name() != SoftName {
+			t.Errorf("List(%v): %d devices, soft %v", softOnly, len(l.Devices), l.Soft)
+		}
+		l.Close()
+	}
+	// Inspection takes a port the kernel chooses: it works beside a device
+	// that holds port 4791.
+	dev, err := Soft{Addr: testAddr, Path: "udp"}.Open(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	l, err := Soft{Addr: testAddr, Path: "udp"}.List(true)
+	if err != nil {
+		t.Fatalf("List beside a running device: %v", err)
+	}
+	l.Close()
+	if _, err := (Soft{Addr: "not-an-address"}).List(true); err == nil {
+		t.Error("List(true) without a soft device: no error")
+	}
+	if len(hw) == 0 {
+		if _, err := (Soft{Addr: "not-an-address"}).List(false); err == nil {
+			t.Error("List(false) without any device: no error")
+		}
+	}
+}
+
+func TestOpenPair(t *testing.T) {
+	a, b, addr, err := Soft{Addr: "127.0.8.2"}.OpenPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if addr.String() != "127.0.8.2" || a.Addr().String() != "127.0.8.2" || b.Addr().String() != "127.0.8.3" {
+		t.Errorf("OpenPair: %v, %v, %v", addr, a.Addr(), b.Addr())
+	}
+	// The second address taken: the first device is closed again.
+	if _, _, _, err := (Soft{Addr: "127.0.8.1"}).OpenPair(); err == nil {
+		t.Error("OpenPair over a taken address: no error")
+	}
+	a.Close()
+	b.Close()
+	c, d, _, err := Soft{Addr: "127.0.8.1"}.OpenPair()
+	if err != nil {
+		t.Fatalf("OpenPair after the first device was closed again: %v", err)
+	}
+	c.Close()
+	d.Close()
+	for _, bad := range []string{"::1", "soft", "127.0.0.1/8"} {
+		if _, _, _, err := (Soft{Addr: bad}).OpenPair(); err == nil || !strings.Contains(err.Error(), "want an IPv4 address") {
+			t.Errorf("OpenPair(%q): %v", bad, err)
+		}
+	}
+}
