@@ -1,10 +1,12 @@
 package probe
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goroce/goroce/verbs"
@@ -81,4 +83,14 @@ func (s *SelfServer) Stats() ResponderStats { return s.r.Stats() }
 func (s *SelfServer) Close() error {
 	s.srv.Close()
 	return s.r.Close()
+}
+
+// FormatQPNs formats QPNs as goroce prints them: six hex digits each
+// ("0x000011,0x000012").
+func FormatQPNs(qpns []uint32) string {
+	qs := make([]string, len(qpns))
+	for i, q := range qpns {
+		qs[i] = fmt.Sprintf("0x%06x", q)
+	}
+	return strings.Join(qs, ",")
 }

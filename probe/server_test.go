@@ -74,3 +74,18 @@ func TestSelfServerListenError(t *testing.T) {
 		t.Error("a second server on the same port: no error")
 	}
 }
+
+func TestFormatQPNs(t *testing.T) {
+	for _, c := range []struct {
+		in   []uint32
+		want string
+	}{
+		{nil, ""},
+		{[]uint32{0x11}, "0x000011"},
+		{[]uint32{0x11, 0xabcdef, 0}, "0x000011,0xabcdef,0x000000"},
+	} {
+		if got := probe.FormatQPNs(c.in); got != c.want {
+			t.Errorf("FormatQPNs(%x) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -212,12 +211,8 @@ flags:`)
 	}
 	defer srv.Close()
 	self := srv.Self()
-	qs := make([]string, len(self.QPNs))
-	for i, q := range self.QPNs {
-		qs[i] = fmt.Sprintf("0x%06x", q)
-	}
 	fmt.Fprintf(stdout, "goroce probe responder: %s (%s) GID %s QPNs %s Q_Key 0x%08x, %s timestamps; self at %s\n",
-		dev.Name, dev.Provider, self.GID, strings.Join(qs, ","), probe.QKey, self.Timestamps, srv.URL())
+		dev.Name, dev.Provider, self.GID, probe.FormatQPNs(self.QPNs), probe.QKey, self.Timestamps, srv.URL())
 	<-ctx.Done()
 	s := srv.Stats()
 	fmt.Fprintf(stdout, "goroce probe responder: %d received, %d answered, %d invalid, %d dropped\n", s.Received, s.Answered, s.Invalid, s.Dropped)

@@ -52,12 +52,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 	}
 	c.Server = server
 	if soft.Addr == "" {
-		switch {
-		case client && src != "":
-			soft.Addr = src
-		case server && c.Addr != "":
-			soft.Addr = c.Addr
-		}
+		soft.Addr = c.DeviceAddr(src)
 	}
 	dev, err := soft.Open(true)
 	if err != nil {
