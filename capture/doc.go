@@ -28,7 +28,8 @@
 // InfiniBand MTU (wire.ValidMTU).
 //
 // AppendLine, AppendVerbose and AppendJSON format a Packet; Dump runs a whole
-// file through one of them, or through the flow model.
+// file through one of them, or through the flow model, and DumpFile does so
+// for a file named by its path ("-" for standard input).
 //
 // # Flows, messages and responses
 //

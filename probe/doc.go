@@ -106,5 +106,6 @@
 // A node serves its Self (GID, QPNs, Q_Key, provider, timestamp kind) as
 // JSON at SelfPath with SelfHandler, by default on DefaultHTTPPort;
 // FetchSelf reads it and Self.Peer turns it into the Peer to probe, so
-// that probers find responders by IP address alone.
+// that probers find responders by IP address alone. NewSelfServer runs a
+// Responder with its Self served over HTTP (`goroce probe responder`).
 package probe

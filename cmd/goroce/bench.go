@@ -6,16 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/netip"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/goroce/goroce/cm/perftest"
-	"github.com/goroce/goroce/cm/rdmacm"
 	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -37,7 +34,7 @@ type benchConfig struct {
 	baseline bool
 	rdmaCM   bool
 	timeout  time.Duration
-	soft     softConfig
+	soft     devinfo.Soft
 	stderr   io.Writer
 }
 
@@ -74,7 +71,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	name := "bench " + args[0]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.soft.register(fs)
+	registerSoft(fs, &c.soft)
 	intFlag := func(short, long string, def int, usage string, p *int) {
 		fs.IntVar(p, short, def, usage)
 		fs.IntVar(p, long, def, "same as -"+short)
@@ -114,7 +111,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args[1:]); !ok {
+	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
 		return code
 	}
 	switch {
@@ -195,219 +192,51 @@ func (c *benchConfig) context() (context.Context, context.CancelFunc) {
 	return context.WithCancel(context.Background())
 }
 
-// runBenchSide runs one side on the soft device of --addr.
+// side is how this side connects and reports.
+func (c *benchConfig) side(stdout io.Writer) bench.Side {
+	return bench.Side{Host: c.host, Port: c.port, CM: c.rdmaCM, JSON: c.json, Out: stdout, Log: c.stderr}
+}
+
+// runBenchSide runs one side (bench.RunSide) on the device -d names, or the
+// raw-UDP baseline (bench.RunBaselineSide) on the UDP path of --addr.
 func runBenchSide(c *benchConfig, stdout io.Writer) error {
 	ctx, cancel := c.context()
 	defer cancel()
-	var dev verbs.Device
-	var ucon *udp.Conn
 	if c.baseline {
 		// No device: the raw-UDP baseline uses the packet path alone.
-		addr, ifMTU, err := c.soft.resolve()
+		addr, ifMTU, err := c.soft.Resolve()
 		if err != nil {
 			return err
 		}
-		if ucon, err = udp.Listen(addr, udp.Options{}); err != nil {
+		ucon, err := udp.Listen(addr, udp.Options{})
+		if err != nil {
 			return err
 		}
 		defer ucon.Close()
 		if c.opts.MTU == 0 {
 			c.opts.MTU = soft.PortMTU(ifMTU) // the path MTU a soft device there would use
 		}
-	} else if hw, ok := openHW(c.devName); ok {
-		dev = hw // a libibverbs device (-tags ibverbs)
-	} else {
-		sdev, err := c.soft.open(true)
-		if err != nil {
-			return err
-		}
-		defer sdev.Close()
-		if c.devName != "" && c.devName != sdev.Name() {
-			return fmt.Errorf("IB device %s not found", c.devName)
-		}
-		dev = sdev
+		return bench.RunBaselineSide(ctx, ucon, c.opts, c.side(stdout))
 	}
-	var err error
-	o := c.opts
-	o.Client = c.host != ""
-	var conn *perftest.Conn
-	if c.rdmaCM {
-		cmdev, ok := dev.(rdmacm.Device)
-		if !ok {
-			return fmt.Errorf("-R (rdma_cm) needs a soft device: %s has no QP 1 of goroce's", dev.Name())
-		}
-		if o.Client {
-			conn, err = perftest.DialCM(ctx, cmdev, c.host, c.port)
-		} else {
-			banner := stdout
-			if c.json {
-				banner = c.stderr
-			}
-			fmt.Fprint(banner, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-			conn, err = perftest.AcceptCM(ctx, cmdev, c.port)
-		}
-		if err != nil {
-			return err
-		}
-	} else if o.Client {
-		if conn, err = perftest.Dial(ctx, c.host, c.port); err != nil {
-			return err
-		}
-	} else {
-		ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(c.port)))
-		if err != nil {
-			return fmt.Errorf("couldn't listen to port %d: %w", c.port, err)
-		}
-		banner := stdout
-		if c.json {
-			banner = c.stderr // keep stdout JSON only
-		}
-		fmt.Fprint(banner, "\n************************************\n* Waiting for client to connect... *\n************************************\n")
-		if conn, err = perftest.Accept(ctx, ln); err != nil {
-			return err
-		}
-	}
-	defer conn.Close()
-	if c.baseline {
-		return runBaseline(ctx, c, ucon, conn, o, stdout)
-	}
-	return runOne(ctx, c, dev, conn, o, stdout)
-}
-
-// runBaseline runs the raw-UDP baseline of the test; the client prints the
-// result row under the test's header.
-func runBaseline(ctx context.Context, c *benchConfig, ucon *udp.Conn, conn *perftest.Conn, o bench.Options, stdout io.Writer) error {
-	peer, ok := netip.AddrFromSlice(conn.RemoteAddr().(*net.TCPAddr).IP)
-	if !ok {
-		return errors.New("no peer address")
-	}
-	r, err := bench.Baseline(ctx, ucon, peer.Unmap(), conn, o)
-	if err != nil || !o.Client {
+	dev, _, closeDev, err := c.soft.OpenDevice(c.devName)
+	if err != nil {
 		return err
 	}
-	out := &bench.Outcome{MTU: 0, Results: []bench.Result{r}}
-	if c.json {
-		return bench.WriteJSON(stdout, "udp", "udp", o, out, nil)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, bench.ResultLine+"                    raw UDP baseline of %s (datagrams of the same sizes on the same UDP path)\n"+bench.ResultLine, o.Test)
-	io.WriteString(stdout, b.String())
-	bench.WriteRows(stdout, o, out)
-	return nil
+	defer closeDev()
+	return bench.RunSide(ctx, dev, c.opts, c.side(stdout))
 }
 
-// runOne runs one side and prints its report.
-func runOne(ctx context.Context, c *benchConfig, dev verbs.Device, conn *perftest.Conn, o bench.Options, stdout io.Writer) error {
-	vctx, err := dev.Open()
-	if err != nil {
-		return fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
-	}
-	defer vctx.Close()
-	out, err := bench.Run(ctx, vctx, conn, o)
-	if out != nil && (err == nil || len(out.Results) > 0) {
-		if c.json {
-			if jerr := bench.WriteJSON(stdout, dev.Name(), devPath(dev), o, out, err); jerr != nil && err == nil {
-				err = jerr
-			}
-		} else {
-			bench.WriteReport(stdout, dev.Name(), devPath(dev), o, out)
-		}
-	}
-	return err
-}
-
-// runBenchLoopback runs both sides in this process, on two soft devices:
-// the server on --addr (default 127.0.0.1), the client on the next address.
-// The client's report is printed.
+// runBenchLoopback runs both sides in this process (bench.RunLoopback), on
+// two soft devices (devinfo.Soft.OpenPair): the server on --addr (default
+// 127.0.0.1), the client on the next address. The client's report is printed.
 func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 	ctx, cancel := c.context()
 	defer cancel()
-	if c.soft.addr == "" {
-		c.soft.addr = "127.0.0.1"
-	}
-	a, err := netip.ParseAddr(c.soft.addr)
-	if err != nil || !a.Is4() {
-		return fmt.Errorf("--addr %q: want an IPv4 address", c.soft.addr)
-	}
-	srvCfg, cliCfg := softConfig{addr: a.String()}, softConfig{addr: a.Next().String()}
-	srvDev, err := srvCfg.open(true)
+	srvDev, cliDev, a, err := c.soft.OpenPair()
 	if err != nil {
 		return err
 	}
 	defer srvDev.Close()
-	cliDev, err := cliCfg.open(true)
-	if err != nil {
-		return err
-	}
 	defer cliDev.Close()
-	var ln net.Listener
-	port := c.port
-	if !c.rdmaCM {
-		if ln, err = net.Listen("tcp", net.JoinHostPort(a.String(), "0")); err != nil {
-			return err
-		}
-		port = ln.Addr().(*net.TCPAddr).Port
-	}
-	var wg sync.WaitGroup
-	var srvErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		var conn *perftest.Conn
-		var err error
-		if c.rdmaCM {
-			conn, err = perftest.AcceptCM(ctx, srvDev, port)
-		} else {
-			conn, err = perftest.Accept(ctx, ln)
-		}
-		if err != nil {
-			srvErr = err
-			return
-		}
-		defer conn.Close()
-		o := c.opts
-		o.Client, o.Progress = false, nil
-		vctx, err := srvDev.Open()
-		if err != nil {
-			srvErr = err
-			return
-		}
-		defer vctx.Close()
-		_, srvErr = bench.Run(ctx, vctx, conn, o)
-		if srvErr != nil {
-			cancel() // the client would wait for a server that is gone
-		}
-	}()
-	var conn *perftest.Conn
-	if c.rdmaCM {
-		conn, err = perftest.DialCM(ctx, cliDev, a.String(), port)
-	} else {
-		conn, err = perftest.Dial(ctx, a.String(), port)
-	}
-	if err != nil {
-		cancel()
-		wg.Wait()
-		return err
-	}
-	defer conn.Close()
-	o := c.opts
-	o.Client = true
-	cliErr := runOne(ctx, c, cliDev, conn, o, stdout)
-	if cliErr != nil {
-		conn.Close()
-		cancel()
-	}
-	wg.Wait()
-	if srvErr != nil {
-		return fmt.Errorf("server: %w", srvErr)
-	}
-	return cliErr
-}
-
-// devPath is the packet path of a soft device ("" for other devices).
-func devPath(dev verbs.Device) string {
-	if sd, ok := dev.(*soft.Device); ok {
-		return sd.Path()
-	}
-	return ""
+	return bench.RunLoopback(ctx, srvDev, cliDev, a, c.opts, c.side(stdout))
 }

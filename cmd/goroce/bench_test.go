@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/goroce/goroce/internal/bench"
-	"github.com/goroce/goroce/internal/testenv"
 	"os"
 	"os/exec"
 	"regexp"
@@ -14,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/bench"
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/goroce/goroce/internal/netns"
 )

@@ -77,27 +77,9 @@ func runDecode(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	var in io.Reader = os.Stdin
-	name := files[0]
-	if name != "-" {
-		f, err := os.Open(name)
-		if err != nil {
-			fmt.Fprintf(stderr, "goroce decode: %v\n", err)
-			return 2
-		}
-		defer f.Close()
-		in = f
-	} else {
-		name = "standard input"
-	}
-	r, err := capture.NewReader(in)
+	tot, err := capture.DumpFile(stdout, files[0], os.Stdin, opt)
 	if err != nil {
-		fmt.Fprintf(stderr, "goroce decode: %s: %v\n", name, err)
-		return 2
-	}
-	tot, err := capture.Dump(stdout, r, opt)
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce decode: %s: %v\n", name, err)
+		fmt.Fprintf(stderr, "goroce decode: %v\n", err)
 		return 2
 	}
 	if tot.Bad > 0 {

@@ -7,6 +7,8 @@ import (
 	"io"
 
 	"github.com/goroce/goroce/cm"
+	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/internal/pingpong"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -18,7 +20,7 @@ type ppConfig struct {
 	pingpong.Config
 	devName string
 	sl      int
-	soft    softConfig
+	soft    devinfo.Soft
 	stderr  io.Writer // where the packet path is said (stdout is rdma-core's report)
 }
 
@@ -47,7 +49,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	name := "pingpong " + args[0]
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.soft.register(fs)
+	registerSoft(fs, &c.soft)
 	alias := func(short, long string, def int, usage string, p *int) {
 		fs.IntVar(p, short, def, usage)
 		fs.IntVar(p, long, def, "same as -"+short)
@@ -82,7 +84,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for connection\n       goroce %s [flags] HOST    connect to server at HOST\n\nflags:\n", name, name)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args[1:]); !ok {
+	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
 		return code
 	}
 	switch {
@@ -111,7 +113,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 // runPP opens the device c names (a libibverbs device, or the soft device)
 // and runs the program on it.
 func runPP(c *ppConfig, out io.Writer) error {
-	dev, _, closeDev, err := c.soft.openDevice(c.devName)
+	dev, _, closeDev, err := c.soft.OpenDevice(c.devName)
 	if err != nil {
 		return err
 	}

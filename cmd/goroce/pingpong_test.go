@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
-	"github.com/goroce/goroce/internal/testenv"
 	"io"
 	"net"
 	"os"
@@ -17,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 
 	"github.com/goroce/goroce/internal/netns"
 )
@@ -119,36 +119,6 @@ func TestParsePPReport(t *testing.T) {
 	}
 	if _, err := parsePPReport("8192000 bytes in 0.02 seconds = 3276.80 Mbit/sec\n"); err == nil {
 		t.Error("incomplete report accepted")
-	}
-}
-
-func newTestFlagSet() *flag.FlagSet {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	return fs
-}
-
-func TestParseFlagsInterspersed(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		n    int
-		ops  []string
-	}{
-		{[]string{"-n", "10", "host"}, 10, []string{"host"}},
-		{[]string{"host", "-n", "10"}, 10, []string{"host"}},
-		{[]string{"--iters=7", "host", "x"}, 7, []string{"host", "x"}},
-		{[]string{"-n", "3", "--", "-host"}, 3, []string{"-host"}},
-		{nil, 1000, nil},
-	} {
-		fs := newTestFlagSet()
-		n := fs.Int("n", 1000, "")
-		fs.IntVar(n, "iters", 1000, "")
-		if _, ok := parseFlags(fs, c.args); !ok {
-			t.Fatalf("%q: parse failed", c.args)
-		}
-		if *n != c.n || strings.Join(fs.Args(), ",") != strings.Join(c.ops, ",") {
-			t.Errorf("%q: n %d operands %q; want %d %q", c.args, *n, fs.Args(), c.n, c.ops)
-		}
 	}
 }
 

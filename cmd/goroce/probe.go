@@ -2,22 +2,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
+	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/probe"
 	"github.com/goroce/goroce/probe/ping"
-	"github.com/goroce/goroce/verbs"
 )
 
 // runProbe is `goroce probe`: the fabric prober's subcommands.
@@ -59,67 +57,13 @@ the responder's. Run "goroce probe SUBCOMMAND -h" for the flags.
 // device by -d in an ibverbs build, else the soft device on --addr.
 type deviceFlags struct {
 	dev  string
-	soft softConfig
+	soft devinfo.Soft
 }
 
 func (d *deviceFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&d.dev, "d", "", "RDMA device `dev` (default: the soft device "+softName+"; a libibverbs device such as rxe0 in an ibverbs build)")
 	fs.StringVar(&d.dev, "ib-dev", "", "same as -d")
-	d.soft.register(fs)
-}
-
-// probeDevice is an open device.
-type probeDevice struct {
-	ctx      verbs.Context
-	closeDev func()
-	name     string
-	provider string
-}
-
-func (d *probeDevice) close() {
-	d.ctx.Close()
-	d.closeDev()
-}
-
-// open opens the device the flags name.
-func (d *deviceFlags) open() (*probeDevice, error) {
-	dev, provider, closeDev, err := d.soft.openDevice(d.dev)
-	if err != nil {
-		return nil, err
-	}
-	ctx, err := dev.Open()
-	if err != nil {
-		closeDev()
-		return nil, fmt.Errorf("couldn't get context for %s: %w", dev.Name(), err)
-	}
-	return &probeDevice{ctx: ctx, closeDev: closeDev, name: dev.Name(), provider: provider}, nil
-}
-
-// secondsFlag is a duration given as seconds ("0.2", as ping takes it) or
-// with a unit ("200ms").
-type secondsFlag struct{ d *time.Duration }
-
-func (s secondsFlag) String() string {
-	if s.d == nil {
-		return ""
-	}
-	return s.d.String()
-}
-
-func (s secondsFlag) Set(v string) error {
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if f < 0 || f > 1e6 {
-			return errors.New("out of range")
-		}
-		*s.d = time.Duration(f * float64(time.Second))
-		return nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil || d < 0 {
-		return errors.New("not a duration (seconds, or with a unit: 200ms)")
-	}
-	*s.d = d
-	return nil
+	registerSoft(fs, &d.soft)
 }
 
 // onceConfig holds the flags of goroce probe once.
@@ -145,10 +89,10 @@ func runProbeOnce(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	c.interval, c.timeout = time.Second, time.Second
 	fs.IntVar(&c.count, "c", 0, "probes per host (default 5, or one per label with --labels or --paths)")
 	fs.IntVar(&c.count, "count", 0, "same as -c")
-	fs.Var(secondsFlag{&c.interval}, "i", "interval between rounds of probes, in seconds or with a unit (default 1)")
-	fs.Var(secondsFlag{&c.interval}, "interval", "same as -i")
-	fs.Var(secondsFlag{&c.timeout}, "W", "time to wait for a probe's ACKs before it is lost, in seconds or with a unit (default 1)")
-	fs.Var(secondsFlag{&c.timeout}, "timeout", "same as -W")
+	fs.Var(cliflag.Seconds{D: &c.interval}, "i", "interval between rounds of probes, in seconds or with a unit (default 1)")
+	fs.Var(cliflag.Seconds{D: &c.interval}, "interval", "same as -i")
+	fs.Var(cliflag.Seconds{D: &c.timeout}, "W", "time to wait for a probe's ACKs before it is lost, in seconds or with a unit (default 1)")
+	fs.Var(cliflag.Seconds{D: &c.timeout}, "timeout", "same as -W")
 	fs.IntVar(&c.labels, "labels", 0, "number of distinct flow labels (UDP source ports, ECMP paths) the probes rotate over (default 1)")
 	fs.IntVar(&c.paths, "paths", 0, "number of equal-cost paths to cover: as many labels as cover them with probability --prob")
 	fs.Float64Var(&c.prob, "prob", 0.99, "with --paths: the probability that every path is taken")
@@ -168,7 +112,7 @@ summary per host. Exit status 1 when a probe was lost or failed, 2 on usage or s
 flags:`)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	hosts := fs.Args()
@@ -191,41 +135,32 @@ flags:`)
 		fmt.Fprintln(stderr, "goroce probe once: -W must be positive")
 		return 2
 	}
-	nLabels := 1
-	if c.paths > 0 {
-		nLabels = probe.LabelCount(c.paths, c.prob)
-	} else if c.labels > 0 {
-		nLabels = c.labels
-	}
-	nLabels = min(nLabels, probe.MaxLabels)
+	labels := ping.Labels(c.labels, c.paths, c.prob, c.seed)
 	if !set["c"] && !set["count"] {
-		c.count = 5
+		c.count = ping.DefaultCount
 		if c.paths > 0 || c.labels > 0 {
-			c.count = nLabels
+			c.count = len(labels)
 		}
 	}
-	labels := probe.FlowLabels(c.seed, nLabels)
 
-	dev, err := c.dev.open()
+	dev, err := c.dev.soft.OpenContext(c.dev.dev)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe once:", err)
 		return 2
 	}
-	defer dev.close()
+	defer dev.Close()
 
-	hs := make([]*ping.Host, len(hosts))
-	for i, h := range hosts {
-		if hs[i], err = ping.Resolve(ctx, h, uint32(c.qpn), c.httpPort); err != nil {
-			fmt.Fprintf(stderr, "goroce probe once: %s: %v\n", h, err)
-			return 2
-		}
+	hs, err := ping.ResolveAll(ctx, hosts, uint32(c.qpn), c.httpPort)
+	if err != nil {
+		fmt.Fprintln(stderr, "goroce probe once:", err)
+		return 2
 	}
 	var lines io.Writer
 	if !c.json {
 		lines = stdout
 	}
-	lossy, err := ping.Main(ctx, dev.ctx, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels,
-		Lines: lines, Device: dev.name, Provider: dev.provider, JSON: c.json}, stdout)
+	lossy, err := ping.Main(ctx, dev.Context, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels,
+		Lines: lines, Device: dev.Name, Provider: dev.Provider, JSON: c.json}, stdout)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe once:", err)
 		return 2
@@ -255,48 +190,31 @@ JSON at http://ADDR:PORT`+probe.SelfPath+`, until SIGINT or SIGTERM.
 flags:`)
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 || qps < 1 || qps > 64 || httpPort < 0 || httpPort > 0xFFFF {
 		fs.Usage()
 		return 2
 	}
-	dev, err := df.open()
+	dev, err := df.soft.OpenContext(df.dev)
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe responder:", err)
 		return 2
 	}
-	defer dev.close()
-	r, err := probe.NewResponder(dev.ctx, probe.ResponderOptions{QPs: qps})
+	defer dev.Close()
+	srv, err := probe.NewSelfServer(dev.Context, probe.SelfServerOptions{QPs: qps, Listen: net.JoinHostPort("", strconv.Itoa(httpPort)),
+		Provider: dev.Provider, Device: dev.Name})
 	if err != nil {
 		fmt.Fprintln(stderr, "goroce probe responder:", err)
 		return 2
 	}
-	defer r.Close()
-	ln, err := net.Listen("tcp", net.JoinHostPort("", strconv.Itoa(httpPort)))
-	if err != nil {
-		fmt.Fprintln(stderr, "goroce probe responder:", err)
-		return 2
-	}
-	name, _ := os.Hostname()
-	self := probe.Self{Name: name, Addr: r.GID().Addr().String(), GID: r.GID().String(), QPNs: r.QPNs(), QKey: probe.QKey,
-		Provider: dev.provider, Device: dev.name, Timestamps: r.Timestamps().String(), Started: time.Now().UTC()}
-	mux := http.NewServeMux()
-	mux.Handle(probe.SelfPath, probe.SelfHandler(func() probe.Self { return self }))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
 	defer srv.Close()
-	qs := make([]string, len(self.QPNs))
-	for i, q := range self.QPNs {
-		qs[i] = fmt.Sprintf("0x%06x", q)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	fmt.Fprintf(stdout, "goroce probe responder: %s (%s) GID %s QPNs %s Q_Key 0x%08x, %s timestamps; self at http://%s%s\n",
-		dev.name, dev.provider, self.GID, strings.Join(qs, ","), probe.QKey, self.Timestamps,
-		net.JoinHostPort(self.Addr, strconv.Itoa(port)), probe.SelfPath)
+	self := srv.Self()
+	fmt.Fprintf(stdout, "goroce probe responder: %s (%s) GID %s QPNs %s Q_Key 0x%08x, %s timestamps; self at %s\n",
+		dev.Name, dev.Provider, self.GID, probe.FormatQPNs(self.QPNs), probe.QKey, self.Timestamps, srv.URL())
 	<-ctx.Done()
-	s := r.Stats()
+	s := srv.Stats()
 	fmt.Fprintf(stdout, "goroce probe responder: %d received, %d answered, %d invalid, %d dropped\n", s.Received, s.Answered, s.Invalid, s.Dropped)
 	return 0
 }

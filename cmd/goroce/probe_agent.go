@@ -5,12 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/goroce/goroce/provider/soft"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
+
+	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/internal/devinfo"
+	"github.com/goroce/goroce/provider/soft"
 
 	"github.com/goroce/goroce/probe/agent"
 )
@@ -21,8 +22,8 @@ import (
 func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("probe agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var sc softConfig
-	sc.register(fs)
+	var sc devinfo.Soft
+	registerSoft(fs, &sc)
 	var config, devName, listen, jsonl, level string
 	fs.StringVar(&config, "config", "", "the pinglist `file` (YAML; see package probe/pinglist); required")
 	fs.StringVar(&devName, "d", "", "use device `dev` (default: the soft device "+softName+" on --addr)")
@@ -34,7 +35,7 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nRuns the prober of one node of a fleet: a responder, probes to every target the\npinglist gives this node (found by --addr), and an HTTP server with /metrics,\n/probe/v1/self, /probe/v1/paths, /probe/v1/fleet and a live page at /.\nThe pinglist is reloaded when the file changes and on SIGHUP.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, args); !ok {
+	if code, ok := cliflag.Parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 || config == "" {
@@ -57,27 +58,23 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func probeAgent(sc softConfig, devName, config, listen, jsonl string, log *slog.Logger) error {
-	self, _, err := sc.resolve()
+// probeAgent runs the agent (agent.RunUntilSignal) on the device -d names.
+func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, log *slog.Logger) error {
+	self, _, err := sc.Resolve()
 	if err != nil {
 		return err
 	}
-	if _, ok := openHW(devName); ok && sc.addr == "" {
+	if _, ok := devinfo.OpenHW(devName); ok && sc.Addr == "" {
 		return errors.New("-d " + devName + ": give this node's address (as the pinglist lists it) with --addr")
 	}
-	dev, provider, closeDev, err := sc.openDevice(devName)
+	dev, err := sc.OpenContext(devName)
 	if err != nil {
 		return err
 	}
-	defer closeDev()
-	if sd, ok := dev.(*soft.Device); ok {
+	defer dev.Close()
+	if sd, ok := dev.Device.(*soft.Device); ok {
 		log.Info("soft device", "name", sd.Name(), "addr", sd.Addr(), "packet_path", sd.Path())
 	}
-	vctx, err := dev.Open()
-	if err != nil {
-		return err
-	}
-	defer vctx.Close()
 	var jw io.Writer
 	if jsonl != "" {
 		f, err := os.OpenFile(jsonl, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
@@ -87,28 +84,10 @@ func probeAgent(sc softConfig, devName, config, listen, jsonl string, log *slog.
 		defer f.Close()
 		jw = f
 	}
-	a, err := agent.New(agent.Options{
-		Device: vctx, Provider: provider, Pinglist: config, Self: self,
-		Listen: listen, Logger: log, JSONL: jw,
-	})
+	a, err := agent.New(agent.Options{Device: dev.Context, Provider: dev.Provider, Pinglist: config, Self: self,
+		Listen: listen, Logger: log, JSONL: jw})
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				log.Info("SIGHUP: reloading the pinglist")
-				a.Reload() // logs and counts its errors
-			}
-		}
-	}()
-	return a.Run(ctx)
+	return a.RunUntilSignal(context.Background())
 }

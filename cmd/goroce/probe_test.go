@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/goroce/goroce/internal/testenv"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
 )
 
 // Loopback addresses of the probe command tests.

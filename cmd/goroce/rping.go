@@ -7,8 +7,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 
+	"github.com/goroce/goroce/internal/cliflag"
+	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/internal/rping"
 )
 
@@ -22,9 +23,9 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		server, client bool
 		src            string
 		selfQP         bool
-		soft           softConfig
+		soft           devinfo.Soft
 	)
-	soft.register(fs)
+	registerSoft(fs, &soft)
 	fs.BoolVar(&server, "s", false, "server side")
 	fs.BoolVar(&client, "c", false, "client side")
 	fs.StringVar(&c.Addr, "a", "", "`addr`ess: the server's (client), the one to bind (server; default any)")
@@ -42,7 +43,7 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: goroce rping -s [-vVd] [-S size] [-C count] [-a addr] [-p port] [-P]\n       goroce rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]\n\nlibrdmacm's rping over goroce's soft device: rdma_cm (the IB CM on QP 1)\nthen RDMA READ, WRITE and SEND, so that either side may be rdma-core's rping.\n\nflags:")
 		fs.PrintDefaults()
 	}
-	if code, ok := parseFlags(fs, splitShortFlags(args)); !ok {
+	if code, ok := cliflag.Parse(fs, cliflag.SplitShort(args, "scvVdPq")); !ok {
 		return code
 	}
 	if fs.NArg() != 0 || server == client {
@@ -50,15 +51,10 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c.Server = server
-	if soft.addr == "" {
-		switch {
-		case client && src != "":
-			soft.addr = src
-		case server && c.Addr != "":
-			soft.addr = c.Addr
-		}
+	if soft.Addr == "" {
+		soft.Addr = c.DeviceAddr(src)
 	}
-	dev, err := soft.open(true)
+	dev, err := soft.Open(true)
 	if err != nil {
 		fmt.Fprintf(stderr, "goroce rping: %v\n", err)
 		return 1
@@ -74,20 +70,4 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
-}
-
-// splitShortFlags turns getopt's grouped boolean flags ("-vV") into
-// separate ones, as rping's users type them.
-func splitShortFlags(args []string) []string {
-	var out []string
-	for _, a := range args {
-		if len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.Trim(a[1:], "scvVdPq") == "" {
-			for _, r := range a[1:] {
-				out = append(out, "-"+string(r))
-			}
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
 }

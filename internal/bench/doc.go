@@ -34,4 +34,10 @@
 // after the run, every byte the test wrote or read; SEND messages go out from
 // the pattern and every received message is checked (length and bytes) into a
 // receive slot of its own that is cleared before it is posted again.
+//
+// RunSide runs one side as `goroce bench` does: it connects to the peer (a
+// TCP exchange, or rdma_cm with Side.CM), runs the test and prints the
+// report (WriteReport, or WriteJSON); RunBaselineSide does the same for the
+// raw-UDP baseline (Baseline), and RunLoopback runs both sides in one
+// process on two devices.
 package bench

@@ -1,6 +1,17 @@
-// Package devinfo prints RDMA devices as rdma-core's ibv_devinfo does, for
-// `goroce devinfo`: the device's attributes, its ports and, verbosely, its
-// limits and GID table.
+// Package devinfo opens the RDMA device a goroce command names and prints
+// RDMA devices as rdma-core's ibv_devinfo and ibv_devices do.
+//
+// Write prints a device for `goroce devinfo`: its attributes, its ports
+// and, verbosely, its limits and GID table (each GID's type named by
+// GIDType); WriteNames prints ibv_devinfo -l's list and WriteDevices
+// ibv_devices' table of names and node GUIDs.
+//
+// Soft says which soft device a command opens (address, packet path, pcap
+// file); Soft.OpenDevice and Soft.OpenContext open the device -d names: a
+// libibverbs device in a build with -tags ibverbs (OpenHW, HWDevices), else
+// the soft device SoftName. Soft.List gathers what goroce devices and
+// goroce devinfo list (Listing), and Soft.OpenPair opens the two devices
+// of goroce bench --loopback.
 package devinfo
 
 import (

@@ -55,6 +55,16 @@ type Config struct {
 	Timeout time.Duration
 }
 
+// DeviceAddr is the local address of the device rping runs on when none
+// is given: the client's source address src (-I), or the server's bind
+// address (-a); "" when the side has none.
+func (c Config) DeviceAddr(src string) string {
+	if c.Server {
+		return c.Addr
+	}
+	return src
+}
+
 // ErrMismatch is the client's -V failure.
 var ErrMismatch = errors.New("rping: data mismatch")
 

@@ -121,3 +121,20 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestDeviceAddr(t *testing.T) {
+	for _, c := range []struct {
+		server    bool
+		addr, src string
+		want      string
+	}{
+		{true, "10.0.0.1", "10.0.0.9", "10.0.0.1"}, // the server binds -a
+		{true, "", "10.0.0.9", ""},
+		{false, "10.0.0.1", "10.0.0.9", "10.0.0.9"}, // the client's -a is the server's
+		{false, "10.0.0.1", "", ""},
+	} {
+		if got := (Config{Server: c.server, Addr: c.addr}).DeviceAddr(c.src); got != c.want {
+			t.Errorf("server %v -a %q -I %q: %q, want %q", c.server, c.addr, c.src, got, c.want)
+		}
+	}
+}

@@ -36,7 +36,8 @@
 //     modification time and size, and its SHA-256 every ten seconds, which
 //     catches every way of replacing a file, including a Kubernetes
 //     ConfigMap's symlink swap that inotify on the file misses) and when
-//     Reload is called (goroce probe agent calls it on SIGHUP). Targets
+//     Reload is called (RunUntilSignal, as goroce probe agent runs, calls
+//     it on SIGHUP). Targets
 //     come and go without a restart, and those that stay keep their place
 //     in the label cycle and what was discovered of them. A file that does
 //     not parse, or no longer lists this node, is logged, counted in

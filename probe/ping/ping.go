@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/goroce/goroce/probe"
@@ -45,12 +44,8 @@ func Main(ctx context.Context, vctx verbs.Context, hs []*Host, c Config, w io.Wr
 	defer p.Close()
 	if !c.JSON {
 		for _, h := range hs {
-			qs := make([]string, len(h.QPNs))
-			for i, q := range h.QPNs {
-				qs[i] = fmt.Sprintf("0x%06x", q)
-			}
 			fmt.Fprintf(w, "PROBE %s (%s) GID %s QPN %s: %d probes over %d flow labels, from %s (%s) GID %s QPN 0x%06x\n",
-				h.Arg, h.Peer.Addr, h.Peer.GID, strings.Join(qs, ","), c.Count, len(c.Labels), c.Device, c.Provider, p.GID(), p.QPN())
+				h.Arg, h.Peer.Addr, h.Peer.GID, probe.FormatQPNs(h.QPNs), c.Count, len(c.Labels), c.Device, c.Provider, p.GID(), p.QPN())
 		}
 	}
 	if err := Run(ctx, p, results, hs, c); err != nil {

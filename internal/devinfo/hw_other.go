@@ -1,6 +1,6 @@
 //go:build !(linux && cgo && ibverbs)
 
-package main
+package devinfo
 
 import "github.com/goroce/goroce/verbs"
 
@@ -8,6 +8,6 @@ import "github.com/goroce/goroce/verbs"
 // this build can open: none without -tags ibverbs.
 func hwProviders() []verbs.Provider { return nil }
 
-// gidType names the type of a GID table entry as ibv_devinfo prints it: soft
+// GIDType names the type of a GID table entry as ibv_devinfo prints it: soft
 // devices' GIDs are RoCE v2.
-func gidType(verbs.Context, uint8, int) string { return "RoCE v2" }
+func GIDType(verbs.Context, uint8, int) string { return "RoCE v2" }

@@ -1,6 +1,6 @@
 //go:build linux && cgo && ibverbs
 
-package main
+package devinfo
 
 import (
 	"github.com/goroce/goroce/provider/ibverbs"
@@ -11,9 +11,9 @@ import (
 // this build can open: libibverbs' (built with -tags ibverbs).
 func hwProviders() []verbs.Provider { return []verbs.Provider{ibverbs.Provider{}} }
 
-// gidType names the type of a GID table entry as ibv_devinfo prints it:
+// GIDType names the type of a GID table entry as ibv_devinfo prints it:
 // libibverbs' devices report theirs; soft devices' GIDs are RoCE v2.
-func gidType(ctx verbs.Context, port uint8, index int) string {
+func GIDType(ctx verbs.Context, port uint8, index int) string {
 	if c, ok := ctx.(*ibverbs.Context); ok {
 		if e, err := c.QueryGIDEntry(port, index); err == nil {
 			return e.Type.String()

@@ -1,0 +1,110 @@
+package cliflag
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newTestFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func TestParseInterspersed(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		n    int
+		ops  []string
+	}{
+		{[]string{"-n", "10", "host"}, 10, []string{"host"}},
+		{[]string{"host", "-n", "10"}, 10, []string{"host"}},
+		{[]string{"--iters=7", "host", "x"}, 7, []string{"host", "x"}},
+		{[]string{"-n", "3", "--", "-host"}, 3, []string{"-host"}},
+		{nil, 1000, nil},
+	} {
+		fs := newTestFlagSet()
+		n := fs.Int("n", 1000, "")
+		fs.IntVar(n, "iters", 1000, "")
+		if _, ok := Parse(fs, c.args); !ok {
+			t.Fatalf("%q: parse failed", c.args)
+		}
+		if *n != c.n || strings.Join(fs.Args(), ",") != strings.Join(c.ops, ",") {
+			t.Errorf("%q: n %d operands %q; want %d %q", c.args, *n, fs.Args(), c.n, c.ops)
+		}
+	}
+}
+
+func TestParseEnds(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"-h"}, 0},
+		{[]string{"host", "-help"}, 0},
+		{[]string{"--bogus"}, 2},
+		{[]string{"host", "-n", "x"}, 2},
+	} {
+		fs := newTestFlagSet()
+		fs.Int("n", 0, "")
+		if code, ok := Parse(fs, c.args); ok || code != c.code {
+			t.Errorf("%q: code %d ok %v, want %d false", c.args, code, ok, c.code)
+		}
+	}
+}
+
+func TestSplitShort(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+	}{
+		{"-vV -c", "-v -V -c"},
+		{"-sVd -C 3", "-s -V -d -C 3"},
+		{"-vx", "-vx"},     // x is not one of the letters
+		{"--vV", "--vV"},   // long flags stay
+		{"-v vV", "-v vV"}, // operands stay
+		{"-S 100 -a", "-S 100 -a"},
+		{"", ""},
+	} {
+		got := strings.Join(SplitShort(strings.Fields(c.in), "scvVdPq"), " ")
+		if got != c.want {
+			t.Errorf("SplitShort(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestSeconds(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"0.2", 200 * time.Millisecond, true},
+		{"2", 2 * time.Second, true},
+		{"0", 0, true},
+		{"200ms", 200 * time.Millisecond, true},
+		{"1m30s", 90 * time.Second, true},
+		{"-1", 0, false},
+		{"1e7", 0, false},
+		{"-5ms", 0, false},
+		{"soon", 0, false},
+	} {
+		d := time.Hour
+		err := Seconds{&d}.Set(c.in)
+		if c.ok && (err != nil || d != c.want) {
+			t.Errorf("Set(%q) = %v, %v; want %v", c.in, d, err, c.want)
+		}
+		if !c.ok && (err == nil || d != time.Hour) {
+			t.Errorf("Set(%q) = %v, %v; want an error and no change", c.in, d, err)
+		}
+	}
+	d := 1500 * time.Millisecond
+	if s := (Seconds{&d}).String(); s != "1.5s" {
+		t.Errorf("String = %q", s)
+	}
+	if s := (Seconds{}).String(); s != "" {
+		t.Errorf("zero String = %q", s)
+	}
+}
