@@ -105,3 +105,20 @@ func TestFlowLabels(t *testing.T) {
 		t.Fatal("SourcePort(0) != 0")
 	}
 }
+
+// TestLabelCountAtMost: below its limit it is LabelCount; above, the limit,
+// found without computing the whole count (16,384 paths at 0.999 need about
+// 270,000 labels, which LabelCount takes tens of seconds to find).
+func TestLabelCountAtMost(t *testing.T) {
+	for _, paths := range []int{8, 16, 32, 100} {
+		if got, want := probe.LabelCountAtMost(paths, 0.99, probe.MaxLabels), probe.LabelCount(paths, 0.99); got != want {
+			t.Errorf("LabelCountAtMost(%d, 0.99, MaxLabels) = %d, LabelCount %d", paths, got, want)
+		}
+	}
+	if got := probe.LabelCountAtMost(16, 0.99, 100); got != 100 {
+		t.Errorf("LabelCountAtMost(16, 0.99, 100) = %d, want the limit 100 (LabelCount is 115)", got)
+	}
+	if got := probe.LabelCountAtMost(probe.MaxLabels, 0.999, probe.MaxLabels); got != probe.MaxLabels {
+		t.Errorf("LabelCountAtMost(MaxLabels, 0.999, MaxLabels) = %d", got)
+	}
+}

@@ -18,7 +18,7 @@ const DefaultCount = 5
 func Labels(labels, paths int, prob float64, seed uint64) []uint32 {
 	n := 1
 	if paths > 0 {
-		n = probe.LabelCount(paths, prob)
+		n = probe.LabelCountAtMost(paths, prob, probe.MaxLabels)
 	} else if labels > 0 {
 		n = labels
 	}
