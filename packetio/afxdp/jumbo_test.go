@@ -163,7 +163,8 @@ func TestNetnsJumboNoAllocs(t *testing.T) {
 // with EINVAL, as kernels before 6.6 refuse XDP_USE_SG) the error matches
 // ErrMultiBuffer, ErrMTU and packetio.ErrNotSupported (callers fall back to
 // the UDP path) and names the MTU; with Options.SingleBuffer an MTU over
-// one frame is refused with ErrMTU alone. Neither leaves the XDP program
+// one frame is refused with ErrMTU alone; too few frames for a batch of
+// two-frame transmit slots are refused. None leaves the XDP program
 // attached: a Conn opens afterwards.
 func TestNetnsJumboRefused(t *testing.T) {
 	p := newJumboPair(t)
@@ -186,6 +187,11 @@ func TestNetnsJumboRefused(t *testing.T) {
 	t.Logf("single-buffer: %v", err)
 	if !errors.Is(err, afxdp.ErrMTU) || errors.Is(err, afxdp.ErrMultiBuffer) || !errors.Is(err, packetio.ErrNotSupported) {
 		t.Errorf("Listen with SingleBuffer at MTU 9000: %v; want ErrMTU (not ErrMultiBuffer) and ErrNotSupported", err)
+	}
+	// 64 frames leave 32 to transmit, 16 slots of two: too few for a
+	// batch of 32.
+	if err = listen(afxdp.Options{Frames: 64}); err == nil || !strings.Contains(err.Error(), "transmit slots") {
+		t.Errorf("Listen with 64 frames at MTU 9000: %v; want an error about the transmit slots", err)
 	}
 	a := listenIn(t, p.A, p.AddrA, afxdp.Options{})
 	if multi, _ := a.MultiBuffer(); !multi {
