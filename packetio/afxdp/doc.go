@@ -81,14 +81,14 @@
 // Ethernet + 20 IPv4 + 8 UDP + 12 BTH + 16 RETH + 4 ImmDt + 4096 + 4 ICRC)
 // and so a link MTU of at least 4160, 9000 in practice; no UMEM frame of a 4 KiB
 // page holds one. Linux offers two ways past that: frames (chunks) larger
-// than a page, in unaligned chunk mode, which need the UMEM backed by
-// hugetlb pages (Linux 6.6), or multi-buffer AF_XDP (Linux 6.6), in which a
-// packet spans several frames. This package uses multi-buffer: it needs no
-// hugetlb pages (a system-wide reservation, none by default), and native
-// XDP on veth (and on most drivers) refuses, above an MTU of about 3.5 KiB,
-// any program not loaded with the frags flag ("Peer MTU is too large to
-// set XDP"), so larger frames alone would work on veth in generic mode
-// only. When the interface's MTU does not fit one frame (Options.FrameSize
+// than a page, which it accepts only for a UMEM backed by hugetlb pages
+// (Linux 6.6; on ordinary pages XDP_UMEM_REG refuses a chunk of 8 KiB with
+// EINVAL, aligned or unaligned), or multi-buffer AF_XDP (Linux 6.6), in
+// which a packet spans several frames. This package uses multi-buffer: it
+// needs no hugetlb pages (a system-wide reservation, none by default), and
+// native XDP on veth refuses, at an MTU of 9000, any program not loaded
+// with the frags flag (ERANGE: "Peer MTU is too large to set XDP"), so
+// larger frames alone would work on veth in generic mode only. When the interface's MTU does not fit one frame (Options.FrameSize
 // by default 4 KiB then), Listen loads the XDP program with
 // BPF_F_XDP_HAS_FRAGS (it reads only the headers, which are in the first
 // buffer) and binds the sockets with XDP_USE_SG; MultiBuffer reports it,
