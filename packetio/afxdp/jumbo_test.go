@@ -5,6 +5,7 @@ package afxdp_test
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,99 @@ func TestNetnsJumboRefused(t *testing.T) {
 	a := listenIn(t, p.A, p.AddrA, afxdp.Options{})
 	if multi, _ := a.MultiBuffer(); !multi {
 		t.Errorf("not multi-buffer after the refusals")
+	}
+}
+
+// A datagram to port 4791 longer than MaxPacket but within the MTU (8000
+// and 8964 bytes from a UDP socket: three 4 KiB frames each) is dropped
+// and counted as malformed; the packets around them arrive intact.
+func TestNetnsJumboOversize(t *testing.T) {
+	p := newJumboPair(t)
+	b := listenIn(t, p.B, p.AddrB, afxdp.Options{})
+	sizes := []int{100, 8000, 4132, 8972 - 8}
+	if err := p.A.Do(func() error {
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: p.AddrB.AsSlice(), Port: 4791})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for i, n := range sizes {
+			msg := make([]byte, n)
+			for j := range msg {
+				msg[j] = byte(i + j)
+			}
+			if _, err := c.Write(msg); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := packetiotest.Recv(t, b, 2, 5*time.Second)
+	for i, want := range []int{0, 2} {
+		if len(got[i].Buf) != sizes[want] || got[i].Buf[sizes[want]-1] != byte(want+sizes[want]-1) {
+			t.Errorf("packet %d: %d bytes, want the %d-byte datagram", i, len(got[i].Buf), sizes[want])
+		}
+	}
+	// The two oversized datagrams were redirected (each in three frames)
+	// and dropped by Receive.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := b.Receive(time.Now().Add(50 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		x, err := b.XDPStats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.Malformed == 2 && x.Redirected == 4 && x.RxChained == 3 && b.Stats().RxDrops == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redirected %d, chained %d, malformed %d, RxDrops %d; want 4, 3, 2, 2", x.Redirected, x.RxChained, x.Malformed, b.Stats().RxDrops)
+		}
+	}
+}
+
+// A packet in more frames than Receive holds at once (the MTU raised after
+// Listen: Batch 1 and 2 KiB frames hold the six of an MTU of 9000, and a
+// 15000-byte datagram at MTU 16000 takes eleven) is dropped, also the part
+// of it that comes after, and counted once as malformed; the next packet
+// arrives intact.
+func TestNetnsJumboChainTooLong(t *testing.T) {
+	p := newJumboPair(t)
+	b := listenIn(t, p.B, p.AddrB, afxdp.Options{Batch: 1, FrameSize: 2048})
+	for _, ns := range []*netns.NS{p.A, p.B} {
+		if out, err := ns.Exec("ip", "link", "set", netns.LinkName, "mtu", "16000"); err != nil {
+			t.Skipf("raising the MTU to 16000 with the program attached: %v: %s", err, out)
+		}
+	}
+	sizes := []int{15000, 100}
+	if err := p.A.Do(func() error {
+		c, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: p.AddrB.AsSlice(), Port: 4791})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for _, n := range sizes {
+			if _, err := c.Write(make([]byte, n)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := packetiotest.Recv(t, b, 1, 5*time.Second)
+	if len(got[0].Buf) != 100 {
+		t.Errorf("received %d bytes, want the 100-byte datagram", len(got[0].Buf))
+	}
+	x, err := b.XDPStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Redirected != 2 || x.Malformed != 1 || x.RxDropped != 0 {
+		t.Errorf("redirected %d, malformed %d, dropped by the kernel %d; want 2, 1, 0", x.Redirected, x.Malformed, x.RxDropped)
 	}
 }
