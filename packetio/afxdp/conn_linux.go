@@ -61,8 +61,11 @@ type Conn struct {
 	next   int        // socket to look at first (round robin)
 	recvFn func(fd uintptr) bool
 	rxN    int
-	wait   pollwait.Waiter // Receive's wait in the netpoller, and Wake
-	loop   loopback        // packets sent to the local address
+	// rxDropped counts what the last harvest read and dropped (frames,
+	// or the parts of a chain too long to hold), so that Receive reads on.
+	rxDropped int
+	wait      pollwait.Waiter // Receive's wait in the netpoller, and Wake
+	loop      loopback        // packets sent to the local address
 	// Multi-buffer: a packet received in several frames is copied into
 	// its batch slot of scratch (rxSlot bytes each), so that its Buf is
 	// contiguous; skip[i] is set while the rest of a chain too long to

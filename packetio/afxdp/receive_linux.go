@@ -41,10 +41,17 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 // recv is the netpoller callback of Receive: true when Receive should stop
 // waiting.
 func (c *Conn) recv(uintptr) bool {
-	if c.rxN = c.harvest(0); c.rxN > 0 {
-		return true
+	// A harvest that only dropped what it read (malformed packets, a
+	// chain too long to hold) may have left more in the RX ring, which no
+	// new readiness will announce: read on while it makes progress.
+	for {
+		if c.rxN = c.harvest(0); c.rxN > 0 {
+			return true
+		}
+		if c.rxDropped == 0 {
+			return c.wait.Stop()
+		}
 	}
-	return c.wait.Stop()
 }
 
 // recycle returns the frames of the last batch to the fill rings.
@@ -91,6 +98,7 @@ func (c *Conn) takeLoop() int {
 // returns the new total.
 func (c *Conn) harvest(k0 int) int {
 	c.recycle()
+	c.rxDropped = 0
 	k := k0
 	var bytes uint64
 	for range len(c.socks) {
@@ -129,6 +137,7 @@ func (c *Conn) harvest(k0 int) int {
 		}
 		s.rx.Release(got)
 		if drops > 0 {
+			c.rxDropped += drops
 			c.xctr.malformed.Add(uint64(drops))
 			c.ctr.RxDrops.Add(uint64(drops))
 		}
@@ -171,6 +180,7 @@ func (c *Conn) harvestChains(i int, s *socket, k int) (int, uint64) {
 				drops++
 			}
 			c.skip[i] = true
+			c.rxDropped++ // progress, though counted once
 			break
 		}
 		if c.skip[i] { // the end of a packet dropped above
@@ -178,6 +188,7 @@ func (c *Conn) harvestChains(i int, s *socket, k int) (int, uint64) {
 				h = append(h, s.rx.Get(start+j).Addr&mask)
 			}
 			c.skip[i] = false
+			c.rxDropped++ // progress
 			continue
 		}
 		var b []byte
@@ -215,6 +226,7 @@ func (c *Conn) harvestChains(i int, s *socket, k int) (int, uint64) {
 	s.rx.Release(j)
 	c.held[i] = h
 	if drops > 0 {
+		c.rxDropped += drops
 		c.xctr.malformed.Add(uint64(drops))
 		c.ctr.RxDrops.Add(uint64(drops))
 	}
