@@ -79,16 +79,17 @@
 //
 // A 4096-byte path MTU needs Ethernet frames of up to 4174 bytes (14
 // Ethernet + 20 IPv4 + 8 UDP + 12 BTH + 16 RETH + 4 ImmDt + 4096 + 4 ICRC)
-// and so a link MTU of at least 4160, 9000 in practice; no UMEM frame of a 4 KiB
-// page holds one. Linux offers two ways past that: frames (chunks) larger
-// than a page, which it accepts only for a UMEM backed by hugetlb pages
-// (Linux 6.6; on ordinary pages XDP_UMEM_REG refuses a chunk of 8 KiB with
-// EINVAL, aligned or unaligned), or multi-buffer AF_XDP (Linux 6.6), in
-// which a packet spans several frames. This package uses multi-buffer: it
-// needs no hugetlb pages (a system-wide reservation, none by default), and
-// native XDP on veth refuses, at an MTU of 9000, any program not loaded
-// with the frags flag (ERANGE: "Peer MTU is too large to set XDP"), so
-// larger frames alone would work on veth in generic mode only. When the interface's MTU does not fit one frame (Options.FrameSize
+// and so a link MTU of at least 4160, 9000 in practice; no UMEM frame of
+// a 4 KiB page holds one. Linux offers two ways past that: frames (chunks)
+// larger than a page, which it accepts only for a UMEM backed by hugetlb
+// pages (Linux 6.6; on ordinary pages XDP_UMEM_REG refuses a chunk of
+// 8 KiB with EINVAL, aligned or unaligned), or multi-buffer AF_XDP (Linux
+// 6.6), in which a packet spans several frames. This package uses
+// multi-buffer: it needs no hugetlb pages (a system-wide reservation, none
+// by default), and native XDP on veth refuses, at an MTU of 9000, any
+// program not loaded with the frags flag (ERANGE: "Peer MTU is too large
+// to set XDP"), so larger frames alone would work on veth in generic mode
+// only. When the interface's MTU does not fit one frame (Options.FrameSize
 // by default 4 KiB then), Listen loads the XDP program with
 // BPF_F_XDP_HAS_FRAGS (it reads only the headers, which are in the first
 // buffer) and binds the sockets with XDP_USE_SG; MultiBuffer reports it,
@@ -133,9 +134,8 @@
 // Receive reads up to Options.Batch packets from the RX rings and returns
 // them with Buf the UDP payload inside the UMEM frame (or, for a packet
 // chained over frames, inside Receive's copy of it), valid until the next
-// Receive. Addr and Port are the IP source and UDP source
-// port, Local the IP destination and TOS the IPv4 TOS byte, all read from
-// the frame. Frames that are not well-formed RoCEv2 (wire.ParseFrame) are
+// Receive. Addr and Port are the IP source and UDP source port, Local the
+// IP destination and TOS the IPv4 TOS byte, all read from the frame. Frames that are not well-formed RoCEv2 (wire.ParseFrame) are
 // dropped and counted in RxDrops. With nothing to read, Receive waits in
 // Go's netpoller on the socket (or on an epoll instance over the sockets of
 // several queues), which the kernel wakes when it fills the RX ring; Wake
