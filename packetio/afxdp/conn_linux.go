@@ -52,6 +52,8 @@ type Conn struct {
 	maxPacket int
 	batch     int
 	frameSize int
+	multi     bool // multi-buffer: a packet may span several frames (XDP_USE_SG)
+	rxChain   int  // the most frames one received Ethernet frame of the MTU spans
 
 	// Receive side: driver goroutine only.
 	rx     []packetio.Packet
@@ -59,13 +61,31 @@ type Conn struct {
 	next   int        // socket to look at first (round robin)
 	recvFn func(fd uintptr) bool
 	rxN    int
-	wait   pollwait.Waiter // Receive's wait in the netpoller, and Wake
-	loop   loopback        // packets sent to the local address
+	// rxDropped counts what the last harvest read and dropped (frames,
+	// or the parts of a chain too long to hold), so that Receive reads on.
+	rxDropped int
+	wait      pollwait.Waiter // Receive's wait in the netpoller, and Wake
+	loop      loopback        // packets sent to the local address
+	// Multi-buffer: a packet received in several frames is copied into
+	// its batch slot of scratch (rxSlot bytes each), so that its Buf is
+	// contiguous; skip[i] is set while the rest of a chain too long to
+	// hold is dropped on socket i.
+	scratch []byte
+	rxSlot  int
+	skip    []bool
 
-	// Send side: driver goroutine only. Frames are UMEM offsets of socks[0].
+	// Send side: driver goroutine only. A transmit slot is txPer adjacent
+	// frames of socks[0]'s UMEM from txBase on (one frame but in
+	// multi-buffer mode), named by its UMEM offset; pend counts each
+	// slot's descriptors not completed yet.
+	txBase uint64
+	slot   int
+	txPer  int
+	pend   []uint8
+
 	tx    []packetio.Packet
-	free  []uint64          // transmit frames not in use
-	lentF []uint64          // frames of the packets TxBatch lent, in order
+	free  []uint64          // transmit slots not in use
+	lentF []uint64          // slots of the packets TxBatch lent, in order
 	used  []bool            // Transmit: lentF[i] went to the TX ring
 	txl   packetio.TxLender // how many of tx are lent
 
@@ -73,7 +93,7 @@ type Conn struct {
 	inUse  atomic.Int32 // driver calls under way; Close unmaps only when none
 	ctr    packetio.Counters
 	xctr   struct {
-		fillEmpty, malformed, txDropped, txKicks, rxKicks, txStuck, looped atomic.Uint64
+		fillEmpty, malformed, txDropped, txKicks, rxKicks, txStuck, looped, rxChains, txChains atomic.Uint64
 	}
 }
 
@@ -101,9 +121,6 @@ func (o Options) withDefaults() Options {
 		// worth do; every other frame absorbs receive bursts.
 		o.RxFrames = o.Frames - max(o.Frames/8, min(2*o.Batch, o.Frames/2))
 	}
-	if o.FrameSize == 0 {
-		o.FrameSize = DefaultFrameSize
-	}
 	if o.Headroom == 0 {
 		o.Headroom = DefaultHeadroom
 	} else if o.Headroom < 0 {
@@ -115,19 +132,39 @@ func (o Options) withDefaults() Options {
 	if o.NeighbourTTL <= 0 {
 		o.NeighbourTTL = 5 * time.Second
 	}
+	if o.sgFlag == 0 {
+		o.sgFlag = unix.XDP_USE_SG
+	}
 	return o
 }
 
+// frameSize returns the UMEM frame size for an interface of MTU mtu:
+// Options.FrameSize, or DefaultFrameSize when it holds an Ethernet frame of
+// the MTU after the headroom, else JumboFrameSize.
+func (o Options) frameSize(mtu int) int {
+	if o.FrameSize != 0 {
+		return o.FrameSize
+	}
+	if mtu+wire.EthernetLen <= DefaultFrameSize-o.Headroom-unix.XDP_PACKET_HEADROOM || o.SingleBuffer {
+		return DefaultFrameSize
+	}
+	return JumboFrameSize
+}
+
 func (o Options) check() error {
+	fs := o.FrameSize
+	if fs == 0 {
+		fs = DefaultFrameSize
+	}
 	switch {
 	case o.Frames < 8 || o.Frames > 1<<20:
 		return fmt.Errorf("packetio/afxdp: Frames %d: want 8 to %d", o.Frames, 1<<20)
 	case o.RxFrames <= 0 || o.RxFrames >= o.Frames:
 		return fmt.Errorf("packetio/afxdp: RxFrames %d of %d frames: want some of them, not all", o.RxFrames, o.Frames)
-	case !isPow2(o.FrameSize) || o.FrameSize < 2048 || o.FrameSize > os.Getpagesize():
+	case !isPow2(fs) || fs < 2048 || fs > os.Getpagesize():
 		return fmt.Errorf("packetio/afxdp: FrameSize %d: want a power of two from 2048 to the page size (%d)", o.FrameSize, os.Getpagesize())
-	case o.FrameSize-o.Headroom-unix.XDP_PACKET_HEADROOM < hdrLen+wire.BTHLen+wire.ICRCLen:
-		return fmt.Errorf("packetio/afxdp: Headroom %d leaves no room in a %d-byte frame", o.Headroom, o.FrameSize)
+	case fs-o.Headroom-unix.XDP_PACKET_HEADROOM < hdrLen+wire.BTHLen+wire.ICRCLen:
+		return fmt.Errorf("packetio/afxdp: Headroom %d leaves no room in a %d-byte frame", o.Headroom, fs)
 	case o.Batch > o.RxFrames || o.Batch > o.Frames-o.RxFrames:
 		return fmt.Errorf("packetio/afxdp: Batch %d larger than the receive or transmit frames", o.Batch)
 	case o.Attach != AttachAuto && o.Attach != AttachNative && o.Attach != AttachGeneric:
@@ -158,7 +195,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	if !local.Is4() || local.IsUnspecified() {
 		return nil, fmt.Errorf("packetio/afxdp: listen on %v: want the IPv4 address of an interface: %w", local, errNotSupported)
 	}
-	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: o.TOS, batch: o.Batch, frameSize: o.FrameSize}
+	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: o.TOS, batch: o.Batch}
 	defer func() {
 		if err != nil {
 			c.release()
@@ -189,20 +226,17 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 		return nil, fmt.Errorf("packetio/afxdp: %s is not an Ethernet interface: %w", c.ifname, errNotSupported)
 	}
 	c.srcMAC = wire.MAC(at.HardwareAddr)
-	rxRoom := o.FrameSize - o.Headroom - unix.XDP_PACKET_HEADROOM
-	if c.mtu+wire.EthernetLen > rxRoom {
-		return nil, fmt.Errorf("packetio/afxdp: %s: MTU %d: frames of %d bytes hold %d bytes after the headroom, not %d (single-buffer AF_XDP; raise FrameSize or lower the MTU): %w: %w",
-			c.ifname, c.mtu, o.FrameSize, rxRoom, c.mtu+wire.EthernetLen, ErrMTU, errNotSupported)
+	if err := c.layout(&o); err != nil {
+		return nil, err
 	}
-	c.maxPacket = min(o.MaxPacket, c.mtu-wire.IPv4UDPLen, rxRoom-hdrLen, o.FrameSize-hdrLen)
 	queues := o.Queues
 	if queues == 0 {
 		queues = max(1, at.NumRxQueues-o.Queue)
 	}
 	c.neigh = newNeighbours(c.nl, c.ifidx, o.ResolveTimeout, o.NeighbourTTL)
 
-	if c.prog, err = loadProgram(o.Queue+queues, local, o.Port); err != nil {
-		return nil, err
+	if c.prog, err = loadProgram(o.Queue+queues, local, o.Port, c.multi); err != nil {
+		return nil, c.multiErr(err)
 	}
 	g := geometry{frames: o.Frames, rxFrames: o.RxFrames, frameSize: o.FrameSize, headroom: o.Headroom, populate: o.Populate, lock: o.Lock}
 	var binds []uint16
@@ -216,10 +250,15 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	default:
 		return nil, fmt.Errorf("packetio/afxdp: unknown copy mode %q", o.Copy)
 	}
+	if c.multi {
+		for i := range binds {
+			binds[i] |= o.sgFlag
+		}
+	}
 	// The program goes on first: some drivers accept zero-copy sockets only
 	// with XDP running.
 	if err = c.prog.attach(c.ifidx, o.Attach); err != nil {
-		return nil, err
+		return nil, c.multiErr(err)
 	}
 	for q := o.Queue; q < o.Queue+queues; q++ {
 		s, err := openQueue(c.ifidx, q, g, binds)
@@ -227,7 +266,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 			if o.Queues == 0 && q > o.Queue && errors.Is(err, unix.EINVAL) {
 				break // past the queues in use (the kernel reports the most the device may have)
 			}
-			return nil, fmt.Errorf("packetio/afxdp: %s queue %d: %w", c.ifname, q, err)
+			return nil, c.multiErr(fmt.Errorf("packetio/afxdp: %s queue %d: %w", c.ifname, q, err))
 		}
 		c.socks = append(c.socks, s)
 		if err = c.prog.register(q, s.fd); err != nil {
@@ -274,20 +313,74 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	c.rx = make([]packetio.Packet, o.Batch)
 	c.held = make([][]uint64, len(c.socks))
 	for i := range c.held {
-		c.held[i] = make([]uint64, 0, o.Batch)
+		c.held[i] = make([]uint64, 0, o.Batch*c.rxChain)
+	}
+	c.skip = make([]bool, len(c.socks))
+	if c.multi {
+		c.rxSlot = hdrLen + c.maxPacket
+		c.scratch = make([]byte, o.Batch*c.rxSlot)
 	}
 	c.recvFn = c.recv
 	c.wait.Init(c.f, c.raw, &c.closed, &c.ctr.Wakes)
-	c.loop = loopback{slots: o.RxFrames, size: c.maxPacket}
-	txN := g.txFrames()
+	c.loop = loopback{slots: max(o.Batch, o.RxFrames/c.rxChain), size: c.maxPacket}
+	slots := g.txFrames() / c.txPer
 	c.tx = make([]packetio.Packet, o.Batch)
-	c.free = make([]uint64, 0, txN)
-	for i := txN - 1; i >= 0; i-- {
-		c.free = append(c.free, uint64((o.RxFrames+i)*o.FrameSize))
+	c.txBase = uint64(o.RxFrames * o.FrameSize)
+	c.pend = make([]uint8, slots)
+	c.free = make([]uint64, 0, slots)
+	for i := slots - 1; i >= 0; i-- {
+		c.free = append(c.free, c.txBase+uint64(i*c.slot))
 	}
 	c.lentF = make([]uint64, 0, o.Batch)
 	c.used = make([]bool, o.Batch)
 	return c, nil
+}
+
+// layout picks the frame size for the interface's MTU (o.FrameSize is set
+// to it), whether packets are chained over frames (multi-buffer), the
+// largest packet and the transmit slots.
+func (c *Conn) layout(o *Options) error {
+	o.FrameSize = o.frameSize(c.mtu)
+	c.frameSize = o.FrameSize
+	if err := o.check(); err != nil {
+		return err
+	}
+	eth := c.mtu + wire.EthernetLen
+	rxRoom := o.FrameSize - o.Headroom - unix.XDP_PACKET_HEADROOM
+	c.rxChain, c.txPer, c.slot = 1, 1, o.FrameSize
+	if eth <= rxRoom {
+		c.maxPacket = min(o.MaxPacket, c.mtu-wire.IPv4UDPLen, rxRoom-hdrLen, o.FrameSize-hdrLen)
+		return nil
+	}
+	if o.SingleBuffer {
+		return fmt.Errorf("packetio/afxdp: %s: MTU %d: frames of %d bytes hold %d bytes after the headroom, not %d (single-buffer AF_XDP, Options.SingleBuffer; raise FrameSize or lower the MTU): %w: %w",
+			c.ifname, c.mtu, o.FrameSize, rxRoom, eth, ErrMTU, errNotSupported)
+	}
+	c.multi = true
+	c.maxPacket = min(o.MaxPacket, c.mtu-wire.IPv4UDPLen)
+	c.rxChain = (eth + rxRoom - 1) / rxRoom
+	c.txPer = (hdrLen + c.maxPacket + o.FrameSize - 1) / o.FrameSize
+	c.slot = c.txPer * o.FrameSize
+	if slots := (o.Frames - o.RxFrames) / c.txPer; o.Batch > slots {
+		return fmt.Errorf("packetio/afxdp: Batch %d larger than the %d transmit slots (%d frames, %d per %d-byte packet)",
+			o.Batch, slots, o.Frames-o.RxFrames, c.txPer, c.maxPacket)
+	}
+	if (o.RxFrames)/c.rxChain < o.Batch {
+		return fmt.Errorf("packetio/afxdp: Batch %d larger than the %d packets of %d receive frames (%d per Ethernet frame of MTU %d)",
+			o.Batch, o.RxFrames/c.rxChain, o.RxFrames, c.rxChain, c.mtu)
+	}
+	return nil
+}
+
+// multiErr marks an error of setting up multi-buffer AF_XDP as the kernel's
+// or driver's refusal of it (ErrMultiBuffer, ErrMTU,
+// packetio.ErrNotSupported), so that a caller falls back.
+func (c *Conn) multiErr(err error) error {
+	if !c.multi || errors.Is(err, ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("packetio/afxdp: %s: MTU %d needs packets chained over %d-byte frames (multi-buffer AF_XDP: an XDP program with frags, XDP_USE_SG; Linux 6.6 or later, generic XDP 6.8), refused: %w: %w: %w: %w",
+		c.ifname, c.mtu, c.frameSize, ErrMultiBuffer, ErrMTU, errNotSupported, err)
 }
 
 // openQueue opens the socket of one queue, trying the bind modes in order.
@@ -351,6 +444,11 @@ func (c *Conn) Mode() string { return c.mode }
 // Interface returns the name of the interface.
 func (c *Conn) Interface() string { return c.ifname }
 
+// MultiBuffer reports whether a packet may span several UMEM frames
+// (multi-buffer AF_XDP, for an MTU that one frame does not hold), and
+// returns the frame size.
+func (c *Conn) MultiBuffer() (bool, int) { return c.multi, c.frameSize }
+
 // Queues returns how many RX queues (sockets) the Conn serves.
 func (c *Conn) Queues() int { return len(c.socks) }
 
@@ -387,6 +485,8 @@ type XDPStats struct {
 	RxKicks       uint64 // recvfrom calls that woke a driver waiting for fill-ring frames
 	TxStuck       uint64 // Transmits that left frames on the TX ring after their kicks (sent by a later kick)
 	Looped        uint64 // packets sent to the local address and looped back (in PacketsOut and, once received, PacketsIn)
+	RxChained     uint64 // multi-buffer: packets received in several frames (copied into one buffer)
+	TxChained     uint64 // multi-buffer: packets sent in several frames
 }
 
 // XDPStats returns the counters of the AF_XDP path.
@@ -420,6 +520,8 @@ func (c *Conn) XDPStats() (XDPStats, error) {
 	st.RxKicks = c.xctr.rxKicks.Load()
 	st.TxStuck = c.xctr.txStuck.Load()
 	st.Looped = c.xctr.looped.Load()
+	st.RxChained = c.xctr.rxChains.Load()
+	st.TxChained = c.xctr.txChains.Load()
 	return st, nil
 }
 

@@ -17,3 +17,12 @@ type Conn struct{ packetio.Conn }
 func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	return nil, fmt.Errorf("packetio/afxdp: AF_XDP is Linux only: %w", packetio.ErrNotSupported)
 }
+
+// Mode is "" (no AF_XDP here).
+func (c *Conn) Mode() string { return "" }
+
+// Interface is "" (no AF_XDP here).
+func (c *Conn) Interface() string { return "" }
+
+// MultiBuffer is false, 0 (no AF_XDP here).
+func (c *Conn) MultiBuffer() (bool, int) { return false, 0 }

@@ -252,33 +252,41 @@ func TestNetnsResolvesNeighbour(t *testing.T) {
 	}
 }
 
-// An MTU that a frame cannot hold (single-buffer AF_XDP) is refused with an
-// error matching ErrMTU and packetio.ErrNotSupported; 4 KiB frames hold an
-// MTU of 3000.
+// An MTU that a 2 KiB frame cannot hold is refused with
+// Options.SingleBuffer, with an error matching ErrMTU and
+// packetio.ErrNotSupported; by default (and with FrameSize 4096) 4 KiB
+// frames hold an MTU of 3000, one frame per packet.
 func TestNetnsMTU(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{Prefix: testPrefix, MTU: 3000})
 	var err error
 	p.A.Do(func() error {
 		var c *afxdp.Conn
-		if c, err = afxdp.Listen(p.AddrA, afxdp.Options{}); err == nil {
+		if c, err = afxdp.Listen(p.AddrA, afxdp.Options{SingleBuffer: true}); err == nil {
 			c.Close()
 		}
 		return nil
 	})
 	if !errors.Is(err, afxdp.ErrMTU) || !errors.Is(err, packetio.ErrNotSupported) {
-		t.Fatalf("Listen with MTU 3000 and 2 KiB frames: %v; want ErrMTU", err)
+		t.Fatalf("Listen with MTU 3000 and 2 KiB frames, single-buffer: %v; want ErrMTU", err)
 	}
 	t.Logf("refused: %v", err)
 	if os.Getpagesize() < 4096 {
 		t.Skip("pages smaller than 4 KiB")
 	}
-	a := listenIn(t, p.A, p.AddrA, afxdp.Options{FrameSize: 4096})
-	b := listenIn(t, p.B, p.AddrB, afxdp.Options{FrameSize: 4096})
-	if a.MaxPacket() != 3000-28 {
-		t.Errorf("MaxPacket %d, want %d", a.MaxPacket(), 3000-28)
+	for _, fs := range []int{0, 4096} {
+		a := listenIn(t, p.A, p.AddrA, afxdp.Options{FrameSize: fs})
+		b := listenIn(t, p.B, p.AddrB, afxdp.Options{FrameSize: fs})
+		if multi, size := a.MultiBuffer(); multi || size != 4096 {
+			t.Errorf("FrameSize %d: multi-buffer %v, %d-byte frames; want single-buffer 4096", fs, multi, size)
+		}
+		if a.MaxPacket() != 3000-28 {
+			t.Errorf("MaxPacket %d, want %d", a.MaxPacket(), 3000-28)
+		}
+		packetiotest.Send(t, a, b, 5, 8, a.MaxPacket())
+		packetiotest.Check(t, packetiotest.Recv(t, b, 8, 5*time.Second), a, b, 5, a.MaxPacket())
+		a.Close()
+		b.Close()
 	}
-	packetiotest.Send(t, a, b, 5, 8, a.MaxPacket())
-	packetiotest.Check(t, packetiotest.Recv(t, b, 8, 5*time.Second), a, b, 5, a.MaxPacket())
 }
 
 func TestListenErrors(t *testing.T) {
@@ -388,28 +396,45 @@ func TestNetnsModes(t *testing.T) {
 
 // The kernel puts received data Headroom + XDP_PACKET_HEADROOM (256) bytes
 // into a frame: with a headroom that leaves exactly 1514 bytes of a 2 KiB
-// frame, full-size frames of an MTU-1500 link still arrive whole; one byte
-// more headroom and Listen refuses the MTU.
+// frame, full-size frames of an MTU-1500 link still arrive whole, in one
+// frame; with one byte more headroom a single-buffer Listen refuses the
+// MTU, and a multi-buffer one receives full-size frames in two 2 KiB
+// frames (and sends them in one), intact.
 func TestNetnsHeadroomBoundary(t *testing.T) {
 	p := newPair(t)
 	const exact = 2048 - 256 - (1500 + 14)
 	a := listenIn(t, p.A, p.AddrA, afxdp.Options{Headroom: exact})
 	b := listenIn(t, p.B, p.AddrB, afxdp.Options{Headroom: exact})
+	if multi, fs := a.MultiBuffer(); multi || fs != 2048 {
+		t.Errorf("multi-buffer %v, %d-byte frames; want single-buffer 2048", multi, fs)
+	}
 	packetiotest.Send(t, a, b, 0, 8, a.MaxPacket())
 	packetiotest.Check(t, packetiotest.Recv(t, b, 8, 5*time.Second), a, b, 0, a.MaxPacket())
 	if x, err := b.XDPStats(); err != nil || x.RxDropped != 0 {
 		t.Fatalf("receiver dropped %d (%v)", x.RxDropped, err)
 	}
 	a.Close()
+	b.Close()
 	var err error
 	p.A.Do(func() error {
 		var c *afxdp.Conn
-		if c, err = afxdp.Listen(p.AddrA, afxdp.Options{Headroom: exact + 1}); err == nil {
+		if c, err = afxdp.Listen(p.AddrA, afxdp.Options{Headroom: exact + 1, FrameSize: 2048, SingleBuffer: true}); err == nil {
 			c.Close()
 		}
 		return nil
 	})
 	if !errors.Is(err, afxdp.ErrMTU) {
 		t.Fatalf("headroom %d: %v; want ErrMTU", exact+1, err)
+	}
+	o := afxdp.Options{Headroom: exact + 1, FrameSize: 2048}
+	a = listenIn(t, p.A, p.AddrA, o)
+	b = listenIn(t, p.B, p.AddrB, o)
+	if multi, _ := b.MultiBuffer(); !multi || b.MaxPacket() != 1500-28 {
+		t.Fatalf("headroom %d: multi-buffer %v, MaxPacket %d; want multi-buffer, %d", exact+1, multi, b.MaxPacket(), 1500-28)
+	}
+	packetiotest.Send(t, a, b, 0, 8, a.MaxPacket())
+	packetiotest.Check(t, packetiotest.Recv(t, b, 8, 5*time.Second), a, b, 0, a.MaxPacket())
+	if x, err := b.XDPStats(); err != nil || x.RxDropped != 0 || x.RxChained != 8 {
+		t.Fatalf("receiver: %d chained (want 8), %d dropped (%v)", x.RxChained, x.RxDropped, err)
 	}
 }

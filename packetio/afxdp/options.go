@@ -8,7 +8,8 @@ import (
 // Defaults of Options.
 const (
 	DefaultFrames    = 2048 // UMEM frames
-	DefaultFrameSize = 2048 // bytes per frame
+	DefaultFrameSize = 2048 // bytes per frame, when a frame holds a whole Ethernet frame of the interface's MTU
+	JumboFrameSize   = 4096 // bytes per frame, when it does not (multi-buffer: a packet spans frames)
 	DefaultHeadroom  = 256  // UMEM headroom: bytes the kernel leaves free before received data, besides its own XDP_PACKET_HEADROOM
 )
 
@@ -28,10 +29,21 @@ const (
 
 var (
 	// ErrMTU is matched by the error of Listen when the interface's MTU
-	// does not fit a UMEM frame (single-buffer AF_XDP): a frame of
-	// FrameSize bytes holds at most FrameSize - Headroom - 256 bytes of
-	// Ethernet frame. It also matches packetio.ErrNotSupported.
+	// does not fit a UMEM frame (a frame of FrameSize bytes holds at most
+	// FrameSize - Headroom - 256 bytes of Ethernet frame) and frames cannot
+	// be chained: Options.SingleBuffer is set, or the kernel or driver
+	// refused multi-buffer AF_XDP (then the error also matches
+	// ErrMultiBuffer). It also matches packetio.ErrNotSupported, so that a
+	// caller falls back to the UDP path, which carries any MTU.
 	ErrMTU = errors.New("packetio/afxdp: MTU too large for the UMEM frame")
+	// ErrMultiBuffer is matched by the error of Listen when the interface's
+	// MTU needs packets chained over several UMEM frames and the kernel or
+	// driver refused it: loading the XDP program with the frags flag
+	// (BPF_F_XDP_HAS_FRAGS, Linux 5.18), attaching it (native: a driver
+	// without XDP frags support; generic: Linux 6.8), or binding the socket
+	// with XDP_USE_SG (Linux 6.6; in zero-copy mode also driver support).
+	// It also matches ErrMTU and packetio.ErrNotSupported.
+	ErrMultiBuffer = errors.New("packetio/afxdp: multi-buffer AF_XDP not supported")
 	// ErrPermission is matched by the error of Listen when the kernel
 	// refuses for lack of privilege (EPERM: AF_XDP and BPF need
 	// CAP_NET_RAW, CAP_NET_ADMIN and CAP_BPF or CAP_SYS_ADMIN). It also
@@ -59,8 +71,8 @@ type Options struct {
 	// TxBatch lends. Default packetio.DefaultBatch.
 	Batch int
 	// MaxPacket caps the largest transport packet (UDP payload). Default
-	// packetio.DefaultMaxPacket, lowered to what the interface MTU and the
-	// frame size allow.
+	// packetio.DefaultMaxPacket (a 4096-byte path MTU's packets), lowered to
+	// what the interface MTU allows (and, single-buffer, the frame size).
 	MaxPacket int
 	// Frames is the number of UMEM frames (at least 8): RxFrames of them
 	// are for receiving (kept in the fill ring), the rest for
@@ -71,8 +83,15 @@ type Options struct {
 	// the frames): 1792 of the default 2048.
 	RxFrames int
 	// FrameSize is the UMEM frame (chunk) size: a power of two from 2048
-	// to the page size (aligned chunk mode). Default DefaultFrameSize.
+	// to the page size (aligned chunk mode). Default DefaultFrameSize when
+	// such a frame holds an Ethernet frame of the interface's MTU (1500),
+	// else JumboFrameSize (multi-buffer, unless that frame holds it).
 	FrameSize int
+	// SingleBuffer refuses (ErrMTU) an interface whose MTU does not fit
+	// one frame, instead of chaining a packet's frames (multi-buffer
+	// AF_XDP: XDP_USE_SG, descriptors with XDP_PKT_CONTD, an XDP program
+	// loaded with frags support).
+	SingleBuffer bool
 	// Headroom is the UMEM headroom. Default DefaultHeadroom; negative for
 	// none.
 	Headroom int
@@ -94,4 +113,9 @@ type Options struct {
 	// NeighbourTTL is how long a resolved MAC address is used before the
 	// neighbour table is read again. Default 5 s.
 	NeighbourTTL time.Duration
+
+	// sgFlag is the bind flag that asks for multi-buffer (XDP_USE_SG);
+	// tests set a flag the kernel does not know to see Listen refused as
+	// on a kernel without multi-buffer AF_XDP.
+	sgFlag uint16
 }

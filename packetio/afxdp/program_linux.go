@@ -114,8 +114,10 @@ const (
 )
 
 // loadProgram creates the maps (an XSKMAP of queues entries) and the
-// program for packets to local:port. attach attaches it.
-func loadProgram(queues int, local netip.Addr, port uint16) (_ *xdpProgram, err error) {
+// program for packets to local:port; frags loads it with
+// BPF_F_XDP_HAS_FRAGS (it then sees frames larger than a page, in several
+// buffers: it reads only the headers, in the first). attach attaches it.
+func loadProgram(queues int, local netip.Addr, port uint16, frags bool) (_ *xdpProgram, err error) {
 	p := &xdpProgram{}
 	defer func() {
 		if err != nil {
@@ -128,11 +130,16 @@ func loadProgram(queues int, local netip.Addr, port uint16) (_ *xdpProgram, err 
 	if p.counters, err = ebpf.NewMap(&ebpf.MapSpec{Name: "goroce_xdpctr", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: numCounters}); err != nil {
 		return nil, bpfErr("create counters map", err)
 	}
+	var flags uint32
+	if frags {
+		flags = unix.BPF_F_XDP_HAS_FRAGS
+	}
 	if p.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name:         "goroce_xdp",
 		Type:         ebpf.XDP,
 		Instructions: instructions(p.xsks, p.counters, local, port),
 		License:      "Dual MIT/GPL",
+		Flags:        flags,
 	}); err != nil {
 		return nil, bpfErr("load XDP program", err)
 	}

@@ -3,6 +3,8 @@ package afxdp
 import (
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/wire"
 )
@@ -39,10 +41,17 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 // recv is the netpoller callback of Receive: true when Receive should stop
 // waiting.
 func (c *Conn) recv(uintptr) bool {
-	if c.rxN = c.harvest(0); c.rxN > 0 {
-		return true
+	// A harvest that only dropped what it read (malformed packets, a
+	// chain too long to hold) may have left more in the RX ring, which no
+	// new readiness will announce: read on while it makes progress.
+	for {
+		if c.rxN = c.harvest(0); c.rxN > 0 {
+			return true
+		}
+		if c.rxDropped == 0 {
+			return c.wait.Stop()
+		}
 	}
-	return c.wait.Stop()
 }
 
 // recycle returns the frames of the last batch to the fill rings.
@@ -89,6 +98,7 @@ func (c *Conn) takeLoop() int {
 // returns the new total.
 func (c *Conn) harvest(k0 int) int {
 	c.recycle()
+	c.rxDropped = 0
 	k := k0
 	var bytes uint64
 	for range len(c.socks) {
@@ -102,6 +112,12 @@ func (c *Conn) harvest(k0 int) int {
 			// ring again.
 			kickRx(s.fd)
 			c.xctr.rxKicks.Add(1)
+		}
+		if c.multi {
+			var b uint64
+			k, b = c.harvestChains(i, s, k)
+			bytes += b
+			continue
 		}
 		room := min(c.batch-k, cap(c.held[i])-len(c.held[i]))
 		if room <= 0 {
@@ -121,12 +137,103 @@ func (c *Conn) harvest(k0 int) int {
 		}
 		s.rx.Release(got)
 		if drops > 0 {
+			c.rxDropped += drops
 			c.xctr.malformed.Add(uint64(drops))
 			c.ctr.RxDrops.Add(uint64(drops))
 		}
 	}
 	c.ctr.Received(k-k0, bytes)
 	return k
+}
+
+// harvestChains reads packets from socket i's RX ring into c.rx[k:], up
+// to a batch in all, in multi-buffer mode: a packet is one descriptor, or
+// several whose every one but the last has XDP_PKT_CONTD. A one-frame
+// packet is returned in place; the frames of a longer one are copied, in
+// order, into its slot of c.scratch. It returns the new total and the
+// bytes received.
+func (c *Conn) harvestChains(i int, s *socket, k int) (int, uint64) {
+	h := c.held[i]
+	limit := uint32(cap(h) - len(h)) // at least rxChain descriptors: recycle emptied h
+	start, got := s.rx.Peek(limit)
+	mask := ^uint64(c.frameSize - 1)
+	var bytes uint64
+	drops, chains := 0, 0
+	j := uint32(0)
+	for j < got && k < c.batch {
+		e := j // the packet's last descriptor
+		for e < got && s.rx.Get(start+e).Options&unix.XDP_PKT_CONTD != 0 {
+			e++
+		}
+		if e == got {
+			// The rest of the packet is not in view. The kernel publishes
+			// whole packets, so this is a packet longer than the
+			// descriptors Receive holds (the MTU grew since Listen): it
+			// is dropped, with the rest of it when that comes.
+			if j > 0 || got < limit {
+				break
+			}
+			for ; j < got; j++ {
+				h = append(h, s.rx.Get(start+j).Addr&mask)
+			}
+			if !c.skip[i] {
+				drops++
+			}
+			c.skip[i] = true
+			c.rxDropped++ // progress, though counted once
+			break
+		}
+		if c.skip[i] { // the end of a packet dropped above
+			for ; j <= e; j++ {
+				h = append(h, s.rx.Get(start+j).Addr&mask)
+			}
+			c.skip[i] = false
+			c.rxDropped++ // progress
+			continue
+		}
+		var b []byte
+		if e == j {
+			d := s.rx.Get(start + j)
+			h = append(h, d.Addr&mask)
+			if d.Addr+uint64(d.Len) <= uint64(len(s.umem)) {
+				b = s.umem[d.Addr : d.Addr+uint64(d.Len)]
+			}
+			j++
+		} else {
+			chains++
+			dst := c.scratch[k*c.rxSlot : (k+1)*c.rxSlot]
+			n, ok := 0, true
+			for ; j <= e; j++ {
+				d := s.rx.Get(start + j)
+				h = append(h, d.Addr&mask)
+				if !ok || d.Addr+uint64(d.Len) > uint64(len(s.umem)) || n+int(d.Len) > len(dst) {
+					ok = false // out of the UMEM, or longer than MaxPacket
+					continue
+				}
+				n += copy(dst[n:], s.umem[d.Addr:d.Addr+uint64(d.Len)])
+			}
+			if ok {
+				b = dst[:n]
+			}
+		}
+		if b == nil || !c.parse(b, &c.rx[k]) {
+			drops++
+			continue
+		}
+		bytes += uint64(len(c.rx[k].Buf))
+		k++
+	}
+	s.rx.Release(j)
+	c.held[i] = h
+	if drops > 0 {
+		c.rxDropped += drops
+		c.xctr.malformed.Add(uint64(drops))
+		c.ctr.RxDrops.Add(uint64(drops))
+	}
+	if chains > 0 {
+		c.xctr.rxChains.Add(uint64(chains))
+	}
+	return k, bytes
 }
 
 // parse fills p from a received frame; false when it is not a well-formed

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/afxdp"
 )
@@ -114,19 +115,34 @@ func pump(a, b packetio.Conn, n, size, window int, limit time.Duration) pumpResu
 }
 
 // TestNetnsSoak sends -afxdp.soak packets (200,000 by default; 10,000,000
-// for the long soak) one way over AF_XDP between two namespaces and
-// reconciles every counter: what the sender handed to the kernel, what the
-// device dropped, what the XDP program redirected, what the kernel dropped
-// at the socket (RX ring full, no fill-ring frame, other) and what Receive
+// for the long soak) of 256 bytes one way over AF_XDP between two
+// namespaces, and a quarter as many of 4132 bytes (a 4174-byte Ethernet frame: a
+// 4096-byte path MTU's largest RoCE packet) over veth of MTU 9000
+// (multi-buffer: each sent and received in two frames), and reconciles
+// every counter: what the sender handed to the kernel, what the device
+// dropped, what the XDP program redirected, what the kernel dropped at the
+// socket (RX ring full, no fill-ring frame, other) and what Receive
 // returned. Nothing the kernel delivered is lost, and with the window below
 // the ring size nothing is dropped at all.
 func TestNetnsSoak(t *testing.T) {
-	n := *soakPackets
-	p := newPair(t)
+	for _, c := range []struct {
+		name    string
+		pair    func(testing.TB) *netns.Pair
+		size, n int
+		multi   bool
+	}{
+		{"mtu1500", newPair, 256, *soakPackets, false},
+		{"mtu9000", newJumboPair, jumboFrame - 42, *soakPackets / 4, true},
+	} {
+		t.Run(c.name, func(t *testing.T) { soak(t, c.pair(t), c.size, c.n, c.multi) })
+	}
+}
+
+func soak(t *testing.T, p *netns.Pair, size, n int, multi bool) {
 	a := listenIn(t, p.A, p.AddrA, afxdp.Options{})
 	b := listenIn(t, p.B, p.AddrB, afxdp.Options{})
 	limit := 30*time.Second + time.Duration(n)*20*time.Microsecond
-	res := pump(a, b, n, 256, 512, limit)
+	res := pump(a, b, n, size, 512, limit)
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
@@ -139,7 +155,7 @@ func TestNetnsSoak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d packets of 256 B in %v (%.0f packets/s), mode %s", res.received, res.elapsed.Round(time.Millisecond), float64(res.received)/res.elapsed.Seconds(), a.Mode())
+	t.Logf("%d packets of %d B in %v (%.0f packets/s), mode %s", res.received, size, res.elapsed.Round(time.Millisecond), float64(res.received)/res.elapsed.Seconds(), a.Mode())
 	t.Logf("sender %+v\n%+v", sa, xa)
 	t.Logf("receiver %+v\n%+v", sb, xb)
 	if sa.PacketsOut != uint64(n) || sa.TxErrors != 0 {
@@ -156,5 +172,13 @@ func TestNetnsSoak(t *testing.T) {
 	if sb.PacketsIn != uint64(n) || xb.RxRingFull != 0 || xb.RxDropped != 0 || xb.RxFillRingEmpty != 0 || sb.RxDrops != 0 || xb.NoSocket != 0 {
 		t.Errorf("receiver lost packets: received %d of %d; RX ring full %d, dropped %d, fill ring empty %d, malformed %d, no socket %d",
 			sb.PacketsIn, n, xb.RxRingFull, xb.RxDropped, xb.RxFillRingEmpty, sb.RxDrops, xb.NoSocket)
+	}
+	if chained := uint64(0); multi {
+		chained = uint64(n)
+		if xa.TxChained != chained || xb.RxChained != chained {
+			t.Errorf("%d packets sent chained, %d received chained; want %d", xa.TxChained, xb.RxChained, chained)
+		}
+	} else if xa.TxChained != 0 || xb.RxChained != 0 {
+		t.Errorf("single-buffer: %d packets sent chained, %d received chained", xa.TxChained, xb.RxChained)
 	}
 }

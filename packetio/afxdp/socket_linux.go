@@ -49,8 +49,8 @@ func nextPow2(n int) int {
 }
 
 // openSocket creates a socket, its UMEM and rings, and binds it to queue of
-// ifindex with bind flags (XDP_ZEROCOPY or XDP_COPY; XDP_USE_NEED_WAKEUP is
-// added). The fill ring is filled with every receive frame.
+// ifindex with bind flags (XDP_ZEROCOPY or XDP_COPY, with XDP_USE_SG for
+// multi-buffer; XDP_USE_NEED_WAKEUP is added). The fill ring is filled with every receive frame.
 func openSocket(ifindex, queue int, g geometry, bindFlags uint16) (_ *socket, err error) {
 	fd, err := unix.Socket(unix.AF_XDP, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -151,10 +151,14 @@ func openSocket(ifindex, queue int, g geometry, bindFlags uint16) (_ *socket, er
 }
 
 func bindName(flags uint16) string {
+	n := "copy"
 	if flags&unix.XDP_ZEROCOPY != 0 {
-		return "zero-copy"
+		n = "zero-copy"
 	}
-	return "copy"
+	if flags&^(unix.XDP_ZEROCOPY|unix.XDP_COPY) != 0 {
+		n += ", multi-buffer (XDP_USE_SG)"
+	}
+	return n
 }
 
 // stats returns the kernel's counters of the socket.

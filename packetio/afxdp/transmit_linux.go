@@ -29,23 +29,42 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 		c.reclaim(s)
 	}
 	k := min(want, len(c.free))
-	fs := c.frameSize
 	for i := range k {
 		f := c.free[len(c.free)-1]
 		c.free = c.free[:len(c.free)-1]
 		c.lentF = append(c.lentF, f)
 		off := int(f) + hdrLen
-		c.tx[i] = packetio.Packet{Buf: s.umem[off:off:(int(f) + fs)]}
+		c.tx[i] = packetio.Packet{Buf: s.umem[off:off:(int(f) + c.slot)]}
 	}
 	return c.txl.Keep(c.tx[:k])
 }
 
 // reclaim takes the frames the kernel has finished sending back from the
-// completion ring.
+// completion ring. In multi-buffer mode a slot is free again once every
+// descriptor of its packet has completed.
 func (c *Conn) reclaim(s *socket) {
-	start, got := s.comp.Peek(uint32(cap(c.free) - len(c.free)))
+	mask := ^uint64(c.frameSize - 1)
+	if c.txPer == 1 {
+		start, got := s.comp.Peek(uint32(cap(c.free) - len(c.free)))
+		for i := range got {
+			c.free = append(c.free, s.comp.Get(start+i)&mask)
+		}
+		s.comp.Release(got)
+		return
+	}
+	start, got := s.comp.Peek(s.comp.size)
 	for i := range got {
-		c.free = append(c.free, s.comp.Get(start+i)&^uint64(c.frameSize-1))
+		a := s.comp.Get(start+i) & mask
+		if a < c.txBase {
+			continue // not a transmit frame: the kernel's mistake, not ours to free
+		}
+		si := (a - c.txBase) / uint64(c.slot)
+		if si >= uint64(len(c.pend)) || c.pend[si] == 0 {
+			continue
+		}
+		if c.pend[si]--; c.pend[si] == 0 {
+			c.free = append(c.free, c.txBase+si*uint64(c.slot))
+		}
 	}
 	s.comp.Release(got)
 }
@@ -68,10 +87,10 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	}
 	s := c.socks[0]
 	now := time.Now().UnixNano()
-	start, got := s.tx.Reserve(uint32(len(pkts)))
+	start, got := s.tx.Reserve(uint32(len(pkts) * c.txPer))
 	var fail packetio.TxFailures
 	var bytes uint64
-	m, loops := uint32(0), 0
+	m, loops, chains, framed := uint32(0), 0, 0, 0 // m: descriptors; framed: packets on the TX ring
 	for i := range pkts {
 		c.used[i] = false
 		p := &pkts[i]
@@ -93,7 +112,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			loops++
 			bytes += uint64(n)
 			continue
-		case m == got: // cannot happen: the TX ring has a slot per transmit frame
+		case m+uint32(c.txPer) > got: // cannot happen: the TX ring has a slot per transmit frame
 			fail.Add(i, errTxRingFull)
 			continue
 		}
@@ -103,7 +122,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			continue
 		}
 		f := c.lentF[i]
-		frame := s.umem[f : f+uint64(c.frameSize)]
+		frame := s.umem[f : f+uint64(c.slot)]
 		if n > 0 && unsafe.SliceData(p.Buf) != &frame[hdrLen] {
 			copy(frame[hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
 		}
@@ -118,9 +137,31 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			clear(frame[l:minFrame])
 			l = minFrame
 		}
-		s.tx.Set(start+m, unix.XDPDesc{Addr: f, Len: uint32(l)})
+		if l <= c.frameSize {
+			s.tx.Set(start+m, unix.XDPDesc{Addr: f, Len: uint32(l)})
+			m++
+			if c.multi {
+				c.pend[(f-c.txBase)/uint64(c.slot)] = 1
+			}
+		} else {
+			// Multi-buffer: one descriptor per frame of the slot, all but
+			// the last with XDP_PKT_CONTD.
+			nd := 0
+			for off := 0; off < l; off += c.frameSize {
+				dl := min(c.frameSize, l-off)
+				var opt uint32
+				if off+dl < l {
+					opt = unix.XDP_PKT_CONTD
+				}
+				s.tx.Set(start+m, unix.XDPDesc{Addr: f + uint64(off), Len: uint32(dl), Options: opt})
+				m++
+				nd++
+			}
+			c.pend[(f-c.txBase)/uint64(c.slot)] = uint8(nd)
+			chains++
+		}
 		c.used[i] = true
-		m++
+		framed++
 		bytes += uint64(n)
 	}
 	s.tx.Cancel(got - m)
@@ -137,7 +178,10 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if loops > 0 {
 		c.xctr.looped.Add(uint64(loops))
 	}
-	sent := int(m) + loops
+	if chains > 0 {
+		c.xctr.txChains.Add(uint64(chains))
+	}
+	sent := framed + loops
 	if sent > 0 {
 		c.ctr.TxBatches.Add(1)
 	}

@@ -14,6 +14,10 @@
 // redirects UDP port 4791 to the device and passes everything else on), and
 // the frames it sends bypass the interface's packet taps: tcpdump on that
 // interface does not see them (capture on the peer, or use --path udp).
+// On a link whose MTU one UMEM frame does not hold (9000: a 4096-byte path
+// MTU's packets) it chains frames (multi-buffer AF_XDP, Linux 6.6), which
+// the detail says; where the kernel refuses that, auto takes udp and says
+// why.
 package paths
 
 import (
@@ -147,7 +151,12 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 		if err != nil {
 			return nil, "", err
 		}
-		return c, c.Mode() + " on " + c.Interface(), nil
+		detail := c.Mode() + " on " + c.Interface()
+		if multi, fs := c.MultiBuffer(); multi {
+			// The MTU needs packets chained over UMEM frames.
+			detail += fmt.Sprintf(", multi-buffer %d-byte frames", fs)
+		}
+		return c, detail, nil
 	}
 	return nil, "", fmt.Errorf("%w: %q", ErrUnknownPath, name)
 }

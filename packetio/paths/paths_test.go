@@ -17,7 +17,13 @@ import (
 // from a's address.
 func exchange(t *testing.T, a, b packetio.Conn) {
 	t.Helper()
-	msg := []byte("goroce packet path check: 0123456789abcdef")
+	exchangeMsg(t, a, b, []byte("goroce packet path check: 0123456789abcdef"))
+}
+
+// exchangeMsg sends msg from a to b and checks it arrives intact from a's
+// address.
+func exchangeMsg(t *testing.T, a, b packetio.Conn, msg []byte) {
+	t.Helper()
 	tx := a.TxBatch(1)
 	if len(tx) != 1 {
 		t.Fatalf("TxBatch lent %d packets", len(tx))
@@ -34,7 +40,7 @@ func exchange(t *testing.T, a, b packetio.Conn) {
 		}
 		for _, p := range pkts {
 			if !bytes.Equal(p.Buf, msg) || p.Addr != a.LocalAddr() {
-				t.Fatalf("received %q from %v, want %q from %v", p.Buf, p.Addr, msg, a.LocalAddr())
+				t.Fatalf("received %q from %v, want %q from %v", p.Buf[:min(len(p.Buf), 64)], p.Addr, msg[:min(len(msg), 64)], a.LocalAddr())
 			}
 			return
 		}
@@ -149,4 +155,49 @@ func TestAutoNetns(t *testing.T) {
 	}
 	exchange(t, a, b)
 	exchange(t, b, a)
+}
+
+// TestAutoNetnsJumbo: over veth of MTU 9000, auto takes AF_XDP with frames
+// chained (multi-buffer, said in the detail) where the kernel allows it,
+// with room for a 4096-byte path MTU's packets (MaxPacket 4160, which a
+// soft device turns into active MTU 4096), and a 4158-byte transport packet
+// (a 4200-byte Ethernet frame) goes both ways to a plain UDP path intact.
+func TestAutoNetnsJumbo(t *testing.T) {
+	netns.Require(t)
+	p := netns.NewPair(t, netns.Options{MTU: 9000})
+	var a, b packetio.Conn
+	var ch Chosen
+	if err := p.A.Do(func() (err error) {
+		a, ch, err = Open(p.AddrA, Auto, Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := p.B.Do(func() (err error) {
+		b, _, err = Open(p.AddrB, UDP, Options{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	t.Logf("auto chose %v, MaxPacket %d", ch, a.MaxPacket())
+	switch {
+	case ch.Path != AFXDP:
+		if len(ch.Skipped) == 0 || !strings.HasPrefix(ch.Skipped[0], "afxdp: ") {
+			t.Fatalf("auto chose %v without saying why not AF_XDP", ch)
+		}
+		t.Logf("AF_XDP refused here: %s", ch.Skipped[0])
+	case !strings.Contains(ch.Detail, "multi-buffer"):
+		t.Errorf("AF_XDP at MTU 9000 without multi-buffer in its detail: %v", ch)
+	}
+	if a.MaxPacket() != packetio.DefaultMaxPacket {
+		t.Errorf("MaxPacket %d at MTU 9000, want %d", a.MaxPacket(), packetio.DefaultMaxPacket)
+	}
+	msg := make([]byte, 4200-42)
+	for i := range msg {
+		msg[i] = byte(i * 7)
+	}
+	exchangeMsg(t, a, b, msg)
+	exchangeMsg(t, b, a, msg)
 }

@@ -33,7 +33,11 @@ import (
 // its own namespace, over veth with MTU 1500 (path MTU 1024): once with
 // every send on the driver goroutines, once with posts sending inline (the
 // default; without the SRQ case, whose hold hook blocks the sending
-// goroutine and so must run on a driver). The XDP counters must reconcile
+// goroutine and so must run on a driver). Then over veth with MTU 9000,
+// where a 4096-byte path MTU's packets span two UMEM frames (multi-buffer
+// AF_XDP): the devices must take active MTU 4096 from the link, and every
+// operation (a 1 MiB RDMA WRITE among them) and UD run at path MTU 4096
+// with data verified, packets chained over frames both ways. The XDP counters must reconcile
 // with what the devices received, the engines must have dropped nothing for
 // its ICRC (the IPv4 and UDP headers are written by the AF_XDP path, the
 // ICRC by the engine), and the wire checker judges the capture of the first
@@ -46,14 +50,24 @@ func TestNetnsAFXDP(t *testing.T) {
 	t.Run("inline", func(t *testing.T) {
 		afxdpE2E(t, t, "10.79.10.0/24", false, false)
 	})
+	t.Run("mtu9000", func(t *testing.T) {
+		afxdpE2EMTU(t, t, "10.79.13.0/24", false, false, 9000, verbs.MTU4096)
+	})
 }
 
 func afxdpE2E(top, t *testing.T, prefix string, noInline, full bool) {
+	afxdpE2EMTU(top, t, prefix, noInline, full, 1500, verbs.MTU1024)
+}
+
+// afxdpE2EMTU runs the cases over veth of MTU vethMTU, where the devices
+// must pick active MTU pmtu, the path MTU of the RC QPs. With full, also
+// the SRQ case, a forged-Identification check and the wire checker.
+func afxdpE2EMTU(top, t *testing.T, prefix string, noInline, full bool, vethMTU int, pmtu verbs.MTU) {
 	dir := t.TempDir()
-	env := &e2eEnv{pmtu: verbs.MTU1024, seen: map[[sha256.Size]byte]struct{}{}}
-	env.pair = netns.NewPair(t, netns.Options{Prefix: netip.MustParsePrefix(prefix), MTU: 1500})
-	env.pcap = filepath.Join(dir, "afxdp-pmtu1024.pcap")
-	env.checkPcap = filepath.Join(dir, "afxdp-pmtu1024-distinct.pcap")
+	env := &e2eEnv{pmtu: pmtu, seen: map[[sha256.Size]byte]struct{}{}}
+	env.pair = netns.NewPair(t, netns.Options{Prefix: netip.MustParsePrefix(prefix), MTU: vethMTU})
+	env.pcap = filepath.Join(dir, fmt.Sprintf("afxdp-pmtu%d.pcap", pmtu.Bytes()))
+	env.checkPcap = filepath.Join(dir, fmt.Sprintf("afxdp-pmtu%d-distinct.pcap", pmtu.Bytes()))
 	env.full, env.distinct = e2eNewPcap(t, env.pcap), e2eNewPcap(t, env.checkPcap)
 	listen := func(ns *netns.NS, addr netip.Addr) *afxdp.Conn {
 		var c *afxdp.Conn
@@ -71,7 +85,8 @@ func afxdpE2E(top, t *testing.T, prefix string, noInline, full bool) {
 	}
 	ca := listen(env.pair.A, env.pair.AddrA)
 	cb := listen(env.pair.B, env.pair.AddrB)
-	t.Logf("AF_XDP %s on %s, MaxPacket %d", ca.Mode(), ca.Interface(), ca.MaxPacket())
+	multi, frameSize := ca.MultiBuffer()
+	t.Logf("AF_XDP %s on %s, MaxPacket %d, multi-buffer %v, %d-byte frames", ca.Mode(), ca.Interface(), ca.MaxPacket(), multi, frameSize)
 	var err error
 	// The devices' SourcePort (4791 by default), which the engine's ICRC
 	// covers, is the Conns' UDP source port (afxdp.Options.Port).
@@ -83,8 +98,8 @@ func afxdpE2E(top, t *testing.T, prefix string, noInline, full bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(env.close)
-	if mtu := env.a.mtu; mtu != verbs.MTU1024 {
-		t.Fatalf("active MTU %v over a 1500-byte link, want 1024", mtu)
+	if mtu := env.a.mtu; mtu != pmtu {
+		t.Fatalf("active MTU %v over a %d-byte link (%s), want %v", mtu, vethMTU, env.a.mtuWhy, pmtu)
 	}
 	cases := []struct {
 		name string
@@ -122,6 +137,11 @@ func afxdpE2E(top, t *testing.T, prefix string, noInline, full bool) {
 			t.Fatal(err)
 		}
 		t.Logf("conn %s: %+v\n%+v", c.name, st, x)
+		// Frames hold the link's MTU or packets span several of them.
+		if oneFrame := vethMTU+14 <= frameSize-afxdp.DefaultHeadroom-256; oneFrame == multi || (x.RxChained == 0 || x.TxChained == 0) == multi {
+			t.Errorf("conn %s: link MTU %d, %d-byte frames: multi-buffer %v, %d packets received chained, %d sent chained",
+				c.name, vethMTU, frameSize, multi, x.RxChained, x.TxChained)
+		}
 		// Everything the XDP program redirected was received or counted
 		// by the kernel as dropped at the socket (RX ring full, no frame
 		// in the fill ring); received packets also include the ones

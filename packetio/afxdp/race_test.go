@@ -1,0 +1,5 @@
+//go:build linux && race
+
+package afxdp_test
+
+const raceEnabled = true
