@@ -22,6 +22,8 @@ type softConfig struct {
 	addr   string
 	path   string       // packet path: udp, uring, afxdp or auto
 	pcap   string       // if set, record every packet sent and received here
+	gso    bool         // udp path: UDP segmentation offload when the kernel offers it
+	gro    bool         // udp path: UDP generic receive offload when the kernel offers it
 	chosen paths.Chosen // the path open took
 }
 
@@ -29,6 +31,8 @@ func (c *softConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "", "local IPv4 address of the soft device "+softName+" (default: the first non-loopback IPv4 address of an interface that is up)")
 	fs.StringVar(&c.pcap, "pcap", "", "write every packet the soft device sends and receives to this pcap `file` (AF_XDP's frames bypass tcpdump)")
 	fs.StringVar(&c.path, "path", paths.Auto, "packet path of the soft device: udp (recvmmsg/sendmmsg), uring (io_uring), afxdp (AF_XDP) or auto (the fastest that works; devinfo shows which)")
+	fs.BoolVar(&c.gso, "gso", true, "udp path: send runs of equal-sized packets as one UDP GSO message when the kernel offers it (--gso=false: one datagram per packet)")
+	fs.BoolVar(&c.gro, "gro", true, "udp path: receive with UDP GRO when the kernel offers it (--gro=false: one datagram per buffer)")
 }
 
 // resolve returns the device address and the MTU of its interface (0 when no
@@ -46,7 +50,7 @@ func (c *softConfig) resolve() (netip.Addr, int, error) {
 // For traffic it listens on UDP port 4791 of the address; for inspection
 // only (devices, devinfo) on a port the kernel chooses.
 func (c *softConfig) open(traffic bool) (*soft.Device, error) {
-	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic})
+	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic, NoGSO: !c.gso, NoGRO: !c.gro})
 	if err != nil {
 		return nil, err
 	}

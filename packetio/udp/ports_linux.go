@@ -54,10 +54,11 @@ type portCache struct {
 	start      time.Time
 	recvBuffer int // SO_RCVBUF of the extra sockets
 	tos        uint8
+	checksum   bool // send UDP checksums (GSO): no SO_NO_CHECK
 }
 
-func (pc *portCache) init(maxSocks int, fd int, tos uint8) {
-	pc.max, pc.head, pc.tail, pc.netns, pc.start, pc.tos = maxSocks, -1, -1, -1, time.Now(), tos
+func (pc *portCache) init(maxSocks int, fd int, tos uint8, checksum bool) {
+	pc.max, pc.head, pc.tail, pc.netns, pc.start, pc.tos, pc.checksum = maxSocks, -1, -1, -1, time.Now(), tos, checksum
 	if ns, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS); err == nil {
 		unix.CloseOnExec(ns)
 		pc.netns = ns
@@ -160,6 +161,7 @@ func (pc *portCache) socket(local netip.Addr, port uint16) (int, error) {
 	open := func() (int, error) {
 		fd, _, err := udpsock.Open("packetio/udp", local, udpsock.Config{
 			Port: int(port), RecvBuffer: pc.recvBuffer, SendBuffer: -1, TOS: pc.tos, NonBlock: true,
+			Checksum: pc.checksum,
 		})
 		if err != nil {
 			return -1, err

@@ -22,6 +22,10 @@ type Config struct {
 	TOS uint8
 	// NonBlock opens the socket with SOCK_NONBLOCK.
 	NonBlock bool
+	// Checksum keeps the UDP checksum of transmitted datagrams (SO_NO_CHECK
+	// is not set): UDP GSO refuses SO_NO_CHECK (EINVAL), and a receiver's
+	// UDP GRO coalesces only datagrams with a checksum.
+	Checksum bool
 }
 
 // Open opens an unconnected IPv4 UDP socket, configures it and binds it to
@@ -66,9 +70,15 @@ func configure(prefix string, fd int, local netip.Addr, cfg Config) error {
 		// are stamped with it, so a probe's network RTT leaves out the
 		// time the receiver took to wake up.
 		{"SO_TIMESTAMPNS", unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
+	}
+	if !cfg.Checksum {
 		// UDP checksum 0, as rdma_rxe and RoCE NICs send over IPv4: the
 		// ICRC protects the packet, and the checksum work is saved.
-		{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
+		opts = append(opts, struct {
+			name       string
+			level, opt int
+			value      int
+		}{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1})
 	}
 	for _, so := range opts {
 		if err := unix.SetsockoptInt(fd, so.level, so.opt, so.value); err != nil {
