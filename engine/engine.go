@@ -296,15 +296,19 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16
 	case s != nil:
 		rid, rdf, err := s.c.Check(b)
 		cerr, ctr = err, &e.stats.ICRCRecoveredChecks
-		if seg == 0 {
+		inTrain := seg > 0 && e.train.of(s, seg)
+		switch {
+		case !inTrain:
 			e.train.slot = nil
-		}
-		if err == nil && seg > 0 && e.train.of(s) {
-			cerr, ctr = e.train.check(rid, rdf, seg), &e.stats.ICRCTrainChecks
-		} else if err == nil {
-			if cerr = s.identify(rid, rdf); cerr == nil && s.lowID {
-				e.stats.ICRCLowIDChecks++
+			if err == nil {
+				if cerr = s.identify(rid, rdf); cerr == nil && s.lowID {
+					e.stats.ICRCLowIDChecks++
+				}
 			}
+		case err == nil:
+			cerr, ctr = e.train.check(rid, rdf, seg), &e.stats.ICRCTrainChecks
+		default:
+			e.train.last = seg // corrupted beyond any Identification: the train goes on
 		}
 		if seg == 0 && cerr == nil {
 			e.train = rxTrain{slot: s, addrs: s.addrs, port: s.port, base: rid, df: rdf}

@@ -89,7 +89,8 @@ type rxTrain struct {
 	port  uint16
 	base  uint16
 	df    bool
-	mode  uint8 // trainUnknown until the second packet, then trainUp or trainFixed
+	mode  uint8  // trainUnknown until the second packet, then trainUp or trainFixed
+	last  uint16 // the position of the train's last packet input
 }
 
 const (
@@ -98,9 +99,11 @@ const (
 	trainFixed   // all base (DF only)
 )
 
-// of reports whether the train is known and of the flow s.
-func (t *rxTrain) of(s *flowSlot) bool {
-	return t.slot == s && t.addrs == s.addrs && t.port == s.port
+// of reports whether the train is known, of the flow s, and seg follows
+// its last packet input (a packet missing from the train, such as a first
+// one the packet path dropped, leaves the rest without one).
+func (t *rxTrain) of(s *flowSlot, seg uint16) bool {
+	return t.slot == s && t.addrs == s.addrs && t.port == s.port && seg == t.last+1
 }
 
 // check takes the Identification and DF that explain the ICRC of the
@@ -109,6 +112,7 @@ func (t *rxTrain) of(s *flowSlot) bool {
 // Identification the first's plus seg, or (with DF) equal to the first's;
 // the second packet decides which, and the others are held to it.
 func (t *rxTrain) check(id uint16, df bool, seg uint16) error {
+	t.last = seg
 	up, fixed := df == t.df && id == t.base+seg, df && t.df && id == t.base
 	switch {
 	case t.mode == trainUnknown && up:

@@ -142,6 +142,8 @@ func TestGROTrain(t *testing.T) {
 	if icrc, _ := send(0x901, 1); icrc != 0 {
 		t.Fatal("the new train's second packet refused")
 	}
+	// A train whose packet 2 is missing: 3 on are checked as alone.
+	send(0x902, 3)
 	if s := e.Stats(); s.ICRCTrainChecks != 2 {
 		t.Errorf("%d train checks, want 2", s.ICRCTrainChecks)
 	}

@@ -34,6 +34,7 @@ type Conn struct {
 	rxIovs    []unix.Iovec
 	rxNames   []sockaddrInet4
 	rxControl []byte
+	rxBuf     int                   // bytes per receive buffer: MaxPacket, or groBuffer with GRO
 	recvFn    func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
 	rxN       int                   // recv's results
 	rxErrno   unix.Errno
@@ -61,6 +62,7 @@ type Conn struct {
 	// kernel refuses GSO for good; offMu guards the reasons.
 	gso            atomic.Bool
 	gro            bool
+	groIDs         bool // the kernel's UDP GRO keeps Identifications in order: GROSeg is set
 	ids            wire.ICRCIDCache
 	offMu          sync.Mutex
 	gsoWhy, groWhy string
@@ -123,6 +125,7 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 		return nil, err
 	}
 	c.initRx(o.Batch)
+	c.groIDs = groKeepsIDs()
 	c.initTx(o.Batch)
 	if o.SourcePorts > 0 {
 		c.perPort = true
@@ -139,8 +142,12 @@ type txGroup struct {
 }
 
 func (c *Conn) initRx(batch int) {
-	mp := c.maxPacket
-	c.rx = make([]packetio.Packet, batch)
+	mp, segs := c.maxPacket, 1
+	if c.gro {
+		mp, segs = groBuffer, groMaxSegments
+	}
+	c.rxBuf = mp
+	c.rx = make([]packetio.Packet, batch*segs)
 	c.rxMem = make([]byte, batch*mp)
 	c.rxHdrs = make([]mmsghdr, batch)
 	c.rxIovs = make([]unix.Iovec, batch)
@@ -229,9 +236,8 @@ func (c *Conn) recv(fd uintptr) bool {
 }
 
 // collect turns the first n received messages into packets, dropping
-// truncated ones.
+// truncated ones and splitting GRO buffers into their segments.
 func (c *Conn) collect(n int) []packetio.Packet {
-	mp := c.maxPacket
 	k := 0
 	var bytes, drops uint64
 	for i := range n {
@@ -241,10 +247,9 @@ func (c *Conn) collect(n int) []packetio.Packet {
 			continue
 		}
 		ln := int(h.len)
-		off := i * mp
+		off := i * c.rxBuf
 		sa := &c.rxNames[i]
 		p := &c.rx[k]
-		p.Buf = c.rxMem[off : off+ln : off+ln]
 		p.Addr = netip.AddrFrom4(sa.addr)
 		p.Port = uint16(sa.port[0])<<8 | uint16(sa.port[1])
 		p.Local = c.local.Addr()
@@ -252,7 +257,21 @@ func (c *Conn) collect(n int) []packetio.Packet {
 		if cm.HasDst {
 			p.Local = netip.AddrFrom4(cm.Dst)
 		}
-		p.TOS, p.RxTime = cm.TOS, cm.RxTime
+		p.TOS, p.RxTime, p.GROSeg = cm.TOS, cm.RxTime, 0
+		buf := c.rxMem[off : off+ln : off+ln]
+		if cm.GROSize > 0 && cm.GROSize < ln {
+			m, d := c.split(k, buf, cm.GROSize)
+			k, drops = k+m, drops+d
+			for _, q := range c.rx[k-m : k] {
+				bytes += uint64(len(q.Buf))
+			}
+			continue
+		}
+		if ln > c.maxPacket {
+			drops++
+			continue
+		}
+		p.Buf = buf
 		bytes += uint64(ln)
 		k++
 	}

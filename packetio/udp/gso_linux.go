@@ -20,26 +20,6 @@ const maxGSOBytes = 0xFFFF - wire.IPv4UDPLen
 // cmsg carrying the segment size as a uint16.
 var gsoCmsgSpace = unix.CmsgSpace(2)
 
-// OffloadStatus says whether a Conn uses UDP segmentation offload (GSO) and
-// UDP generic receive offload (GRO), and when not, why.
-type OffloadStatus struct {
-	GSO       bool
-	GSOReason string // why GSO is off: turned off, the kernel's answer to the probe, or the error that turned it off
-	GRO       bool
-	GROReason string // why GRO is off
-}
-
-// String says which offloads are on, and why the others are off.
-func (s OffloadStatus) String() string {
-	part := func(name string, on bool, why string) string {
-		if on {
-			return name + " on"
-		}
-		return name + " off (" + why + ")"
-	}
-	return part("GSO", s.GSO, s.GSOReason) + ", " + part("GRO", s.GRO, s.GROReason)
-}
-
 // Offloads reports whether the Conn uses GSO and GRO, and why not when it
 // does not. GSO may turn off while the Conn runs (a device that cannot
 // checksum in hardware makes the kernel refuse GSO with EIO before Linux
@@ -73,10 +53,7 @@ func (c *Conn) probeOffloads(fd int, o Options) error {
 		}
 	}
 	switch o.GRO {
-	case OffloadOff, OffloadAuto, OffloadRequire: // receive side not yet wired
-		c.groWhy = "turned off (Options.GRO)"
-		return nil
-	case -1:
+	case OffloadOff:
 		c.groWhy = "turned off (Options.GRO)"
 	default:
 		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
@@ -201,4 +178,60 @@ func (c *Conn) gsoFallback(raw syscall.RawConn, m int, errno unix.Errno, pkts []
 		fb.k[j], fb.n[j] = k+j, 1
 	}
 	return c.sendMsgs(raw, fb, 0, n, pkts, fail)
+}
+
+// groBuffer is the receive buffer of one message with UDP GRO: the largest
+// IPv4 UDP payload, rounded up. A smaller one would lose the rest of a
+// coalesced buffer (MSG_TRUNC).
+const groBuffer = 64 << 10
+
+// groMaxSegments is the most datagrams Linux coalesces into one GRO buffer
+// (UDP_GRO_CNT_MAX).
+const groMaxSegments = 64
+
+// split turns the GRO buffer buf of segments of size seg into packets
+// c.rx[k:], the first (already holding the buffer's address, ports and
+// metadata) copied into the others, each a slice of buf with its position
+// in the train (when the kernel keeps the Identifications in order). It
+// returns how many packets it made and how many segments it dropped
+// (longer than MaxPacket).
+func (c *Conn) split(k int, buf []byte, seg int) (made int, drops uint64) {
+	first := c.rx[k]
+	j := 0
+	for off := 0; off < len(buf); off, j = off+seg, j+1 {
+		end := min(off+seg, len(buf))
+		if end-off > c.maxPacket {
+			drops++
+			continue
+		}
+		p := &c.rx[k+made]
+		*p = first
+		p.Buf = buf[off:end:end]
+		if c.groIDs {
+			p.GROSeg = uint16(j)
+		}
+		made++
+	}
+	if j > 1 {
+		c.ctr.GROBuffers.Add(1)
+		c.ctr.GROSegments.Add(uint64(j))
+	}
+	return made, drops
+}
+
+// groKeepsIDs reports whether the running kernel's UDP GRO coalesces only
+// datagrams whose IPv4 Identifications go up by one (or, with DF, stay
+// equal): Linux 6.10 and later check them for UDP as for TCP. Before, UDP
+// GRO ignored the Identification, so a train's position says nothing of it
+// and Packet.GROSeg stays 0.
+func groKeepsIDs() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 6 || major == 6 && minor >= 10
 }

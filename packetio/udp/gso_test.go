@@ -14,9 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/internal/netns"
@@ -240,35 +237,6 @@ func TestGSONoAllocs(t *testing.T) {
 	}
 }
 
-// attachXDPPass attaches an XDP program that passes every frame, in
-// driver mode, to the veth of ns. A native XDP program on a veth gives it
-// NAPI (so GRO runs on what it receives), and takes the software GSO
-// features off its peer, which then cuts GSO messages into datagrams
-// before they cross the link, where a capture sees them.
-func attachXDPPass(t testing.TB, ns *netns.NS) {
-	t.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type: ebpf.XDP, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 2 /* XDP_PASS */), asm.Return()},
-	})
-	if err != nil {
-		testenv.Skipf(t, testenv.AFXDP, "loading an XDP program: %v", err)
-	}
-	t.Cleanup(func() { prog.Close() })
-	var l link.Link
-	if err := ns.Do(func() error {
-		ifi, err := net.InterfaceByName(netns.LinkName)
-		if err != nil {
-			return err
-		}
-		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: ifi.Index, Flags: link.XDPDriverMode})
-		return err
-	}); err != nil {
-		testenv.Skipf(t, testenv.AFXDP, "attaching an XDP program to veth in driver mode: %v", err)
-	}
-	t.Cleanup(func() { l.Close() })
-}
-
 // capture reads Ethernet frames of IPv4 UDP to port 4791 arriving on the
 // veth of ns, with an AF_PACKET socket.
 type capture struct {
@@ -416,15 +384,15 @@ func wireCheck(t *testing.T, pcap string, pmtu int) {
 }
 
 // Between two namespaces, the GSO messages cross the veth link as one
-// datagram per packet (the receiving veth runs an XDP program, so the
-// sending one cuts the messages before the link): each captured frame has
+// datagram per packet (UDP segmentation is off on the sending veth, so the
+// kernel cuts the messages before the link): each captured frame has
 // DF, IPv4 Identification k for segment k of its message and its own
 // lengths, a UDP checksum, and an ICRC that checks on all 32 bits over the
 // real headers; the independent wire checker (GOROCE_WIRE_CHECK) agrees;
 // and the receiving Conn gets every packet.
 func TestNetnsGSOOnTheWire(t *testing.T) {
-	p := netns.NewPair(t, netns.Options{MTU: 1500}) // veth's XDP takes at most about a page per frame
-	attachXDPPass(t, p.B)
+	p := netns.NewPair(t, netns.Options{MTU: 1500})
+	setFeatures(t, p.A, map[string]bool{"tx-udp-segmentation": false})
 	a := listenIn(t, p.A, p.AddrA, udp.Options{GSO: udp.OffloadRequire, Batch: 128})
 	b := listenIn(t, p.B, p.AddrB, udp.Options{GRO: udp.OffloadOff, Batch: 128})
 	capB := startCaptureIn(t, p.B)

@@ -110,3 +110,23 @@ func (o *Options) shared() udpsock.Shared {
 	return udpsock.Shared{Port: &o.Port, DstPort: &o.DstPort, Batch: &o.Batch, MaxPacket: &o.MaxPacket,
 		RecvBuffer: &o.RecvBuffer, SendBuffer: &o.SendBuffer}
 }
+
+// OffloadStatus says whether a Conn uses UDP segmentation offload (GSO) and
+// UDP generic receive offload (GRO), and when not, why.
+type OffloadStatus struct {
+	GSO       bool
+	GSOReason string // why GSO is off: turned off, the kernel's answer to the probe, or the error that turned it off
+	GRO       bool
+	GROReason string // why GRO is off
+}
+
+// String says which offloads are on, and why the others are off.
+func (s OffloadStatus) String() string {
+	part := func(name string, on bool, why string) string {
+		if on {
+			return name + " on"
+		}
+		return name + " off (" + why + ")"
+	}
+	return part("GSO", s.GSO, s.GSOReason) + ", " + part("GRO", s.GRO, s.GROReason)
+}

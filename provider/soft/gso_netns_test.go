@@ -86,7 +86,9 @@ func gsoWrite(t *testing.T, vethMTU int, pmtu verbs.MTU, gso bool) {
 	if sb.ICRCDrops != 0 || sb.MalformedDrops != 0 {
 		t.Errorf("receiver dropped %d packets for their ICRC, %d malformed", sb.ICRCDrops, sb.MalformedDrops)
 	}
-	if gso && sb.ICRCLowIDChecks+sb.ICRCTrainChecks == 0 {
-		t.Errorf("receiver checked no ICRC with the Identification known: %+v", sb)
+	// GSO messages cross the veth whole and reach the GRO socket as one
+	// buffer each: their packets after the first are checked by position.
+	if gso && (sb.ICRCTrainChecks == 0 || conns[1].Stats().GROBuffers == 0) {
+		t.Errorf("receiver checked no ICRC by GRO train position: %+v", sb)
 	}
 }

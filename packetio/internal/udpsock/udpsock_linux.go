@@ -147,10 +147,14 @@ type Control struct {
 	HasDst bool
 	TOS    uint8 // the IP_TOS byte
 	RxTime int64 // the SCM_TIMESTAMPNS receive time, Unix ns; 0 if none
+	// GROSize is the segment size of a buffer that UDP GRO coalesced
+	// from several datagrams (the UDP_GRO cmsg), 0 if none.
+	GROSize int
 }
 
-// ParseControl reads the IP_PKTINFO destination address, the IP_TOS byte
-// and the SCM_TIMESTAMPNS receive time from received control messages. It
+// ParseControl reads the IP_PKTINFO destination address, the IP_TOS byte,
+// the SCM_TIMESTAMPNS receive time and the UDP_GRO segment size from
+// received control messages. It
 // does not allocate.
 func ParseControl(b []byte) (c Control) {
 	const align = unix.SizeofPtr
@@ -173,6 +177,9 @@ func ParseControl(b []byte) (c Control) {
 					c.TOS = data[0]
 				}
 			}
+		}
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4 {
+			c.GROSize = int(*(*int32)(unsafe.Pointer(unsafe.SliceData(data))))
 		}
 		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16 {
 			ts := (*unix.Timespec)(unsafe.Pointer(unsafe.SliceData(data)))
