@@ -22,10 +22,10 @@ import (
 // reaches them before it is queued, and their receive buffer is the
 // smallest the kernel allows) and are configured as the main socket is for
 // sending (IP_PMTUDISC_DO: DF set and Identification 0, which the ICRC
-// covers; SO_NO_CHECK; the TOS). A port that cannot be bound (another
-// socket holds it) is remembered for retryBind; its packets meanwhile go out
-// on the main socket with their ICRC recomputed for the main socket's port,
-// counted in Stats().SourcePortFallbacks. The sockets are opened in the
+// covers; SO_NO_CHECK unless GSO is on; the TOS). A port that cannot be
+// bound (another socket holds it) is remembered for retryBind; its packets
+// meanwhile go out on the main socket with their ICRC recomputed for the
+// main socket's port, counted in Stats().SourcePortFallbacks. The sockets are opened in the
 // main socket's network namespace, whichever thread's namespace the
 // Transmit that needs one runs in.
 
