@@ -206,7 +206,9 @@ type RxInfo struct {
 // Identification and DF flag of the datagram, which the ICRC covers, are
 // unknown (a UDP socket hides them): the ICRC check solves for them, which
 // leaves 15 of its 32 bits (see FlowICRC.Check), or holds a flow whose sender
-// showed Identification 0 to the full 32.
+// showed small Identifications with DF (0, or k for GSO segment k) to them,
+// which leaves 26 (see flowSlot.identify). InputPacket with RxInfo.GROSeg
+// checks the packets after the first of a GRO train on all 32.
 func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
 	e.input(now, b, from, fromPort, 0, false, false, 0)
 }

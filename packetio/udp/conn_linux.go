@@ -344,34 +344,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.txGroupOf[i] = g
 		groups[g].n++
 	}
-	m := 0
-	for g := range groups {
-		groups[g].start, m = m, m+groups[g].n
-		groups[g].n = 0
-	}
-	for i := range pkts {
-		if c.txGroupOf[i] < 0 {
-			continue
-		}
-		g := &groups[c.txGroupOf[i]]
-		k := g.start + g.n
-		g.n++
-		c.txAddr[k] = pkts[i].Addr.Unmap().As4()
-		setBuf(&c.txIovs[k], pkts[i].Buf)
-		c.txIdx[k] = i
-	}
-	sent := 0
-	var bytes uint64
-	msgs := 0
-	for g := range groups {
-		if groups[g].n > 0 {
-			m0 := msgs
-			msgs = c.buildMsgs(m0, groups[g].start, groups[g].start+groups[g].n)
-			s, b := c.sendMsgs(groups[g].raw, &c.txm, m0, msgs, pkts, &fail)
-			sent += s
-			bytes += b
-		}
-	}
+	sent, bytes, m := c.sendGroups(groups, pkts, &fail)
 	if locked {
 		c.portsMu.Unlock()
 	}
@@ -386,6 +359,39 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.ctr.SourcePortSockets.Add(opened)
 	}
 	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
+}
+
+// sendGroups puts the packets of pkts in socket-group order (c.txGroupOf:
+// their groups, -1 for none), makes their sendmmsg entries and sends each
+// group on its socket. It returns how many packets and bytes it sent, and
+// how many packets it placed.
+func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64, placed int) {
+	for g := range groups {
+		groups[g].start, placed = placed, placed+groups[g].n
+		groups[g].n = 0
+	}
+	for i := range pkts {
+		if c.txGroupOf[i] < 0 {
+			continue
+		}
+		g := &groups[c.txGroupOf[i]]
+		k := g.start + g.n
+		g.n++
+		c.txAddr[k] = pkts[i].Addr.Unmap().As4()
+		setBuf(&c.txIovs[k], pkts[i].Buf)
+		c.txIdx[k] = i
+	}
+	msgs := 0
+	for g := range groups {
+		if groups[g].n > 0 {
+			m0 := msgs
+			msgs = c.buildMsgs(m0, groups[g].start, groups[g].start+groups[g].n)
+			s, b := c.sendMsgs(groups[g].raw, &c.txm, m0, msgs, pkts, fail)
+			sent += s
+			bytes += b
+		}
+	}
+	return sent, bytes, placed
 }
 
 // sendMsgs sends the entries ms.hdrs[off:end] on the socket of raw and
