@@ -329,7 +329,7 @@ func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 	if err != nil || !a.Is4() {
 		return fmt.Errorf("--addr %q: want an IPv4 address", c.soft.addr)
 	}
-	srvCfg, cliCfg := softConfig{addr: a.String(), gso: c.soft.gso, gro: c.soft.gro}, softConfig{addr: a.Next().String(), gso: c.soft.gso, gro: c.soft.gro}
+	srvCfg, cliCfg := softConfig{addr: a.String()}, softConfig{addr: a.Next().String()}
 	srvDev, err := srvCfg.open(true)
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/packetio/paths"
@@ -22,8 +23,8 @@ type softConfig struct {
 	addr   string
 	path   string       // packet path: udp, uring, afxdp or auto
 	pcap   string       // if set, record every packet sent and received here
-	gso    bool         // udp path: UDP segmentation offload when the kernel offers it
-	gro    bool         // udp path: UDP generic receive offload when the kernel offers it
+	noGSO  bool         // udp path: no UDP segmentation offload (--gso=false)
+	noGRO  bool         // udp path: no UDP generic receive offload (--gro=false)
 	chosen paths.Chosen // the path open took
 }
 
@@ -31,9 +32,31 @@ func (c *softConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "", "local IPv4 address of the soft device "+softName+" (default: the first non-loopback IPv4 address of an interface that is up)")
 	fs.StringVar(&c.pcap, "pcap", "", "write every packet the soft device sends and receives to this pcap `file` (AF_XDP's frames bypass tcpdump)")
 	fs.StringVar(&c.path, "path", paths.Auto, "packet path of the soft device: udp (recvmmsg/sendmmsg), uring (io_uring), afxdp (AF_XDP) or auto (the fastest that works; devinfo shows which)")
-	fs.BoolVar(&c.gso, "gso", true, "udp path: send runs of equal-sized packets as one UDP GSO message when the kernel offers it (--gso=false: one datagram per packet)")
-	fs.BoolVar(&c.gro, "gro", true, "udp path: receive with UDP GRO when the kernel offers it (--gro=false: one datagram per buffer)")
+	fs.Var(offFlag{&c.noGSO}, "gso", "udp path: send runs of equal-sized packets as one UDP GSO message when the kernel offers it (default true; --gso=false: one datagram per packet)")
+	fs.Var(offFlag{&c.noGRO}, "gro", "udp path: receive with UDP GRO when the kernel offers it (default true; --gro=false: one datagram per buffer)")
 }
+
+// offFlag is a boolean flag that is on by default and sets *off when turned
+// off (--gso=false), so that a softConfig's zero value keeps the feature on.
+type offFlag struct{ off *bool }
+
+func (f offFlag) String() string {
+	if f.off != nil && *f.off {
+		return "false"
+	}
+	return "true"
+}
+
+func (f offFlag) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*f.off = !v
+	return nil
+}
+
+func (f offFlag) IsBoolFlag() bool { return true }
 
 // resolve returns the device address and the MTU of its interface (0 when no
 // interface holds it).
@@ -50,7 +73,7 @@ func (c *softConfig) resolve() (netip.Addr, int, error) {
 // For traffic it listens on UDP port 4791 of the address; for inspection
 // only (devices, devinfo) on a port the kernel chooses.
 func (c *softConfig) open(traffic bool) (*soft.Device, error) {
-	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic, NoGSO: !c.gso, NoGRO: !c.gro})
+	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic, NoGSO: c.noGSO, NoGRO: c.noGRO})
 	if err != nil {
 		return nil, err
 	}
