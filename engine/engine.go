@@ -92,6 +92,8 @@ type Stats struct {
 	ICRCDrops              uint64
 	ICRCFullChecks         uint64 // packets whose ICRC passed on all 32 bits: their IPv4 Identification and DF were seen (InputIPv4)
 	ICRCRecoveredChecks    uint64 // packets whose ICRC passed with the Identification and DF solved for (Input: UDP sockets)
+	ICRCLowIDChecks        uint64 // of ICRCRecoveredChecks, those of a flow held to small Identifications with DF: 26 bits checked (see identify)
+	ICRCTrainChecks        uint64 // packets after the first of a GRO train whose Identification followed from the first's: 32 bits checked (31 for a train's second)
 	MalformedDrops         uint64
 	UnknownQPDrops         uint64
 	WrongPeerDrops         uint64
@@ -125,6 +127,7 @@ type Engine struct {
 	// lastSport is the source port of the last packet finish built.
 	lastSport uint16
 	rxFlows   flowCache
+	train     rxTrain // the GRO train being input (RxInfo.GROSeg)
 	gsi       gsi
 	nextQPN   int // index of qps where CreateQP looks first
 }
@@ -187,6 +190,15 @@ type RxInfo struct {
 	// (0: unknown). Completions the packet causes carry it as their
 	// timestamp instead of the time the engine processed it.
 	Time int64
+	// GROSeg is the packet's position in the UDP GRO train it arrived in
+	// (packetio.Packet.GROSeg): 0 for the first packet of a train or one
+	// received alone, j for the j-th after the first, which the caller
+	// inputs right after the train's earlier packets. The kernel coalesces
+	// only datagrams of one flow whose Identifications go up by one from
+	// the first's (or, with DF, all equal it), so once the first packet's
+	// ICRC revealed its Identification, packet j's is known and its ICRC
+	// is checked on all 32 bits (31 for j = 1, which tells up from equal).
+	GROSeg uint16
 }
 
 // Input processes one received transport packet (a UDP payload) that came
@@ -195,26 +207,28 @@ type RxInfo struct {
 // Identification and DF flag of the datagram, which the ICRC covers, are
 // unknown (a UDP socket hides them): the ICRC check solves for them, which
 // leaves 15 of its 32 bits (see FlowICRC.Check), or holds a flow whose sender
-// showed Identification 0 to the full 32.
+// showed small Identifications with DF (0, or k for GSO segment k) to them,
+// which leaves 26 (see flowSlot.identify). InputPacket with RxInfo.GROSeg
+// checks the packets after the first of a GRO train on all 32.
 func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
-	e.input(now, b, from, fromPort, 0, false, false)
+	e.input(now, b, from, fromPort, 0, false, false, 0)
 }
 
 // InputIPv4 is Input for a packet whose IPv4 Identification and DF flag the
 // packet path saw (AF_XDP, captures): its ICRC is checked on all 32 bits, so
 // a packet with any bit of those fields flipped is dropped.
 func (e *Engine) InputIPv4(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df bool) {
-	e.input(now, b, from, fromPort, id, df, true)
+	e.input(now, b, from, fromPort, id, df, true, 0)
 }
 
 // InputPacket is Input with what the packet path learnt of the packet.
 func (e *Engine) InputPacket(now int64, b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) {
 	e.rxTime = rx.Time
-	e.input(now, b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4)
+	e.input(now, b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4, rx.GROSeg)
 	e.rxTime = 0
 }
 
-func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool) {
+func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16) {
 	e.now = now
 	e.stats.RxPackets++
 	e.stats.RxBytes += uint64(len(b))
@@ -225,7 +239,7 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 		return
 	}
 	from = from.Unmap()
-	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, id, df, seen) {
+	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, id, df, seen, seg) {
 		return
 	}
 	bth := p.BTH()
@@ -272,22 +286,45 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 }
 
 // checkICRC checks a received packet's ICRC: on all 32 bits when the packet
-// path saw its IPv4 Identification and DF (seen), else solving for them. It
-// counts the check, or the drop and reports false.
-func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool) bool {
+// path saw its IPv4 Identification and DF (seen) or when its position seg
+// in a GRO train gives them, else solving for them. It counts the check,
+// or the drop and reports false.
+func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16) bool {
 	var cerr error
-	if s := e.rxFlows.get(from, e.cfg.Local, fromPort); s != nil && seen {
-		cerr = s.c.CheckID(b, id, df)
-	} else if s != nil {
+	var ctr *uint64
+	s := e.rxFlows.get(from, e.cfg.Local, fromPort)
+	switch {
+	case s != nil && seen:
+		cerr, ctr = s.c.CheckID(b, id, df), &e.stats.ICRCFullChecks
+	case s != nil:
 		rid, rdf, err := s.c.Check(b)
-		if cerr = err; err == nil {
-			cerr = s.identify(rid, rdf)
+		cerr, ctr = err, &e.stats.ICRCRecoveredChecks
+		inTrain := seg > 0 && e.train.of(s, seg)
+		switch {
+		case !inTrain:
+			e.train.slot = nil
+			if err == nil {
+				if cerr = s.identify(rid, rdf); cerr == nil && s.lowID {
+					e.stats.ICRCLowIDChecks++
+				}
+			}
+		case err == nil:
+			cerr, ctr = e.train.check(rid, rdf, seg), &e.stats.ICRCTrainChecks
+		default:
+			e.train.last = seg // corrupted beyond any Identification: the train goes on
 		}
-	} else {
+		if seg == 0 && cerr == nil {
+			e.train = rxTrain{slot: s, addrs: s.addrs, port: s.port, base: rid, df: rdf}
+		}
+	default:
 		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
 		rid, rdf, err := fl.CheckDatagramICRC(b)
 		if cerr = err; err == nil && seen && from.Is4() && (rid != id || rdf != df) {
 			cerr = wire.ErrICRC
+		}
+		ctr = &e.stats.ICRCRecoveredChecks
+		if seen {
+			ctr = &e.stats.ICRCFullChecks
 		}
 	}
 	switch {
@@ -302,6 +339,7 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16
 		e.stats.MalformedDrops++
 		return false
 	}
+	*ctr++
 	return true
 }
 

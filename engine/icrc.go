@@ -19,51 +19,110 @@ type flowSlot struct {
 	addrs uint64 // source << 32 | destination IPv4 address; 0: empty
 	port  uint16 // source UDP port
 	c     wire.FlowICRC
-	// Receive side: zeroID is set once the flow's sender showed that it
-	// writes IPv4 Identification 0 with DF (every socket and AF_XDP sender
-	// of this project, and Linux's for an unconnected IP_PMTUDISC_DO
-	// socket); others counts the packets since then that only another
-	// Identification explains. See identify.
-	zeroID bool
-	zeros  uint8 // packets in a row with Identification 0 and DF, up to zeroIDProof
+	// Receive side: lowID is set once the flow's sender showed that it
+	// writes small IPv4 Identifications with DF (see identify); zeros
+	// counts its packets with Identification 0 and DF since the last one
+	// with a large Identification or without DF, others the packets in a
+	// row since lowID was set that only a large Identification explains.
+	lowID  bool
+	zeros  uint8
 	others uint8
 }
 
-// zeroIDProof is how many packets in a row with Identification 0 and DF
-// show that a sender always writes them (a sender that varies it, as
-// rdma_rxe does, meets 0 once in 65536 packets, not several times running).
-const zeroIDProof = 4
+// lowIDProof is how many packets with Identification 0 and DF, and none
+// with a large Identification or without DF between them, show that a
+// sender writes small Identifications: a sender that counts its
+// Identifications up (rdma_rxe) passes 0 once in 65536 packets.
+const lowIDProof = 4
 
-// zeroIDPatience is how many packets in a row that only a non-zero
-// Identification explains make a zero-Identification flow an ordinary one
+// lowIDPatience is how many packets in a row that only a large
+// Identification explains make a small-Identification flow an ordinary one
 // again (its sender does vary the Identification after all).
-const zeroIDPatience = 8
+const lowIDPatience = 8
+
+// lowIDBits is how many of the ICRC's 32 bits check a packet of a flow held
+// to small Identifications: the check accepts wire.GSOMaxSegments
+// Identifications (log2 64 = 6 bits) with DF.
+const lowIDBits = 32 - 6
 
 // identify takes the Identification and DF that made a received packet's
-// ICRC match (zeroIDProof packets in a row with 0 and DF make the flow a
-// zero-Identification one). A receiver on a UDP socket cannot see them, so the ICRC check
+// ICRC match. A receiver on a UDP socket cannot see them, so the ICRC check
 // solves for them (wire.CheckICRCUnknownID), which leaves 15 of its 32 bits
-// to catch corruption: one corrupted packet in 32768 would pass. A flow whose
-// sender writes Identification 0 and DF is held to the full 32 bits: a packet
-// that only another Identification explains is taken for corrupted and
-// dropped, unless zeroIDPatience of them come in a row. rdma_rxe varies the
-// Identification, so its flows keep the 15-bit check.
+// to catch corruption: one corrupted packet in 32768 would pass. Every
+// socket sender of this project writes, with DF, Identification 0 for a
+// datagram sent alone and k for segment k of a UDP GSO message (Linux's
+// for an unconnected IP_PMTUDISC_DO socket), so k < wire.GSOMaxSegments. A
+// flow that showed that (lowIDProof packets with Identification 0, and
+// only small ones between them) is held to it: a packet that only a large
+// Identification (or a clear DF) explains is taken for corrupted and
+// dropped, unless lowIDPatience of them come in a row. That checks
+// lowIDBits = 26 of the 32 bits: a corruption passes only by turning the
+// ICRC into that of one of the 64 accepted Identifications (64 in 2^32).
+// rdma_rxe counts its Identifications up, showing 0 once per wrap, so its
+// flows keep the 15-bit check (the position in a GRO train, checkTrain,
+// checks them on 32).
 func (s *flowSlot) identify(id uint16, df bool) error {
-	if id == 0 && df {
-		if s.zeros < zeroIDProof {
+	if df && id < wire.GSOMaxSegments {
+		s.others = 0
+		if id == 0 && s.zeros < lowIDProof {
 			s.zeros++
+			s.lowID = s.lowID || s.zeros == lowIDProof
 		}
-		s.zeroID, s.others = s.zeroID || s.zeros == zeroIDProof, 0
 		return nil
 	}
 	s.zeros = 0
-	if !s.zeroID {
+	if !s.lowID {
 		return nil
 	}
-	if s.others++; s.others < zeroIDPatience {
+	if s.others++; s.others < lowIDPatience {
 		return wire.ErrICRC
 	}
-	s.zeroID, s.others = false, 0
+	s.lowID, s.others = false, 0
+	return nil
+}
+
+// rxTrain is the UDP GRO train being input: its flow, and the
+// Identification and DF that its first packet's ICRC showed.
+type rxTrain struct {
+	slot  *flowSlot // nil: no train known
+	addrs uint64    // the flow's, in case another flow took its slot
+	port  uint16
+	base  uint16
+	df    bool
+	mode  uint8  // trainUnknown until the second packet, then trainUp or trainFixed
+	last  uint16 // the position of the train's last packet input
+}
+
+const (
+	trainUnknown = iota
+	trainUp      // Identifications base, base+1, base+2, ...
+	trainFixed   // all base (DF only)
+)
+
+// of reports whether the train is known, of the flow s, and seg follows
+// its last packet input (a packet missing from the train, such as a first
+// one the packet path dropped, leaves the rest without one).
+func (t *rxTrain) of(s *flowSlot, seg uint16) bool {
+	return t.slot == s && t.addrs == s.addrs && t.port == s.port && seg == t.last+1
+}
+
+// check takes the Identification and DF that explain the ICRC of the
+// train's packet seg (seg > 0), and returns wire.ErrICRC unless they are
+// what the kernel allows in one GRO train: DF as the first's, and the
+// Identification the first's plus seg, or (with DF) equal to the first's;
+// the second packet decides which, and the others are held to it.
+func (t *rxTrain) check(id uint16, df bool, seg uint16) error {
+	t.last = seg
+	up, fixed := df == t.df && id == t.base+seg, df && t.df && id == t.base
+	switch {
+	case t.mode == trainUnknown && up:
+		t.mode = trainUp
+	case t.mode == trainUnknown && fixed:
+		t.mode = trainFixed
+	case t.mode == trainUp && up, t.mode == trainFixed && fixed:
+	default:
+		return wire.ErrICRC
+	}
 	return nil
 }
 

@@ -51,6 +51,15 @@ type Packet struct {
 	// time in nanoseconds, SO_TIMESTAMPNS: the clock of verbs.Now) if the
 	// Conn learns it (udp, uring), else 0. Ignored on send.
 	RxTime int64
+	// GROSeg is, on receive, the packet's position in the UDP GRO train it
+	// arrived in (see package udp): 0 for the first packet of a train and
+	// for a datagram received alone, j for the j-th after the first. The
+	// kernel coalesces into one train only consecutive datagrams of one
+	// flow with equal IPv4 DF and Identifications that go up by one from
+	// the first (or, with DF, all equal the first's), so a receiver that
+	// learnt the first's Identification knows the others'. Paths without
+	// GRO leave it 0. Ignored on send.
+	GROSeg uint16
 }
 
 // Conn moves batches of RoCEv2 transport packets between a driver goroutine

@@ -21,6 +21,15 @@ type Stats struct {
 	// SourcePortSockets counts the sockets opened to send from ports other
 	// than the Conn's own (closed again when the least recently used).
 	SourcePortSockets uint64
+	// GSOMessages counts the UDP segmentation offload messages sent (one
+	// sendmmsg entry carrying several packets, which the kernel or the NIC
+	// cuts into datagrams), GSOSegments the packets they carried, and
+	// GSOFallbacks the messages the kernel refused and whose packets went
+	// one datagram each instead.
+	GSOMessages, GSOSegments, GSOFallbacks uint64
+	// GROBuffers counts the received buffers that UDP GRO coalesced from
+	// several datagrams, GROSegments the packets split out of them.
+	GROBuffers, GROSegments uint64
 }
 
 // Counters holds the counters behind Stats for an implementation of Conn.
@@ -36,6 +45,11 @@ type Counters struct {
 	Wakes                atomic.Uint64
 	SourcePortFallbacks  atomic.Uint64
 	SourcePortSockets    atomic.Uint64
+	GSOMessages          atomic.Uint64
+	GSOSegments          atomic.Uint64
+	GSOFallbacks         atomic.Uint64
+	GROBuffers           atomic.Uint64
+	GROSegments          atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Counters updated concurrently
@@ -55,6 +69,11 @@ func (c *Counters) Stats() Stats {
 
 		SourcePortFallbacks: c.SourcePortFallbacks.Load(),
 		SourcePortSockets:   c.SourcePortSockets.Load(),
+		GSOMessages:         c.GSOMessages.Load(),
+		GSOSegments:         c.GSOSegments.Load(),
+		GSOFallbacks:        c.GSOFallbacks.Load(),
+		GROBuffers:          c.GROBuffers.Load(),
+		GROSegments:         c.GROSegments.Load(),
 	}
 }
 

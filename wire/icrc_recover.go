@@ -75,18 +75,7 @@ func buildRecoverTable() *recoverTable {
 	// a_i: the register change after IPv4 byte 6 (the flags byte) caused by
 	// flipping one bit of bytes 4-5 (Identification) or DF (byte 6, 0x40).
 	var a [17]uint32
-	for i := 0; i < 16; i++ {
-		// Bit i of the big-endian Identification: bits 0-7 in byte 5.
-		byteIdx := 4
-		if i < 8 {
-			byteIdx = 5
-		}
-		r := regStep(1 << (i % 8))
-		for j := byteIdx + 1; j <= 6; j++ {
-			r = regZero(r)
-		}
-		a[i] = r
-	}
+	copy(a[:16], idBasis[:])
 	a[16] = regStep(0x40)
 	for i, v := range a {
 		c := uint32(1) << i

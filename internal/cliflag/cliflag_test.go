@@ -108,3 +108,27 @@ func TestSeconds(t *testing.T) {
 		t.Errorf("zero String = %q", s)
 	}
 }
+
+// TestOff: an Off flag is on by default, --gso=false turns it off, --gso
+// alone and --gso=true keep it on, and a non-boolean is refused.
+func TestOff(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		off, ok bool
+	}{
+		{nil, false, true},
+		{[]string{"--gso=false"}, true, true},
+		{[]string{"--gso"}, false, true},
+		{[]string{"--gso=true"}, false, true},
+		{[]string{"--gso=maybe"}, false, false},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var off bool
+		fs.Var(Off{Off: &off}, "gso", "")
+		err := fs.Parse(tc.args)
+		if (err == nil) != tc.ok || off != tc.off {
+			t.Errorf("%q: off %v, err %v; want off %v, ok %v", tc.args, off, err, tc.off, tc.ok)
+		}
+	}
+}

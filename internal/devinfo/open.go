@@ -23,6 +23,9 @@ type Soft struct {
 	// Pcap, if set, is a file that records every packet the device sends
 	// and receives.
 	Pcap string
+	// NoGSO and NoGRO turn the udp path's UDP segmentation and receive
+	// offloads off (soft.OpenOptions); both are on by default.
+	NoGSO, NoGRO bool
 }
 
 // Resolve returns the device address and the MTU of its interface (0 when
@@ -40,7 +43,7 @@ func (s Soft) Resolve() (netip.Addr, int, error) {
 // s.Path. For traffic it listens on UDP port 4791 of the address; for
 // inspection only (devices, devinfo) on a port the kernel chooses.
 func (s Soft) Open(traffic bool) (*soft.Device, error) {
-	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic})
+	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO})
 	return dev, err
 }
 

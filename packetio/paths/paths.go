@@ -67,6 +67,10 @@ type Options struct {
 	Batch, MaxPacket int
 	// Port is the local UDP port (default 4791), ignored with Inspect.
 	Port int
+	// NoGSO and NoGRO turn off the udp path's UDP segmentation and
+	// generic receive offloads (udp.Options.GSO and GRO), which it uses by
+	// default when the kernel offers them.
+	NoGSO, NoGRO bool
 }
 
 // Chosen says which path Open took.
@@ -130,6 +134,12 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 	case UDP:
 		uo := udp.Options{MaxPacket: o.MaxPacket}
 		uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = o.socket()
+		if o.NoGSO {
+			uo.GSO = udp.OffloadOff
+		}
+		if o.NoGRO {
+			uo.GRO = udp.OffloadOff
+		}
 		c, err := udp.Listen(local, uo)
 		if err != nil {
 			return nil, "", err

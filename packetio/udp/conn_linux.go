@@ -14,6 +14,7 @@ import (
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/internal/pollwait"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
+	"github.com/goroce/goroce/wire"
 )
 
 // Conn is a UDP socket for RoCEv2 over IPv4. It implements packetio.Conn.
@@ -33,23 +34,38 @@ type Conn struct {
 	rxIovs    []unix.Iovec
 	rxNames   []sockaddrInet4
 	rxControl []byte
+	rxBuf     int                   // bytes per receive buffer: MaxPacket, or groBuffer with GRO
 	recvFn    func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
 	rxN       int                   // recv's results
 	rxErrno   unix.Errno
 	wait      pollwait.Waiter // Receive's wait in the netpoller, and Wake
 
-	// Send side: driver goroutine only. txHdrs[i] points at txNames[i] and
-	// txIovs[i]; the iovec is aimed at each packet's Buf by Transmit.
+	// Send side: driver goroutine only. Transmit puts the packets in
+	// socket-group order: txIovs[k] points at packet txIdx[k]'s Buf, txAddr[k]
+	// is its destination. txm holds the sendmmsg entries (txm.hdrs[m] points
+	// at txNames[m], and at txCtl's m-th UDP_SEGMENT cmsg for a GSO
+	// message), txFb those of a refused GSO message sent per datagram.
 	txl     packetio.TxLender
-	txHdrs  []mmsghdr
+	txm     txMsgs
+	txFb    txMsgs
 	txIovs  []unix.Iovec
+	txAddr  [][4]byte
 	txNames []sockaddrInet4
-	txIdx   []int                 // txHdrs index -> index in Transmit's pkts
+	txCtl   []byte
+	txIdx   []int                 // txIovs index -> index in Transmit's pkts
 	sendFn  func(fd uintptr) bool // c.send, bound once
-	txOff   int                   // send's arguments: txHdrs[txOff:txEnd]
-	txEnd   int
-	txN     int // send's results
+	txSend  []mmsghdr             // send's argument
+	txN     int                   // send's results
 	txErrno unix.Errno
+
+	// Offloads (gso_linux.go): gso is read by Transmit and cleared when the
+	// kernel refuses GSO for good; offMu guards the reasons.
+	gso            atomic.Bool
+	gro            bool
+	groIDs         bool // the kernel's UDP GRO keeps Identifications in order: GROSeg is set
+	ids            wire.ICRCIDCache
+	offMu          sync.Mutex
+	gsoWhy, groWhy string
 
 	// Extra source ports (ports_linux.go). portsMu serialises the cache
 	// between Transmit and Close; txGroupOf[i] is the group of packet i of
@@ -81,6 +97,7 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	}
 	fd, port, err := udpsock.Open("packetio/udp", local, udpsock.Config{
 		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS, NonBlock: true,
+		Checksum: o.GSO != OffloadOff,
 	})
 	if err != nil {
 		return nil, err
@@ -103,11 +120,16 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 		dstPort:   [2]byte{byte(o.DstPort >> 8), byte(o.DstPort)},
 		maxPacket: o.MaxPacket,
 	}
+	if err := c.probeOffloads(fd, o); err != nil {
+		f.Close()
+		return nil, err
+	}
 	c.initRx(o.Batch)
+	c.groIDs = groKeepsIDs()
 	c.initTx(o.Batch)
 	if o.SourcePorts > 0 {
 		c.perPort = true
-		c.ports.init(o.SourcePorts, fd, o.TOS)
+		c.ports.init(o.SourcePorts, fd, o.TOS, c.gso.Load())
 	}
 	return c, nil
 }
@@ -120,8 +142,12 @@ type txGroup struct {
 }
 
 func (c *Conn) initRx(batch int) {
-	mp := c.maxPacket
-	c.rx = make([]packetio.Packet, batch)
+	mp, segs := c.maxPacket, 1
+	if c.gro {
+		mp, segs = groBuffer, groMaxSegments
+	}
+	c.rxBuf = mp
+	c.rx = make([]packetio.Packet, batch*segs)
 	c.rxMem = make([]byte, batch*mp)
 	c.rxHdrs = make([]mmsghdr, batch)
 	c.rxIovs = make([]unix.Iovec, batch)
@@ -140,16 +166,18 @@ func (c *Conn) initRx(batch int) {
 
 func (c *Conn) initTx(batch int) {
 	c.txl = packetio.NewTxLender(batch, c.maxPacket)
-	c.txHdrs = make([]mmsghdr, batch)
+	c.txm = newTxMsgs(batch)
+	c.txFb = newTxMsgs(wire.GSOMaxSegments)
 	c.txIovs = make([]unix.Iovec, batch)
+	c.txAddr = make([][4]byte, batch)
 	c.txNames = make([]sockaddrInet4, batch)
+	c.txCtl = make([]byte, batch*gsoCmsgSpace)
 	c.txIdx = make([]int, batch)
 	c.txGroupOf = make([]int, batch)
 	c.txGroups = make([]txGroup, 0, batch+1)
-	for i := range c.txHdrs {
+	for i := range c.txm.hdrs {
 		c.txNames[i] = sockaddrInet4{family: unix.AF_INET, port: c.dstPort}
-		c.txHdrs[i].setName(&c.txNames[i])
-		c.txHdrs[i].setIov(&c.txIovs[i])
+		c.txm.hdrs[i].setName(&c.txNames[i])
 	}
 	c.sendFn = c.send
 }
@@ -208,9 +236,8 @@ func (c *Conn) recv(fd uintptr) bool {
 }
 
 // collect turns the first n received messages into packets, dropping
-// truncated ones.
+// truncated ones and splitting GRO buffers into their segments.
 func (c *Conn) collect(n int) []packetio.Packet {
-	mp := c.maxPacket
 	k := 0
 	var bytes, drops uint64
 	for i := range n {
@@ -220,10 +247,9 @@ func (c *Conn) collect(n int) []packetio.Packet {
 			continue
 		}
 		ln := int(h.len)
-		off := i * mp
+		off := i * c.rxBuf
 		sa := &c.rxNames[i]
 		p := &c.rx[k]
-		p.Buf = c.rxMem[off : off+ln : off+ln]
 		p.Addr = netip.AddrFrom4(sa.addr)
 		p.Port = uint16(sa.port[0])<<8 | uint16(sa.port[1])
 		p.Local = c.local.Addr()
@@ -231,7 +257,21 @@ func (c *Conn) collect(n int) []packetio.Packet {
 		if cm.HasDst {
 			p.Local = netip.AddrFrom4(cm.Dst)
 		}
-		p.TOS, p.RxTime = cm.TOS, cm.RxTime
+		p.TOS, p.RxTime, p.GROSeg = cm.TOS, cm.RxTime, 0
+		buf := c.rxMem[off : off+ln : off+ln]
+		if cm.GROSize > 0 && cm.GROSize < ln {
+			m, d := c.split(k, buf, cm.GROSize)
+			k, drops = k+m, drops+d
+			for _, q := range c.rx[k-m : k] {
+				bytes += uint64(len(q.Buf))
+			}
+			continue
+		}
+		if ln > c.maxPacket {
+			drops++
+			continue
+		}
+		p.Buf = buf
 		bytes += uint64(ln)
 		k++
 	}
@@ -304,31 +344,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.txGroupOf[i] = g
 		groups[g].n++
 	}
-	m := 0
-	for g := range groups {
-		groups[g].start, m = m, m+groups[g].n
-		groups[g].n = 0
-	}
-	for i := range pkts {
-		if c.txGroupOf[i] < 0 {
-			continue
-		}
-		g := &groups[c.txGroupOf[i]]
-		k := g.start + g.n
-		g.n++
-		c.txNames[k].addr = pkts[i].Addr.Unmap().As4()
-		setBuf(&c.txIovs[k], pkts[i].Buf)
-		c.txIdx[k] = i
-	}
-	sent := 0
-	var bytes uint64
-	for g := range groups {
-		if groups[g].n > 0 {
-			s, b := c.sendGroup(groups[g].raw, groups[g].start, groups[g].start+groups[g].n, pkts, &fail)
-			sent += s
-			bytes += b
-		}
-	}
+	sent, bytes, m := c.sendGroups(groups, pkts, &fail)
 	if locked {
 		c.portsMu.Unlock()
 	}
@@ -345,38 +361,96 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
-// sendGroup sends txHdrs[off:end] on the socket of raw and returns how many
-// packets and bytes it sent, recording the others in fail.
-func (c *Conn) sendGroup(raw syscall.RawConn, off, end int, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64) {
+// sendGroups puts the packets of pkts in socket-group order (c.txGroupOf:
+// their groups, -1 for none), makes their sendmmsg entries and sends each
+// group on its socket. It returns how many packets and bytes it sent, and
+// how many packets it placed.
+func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64, placed int) {
+	for g := range groups {
+		groups[g].start, placed = placed, placed+groups[g].n
+		groups[g].n = 0
+	}
+	for i := range pkts {
+		if c.txGroupOf[i] < 0 {
+			continue
+		}
+		g := &groups[c.txGroupOf[i]]
+		k := g.start + g.n
+		g.n++
+		c.txAddr[k] = pkts[i].Addr.Unmap().As4()
+		setBuf(&c.txIovs[k], pkts[i].Buf)
+		c.txIdx[k] = i
+	}
+	msgs := 0
+	for g := range groups {
+		if groups[g].n > 0 {
+			m0 := msgs
+			msgs = c.buildMsgs(m0, groups[g].start, groups[g].start+groups[g].n)
+			s, b := c.sendMsgs(groups[g].raw, &c.txm, m0, msgs, pkts, fail)
+			sent += s
+			bytes += b
+		}
+	}
+	return sent, bytes, placed
+}
+
+// sendMsgs sends the entries ms.hdrs[off:end] on the socket of raw and
+// returns how many packets and bytes it sent, recording the others in fail.
+// A GSO message the kernel refuses is sent again one datagram per packet.
+func (c *Conn) sendMsgs(raw syscall.RawConn, ms *txMsgs, off, end int, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64) {
 	retried := -1
+	var gsoMsgs, gsoSegs uint64
 	for off < end {
-		c.txOff, c.txEnd = off, end
+		c.txSend = ms.hdrs[off:end]
 		c.txN, c.txErrno = 0, 0
 		if err := raw.Write(c.sendFn); err != nil {
 			err = c.opErr("transmit", err)
-			for j := off; j < end; j++ {
-				fail.Add(c.txIdx[j], err)
+			for m := off; m < end; m++ {
+				c.failMsg(ms, m, err, fail)
 			}
 			break
 		}
 		if c.txErrno != 0 {
-			if udpsock.AsyncErrno(c.txErrno) && retried != off {
+			switch {
+			case udpsock.AsyncErrno(c.txErrno) && retried != off:
 				c.ctr.AsyncErrors.Add(1)
 				retried = off
 				continue
+			case ms.n[off] > 1 && gsoRefused(c.txErrno):
+				s, b := c.gsoFallback(raw, off, c.txErrno, pkts, fail)
+				sent += s
+				bytes += b
+			default:
+				c.failMsg(ms, off, c.txErrno, fail)
 			}
-			fail.Add(c.txIdx[off], c.txErrno)
 			off++
 			continue
 		}
-		for j := off; j < off+c.txN; j++ {
-			bytes += uint64(len(pkts[c.txIdx[j]].Buf))
+		for m := off; m < off+c.txN; m++ {
+			for k := ms.k[m]; k < ms.k[m]+ms.n[m]; k++ {
+				bytes += uint64(c.txIovs[k].Len)
+			}
+			sent += ms.n[m]
+			if ms.n[m] > 1 {
+				gsoMsgs++
+				gsoSegs += uint64(ms.n[m])
+			}
 		}
-		sent += c.txN
 		off += c.txN
 		c.ctr.TxBatches.Add(1)
 	}
+	if gsoMsgs > 0 {
+		c.ctr.GSOMessages.Add(gsoMsgs)
+		c.ctr.GSOSegments.Add(gsoSegs)
+	}
 	return sent, bytes
+}
+
+// failMsg records every packet of entry m of ms as not sent.
+func (c *Conn) failMsg(ms *txMsgs, m int, err error, fail *packetio.TxFailures) {
+	for k := ms.k[m]; k < ms.k[m]+ms.n[m]; k++ {
+		fail.Add(c.txIdx[k], err)
+	}
 }
 
 // PerPacketSourcePort implements packetio.SourcePorts: it reports true
@@ -390,7 +464,7 @@ func (c *Conn) PerPacketSourcePort() bool { return c.perPort }
 // send is the netpoller callback of Transmit.
 func (c *Conn) send(fd uintptr) bool {
 	for {
-		n, errno := sendmmsg(fd, c.txHdrs[c.txOff:c.txEnd])
+		n, errno := sendmmsg(fd, c.txSend)
 		switch errno {
 		case 0:
 			c.txN = n

@@ -32,6 +32,11 @@ func (c *Conn) TxBatch(n int) []packetio.Packet { return nil }
 // Transmit implements packetio.Conn.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) { return 0, packetio.ErrClosed }
 
+// Offloads reports that no offload is used.
+func (c *Conn) Offloads() OffloadStatus {
+	return OffloadStatus{GSOReason: "Linux only", GROReason: "Linux only"}
+}
+
 // PerPacketSourcePort implements packetio.SourcePorts.
 func (c *Conn) PerPacketSourcePort() bool { return false }
 

@@ -9,15 +9,23 @@
 // port 4791 (Options.Port overrides it, for tests), with
 //
 //   - IP_MTU_DISCOVER = IP_PMTUDISC_DO: Linux then sends every datagram with
-//     DF set and, because the socket is unconnected, IPv4 Identification 0.
-//     The ICRC covers both fields, and the sender computes it before the
-//     kernel writes the header (wire.AppendDatagram assumes exactly this).
-//     A datagram larger than the path MTU is refused with EMSGSIZE instead
-//     of being fragmented.
+//     DF set and, because the socket is unconnected, IPv4 Identification 0
+//     (k for segment k of a GSO message, below). The ICRC covers both
+//     fields, and the sender computes it before the kernel writes the header
+//     (wire.AppendDatagram assumes exactly this). A datagram larger than the
+//     path MTU is refused with EMSGSIZE instead of being fragmented.
 //   - IP_PKTINFO, so that each received packet's Local is the address it was
 //     sent to (needed when bound to 0.0.0.0, and by responders that answer
 //     from the address a request came to), and IP_RECVTOS for its TOS byte
 //     (DSCP and ECN).
+//   - SO_NO_CHECK (UDP checksum 0, as rdma_rxe sends) only when GSO is off:
+//     UDP GSO refuses it (EINVAL), and a receiver's GRO coalesces only
+//     datagrams with a checksum. With GSO the kernel fills the checksum (or
+//     leaves it to the NIC); rdma_rxe and RoCE NICs accept it, and the ICRC
+//     masks it. One socket does both: a second, send-only socket on port
+//     4791 would need SO_REUSEPORT, which spreads received datagrams over
+//     both.
+//   - UDP_GRO, when GRO is on (below).
 //   - large SO_RCVBUF and SO_SNDBUF (Options.RecvBuffer/SendBuffer, 4 MiB by
 //     default), forced past net.core.rmem_max/wmem_max with SO_RCVBUFFORCE /
 //     SO_SNDBUFFORCE when the process may (CAP_NET_ADMIN).
@@ -34,9 +42,9 @@
 // for (Options.SourcePorts of them, default 256, the least recently used
 // closed to make room), opened on first use in the main socket's network
 // namespace. They are set up as the main socket is for sending (DF and
-// Identification 0, which the ICRC covers; UDP checksum 0; the TOS), keep
-// the smallest receive buffer and drop everything that reaches them with a
-// socket filter. A batch is sent with one sendmmsg per socket, in order
+// Identification 0, which the ICRC covers; a UDP checksum with GSO, else 0;
+// the TOS), keep the smallest receive buffer and drop everything that
+// reaches them with a socket filter. A batch is sent with one sendmmsg per socket, in order
 // within each. The Conn implements packetio.SourcePorts, so a soft device
 // over it sends UD packets with a flow label from the port the label maps
 // to, and everything else from 4791.
@@ -50,11 +58,58 @@
 // SourcePortSockets. A batch with more distinct ports than
 // Options.SourcePorts sends the excess the same way.
 //
+// # Segmentation offloads
+//
+// Options.GSO (default: on when the kernel offers UDP_SEGMENT, which
+// Listen probes with getsockopt) makes Transmit send each run of
+// consecutive packets of one socket (source port) to one destination, of
+// equal size but the last, which may be shorter, as one sendmmsg entry: one
+// iovec per packet (no copy) and a UDP_SEGMENT control message with the
+// size, at most wire.GSOMaxSegments (64, Linux's UDP_MAX_SEGMENTS before
+// 6.10; 128 since) packets and 65507 bytes. The kernel, or the NIC, cuts it
+// into one datagram per packet, each with its own lengths, DF, and IPv4
+// Identification k for segment k. The ICRC covers the Identification, and
+// packets come sealed for 0, so Transmit rewrites the ICRC of segment k for
+// k before sending (wire.ICRCIDCache.ChangeID: the CRC is affine, so that
+// is an XOR of cached per-bit deltas, a few ns, not a CRC over the packet).
+// Packets must therefore be RoCEv2 transport packets whose last four bytes
+// are their ICRC for Identification 0; send anything else with GSO off. A
+// message the kernel refuses (EINVAL, EMSGSIZE, or EIO from a device
+// without checksum offload before Linux 6.11) is sent again one datagram
+// per packet, its ICRCs restored, and counted in Stats().GSOFallbacks; EIO
+// also turns GSO off for the Conn. Stats().GSOMessages and GSOSegments count
+// what went as GSO; Offloads says whether GSO is on and, if not, why.
+//
+// Options.GRO (default: on when the kernel offers UDP_GRO) has the kernel
+// coalesce consecutive datagrams of one flow, of equal size but the last,
+// into one buffer of up to 64 KiB with a UDP_GRO control message giving the
+// size (each receive buffer is then 64 KiB, so that nothing is cut off).
+// Receive splits it into packets, slices of the buffer, and with Linux 6.10
+// or later gives each its position in the run (Packet.GROSeg): those
+// kernels coalesce only datagrams whose Identifications go up by one from
+// the first's, or, with DF, all equal it, so the engine, having learnt the
+// first's Identification from its ICRC, checks the others' ICRCs on all 32
+// bits instead of solving for the Identification. A Receive may then return
+// up to 64 packets per buffer, more than Options.Batch. GRO needs a UDP
+// checksum from the sender and NAPI on the receiving device: GSO messages
+// that stay whole to the socket (loopback; veth, which passes them on) arrive
+// as one buffer each; datagrams are coalesced again only on a device with
+// GRO on, which on veth also needs `ethtool -K veth0 gro on` (or an XDP
+// program) and, when the sending veth has TSO, UDP GRO forwarding
+// (`ethtool -K veth0 rx-udp-gro-forwarding on`) on the receiving veth.
+//
+// A receiver on a socket sees no Identification, so the engine checks the
+// ICRC of a packet received alone by solving for the Identification and DF
+// (15 of the 32 bits); a flow that showed small Identifications with DF, as
+// every sender of this package writes (0, or k < 64 for GSO segments), is
+// held to those: 26 bits, 64 Identifications accepted (see package engine).
+//
 // # Batches, buffers and waiting
 //
-// Receive reads up to Options.Batch datagrams with one recvmmsg into
-// preallocated buffers of Options.MaxPacket bytes; a longer datagram is
-// dropped (MSG_TRUNC) and counted in Stats().RxDrops. Transmit sends the
+// Receive reads up to Options.Batch datagrams (or GRO buffers) with one
+// recvmmsg into preallocated buffers of Options.MaxPacket bytes (64 KiB with
+// GRO); a longer datagram is dropped (MSG_TRUNC) and counted in
+// Stats().RxDrops. Transmit sends the
 // lent buffers with sendmmsg; a packet the kernel refuses (EMSGSIZE) is
 // skipped, counted in TxErrors and reported in a *packetio.TransmitError,
 // and the rest of the batch goes on. Asynchronous errors (an ICMP port

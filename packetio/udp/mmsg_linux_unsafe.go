@@ -65,5 +65,6 @@ func setBuf(iov *unix.Iovec, b []byte) {
 	iov.SetLen(len(b))
 }
 
-// controlSpace is the receive control buffer per message, in bytes.
-const controlSpace = udpsock.ControlSpace
+// controlSpace is the receive control buffer per message, in bytes:
+// udpsock's and a UDP_GRO cmsg (CmsgSpace(4): 24 bytes on 64-bit).
+const controlSpace = udpsock.ControlSpace + 24

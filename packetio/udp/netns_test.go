@@ -39,14 +39,14 @@ func listenIn(t testing.TB, ns *netns.NS, addr netip.Addr, opts udp.Options) *ud
 func TestNetnsConformance(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{MTU: 9000})
 	packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
-		return listenIn(t, p.A, p.AddrA, udp.Options{}), listenIn(t, p.B, p.AddrB, udp.Options{})
+		return listenIn(t, p.A, p.AddrA, noGSO()), listenIn(t, p.B, p.AddrB, noGSO())
 	})
 }
 
 func TestNetnsBatches(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
-	a := listenIn(t, p.A, p.AddrA, udp.Options{})
-	b := listenIn(t, p.B, p.AddrB, udp.Options{})
+	a := listenIn(t, p.A, p.AddrA, noGSO())
+	b := listenIn(t, p.B, p.AddrB, noGSO())
 	if a.LocalAddrPort().Port() != wire.RoCEv2Port {
 		t.Fatalf("default port %d, want %d", a.LocalAddrPort().Port(), wire.RoCEv2Port)
 	}
@@ -66,8 +66,8 @@ func TestNetnsBatches(t *testing.T) {
 // fragmentation); the others of the batch go, and the Conn keeps working.
 func TestNetnsEMSGSIZE(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{MTU: 1500})
-	a := listenIn(t, p.A, p.AddrA, udp.Options{})
-	b := listenIn(t, p.B, p.AddrB, udp.Options{})
+	a := listenIn(t, p.A, p.AddrA, noGSO())
+	b := listenIn(t, p.B, p.AddrB, noGSO())
 	const fits = 1500 - 20 - 8
 	sizes := []int{100, fits + 1, 100, fits, 4000}
 	batch := a.TxBatch(len(sizes))
@@ -103,8 +103,8 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // full 32-bit ICRC check.
 func TestNetnsDFAndIDZero(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
-	a := listenIn(t, p.A, p.AddrA, udp.Options{})
-	b := listenIn(t, p.B, p.AddrB, udp.Options{})
+	a := listenIn(t, p.A, p.AddrA, noGSO())
+	b := listenIn(t, p.B, p.AddrB, noGSO())
 
 	var sock int
 	if err := p.B.Do(func() error {
@@ -234,8 +234,8 @@ func TestNetnsDFAndIDZero(t *testing.T) {
 func TestNetnsLoss(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{})
 	netns.RequireTool(t, "nft")
-	a := listenIn(t, p.A, p.AddrA, udp.Options{})
-	b := listenIn(t, p.B, p.AddrB, udp.Options{})
+	a := listenIn(t, p.A, p.AddrA, noGSO())
+	b := listenIn(t, p.B, p.AddrB, noGSO())
 	if err := p.B.SetLoss(netns.LinkName, 30); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,10 @@
 package udp
 
-import "github.com/goroce/goroce/packetio/internal/udpsock"
+import (
+	"strconv"
+
+	"github.com/goroce/goroce/packetio/internal/udpsock"
+)
 
 // AnyPort, as Options.Port, lets the kernel choose the local port.
 const AnyPort = udpsock.AnyPort
@@ -43,6 +47,49 @@ type Options struct {
 	// Packet.Port is ignored (the Conn then reports false from
 	// PerPacketSourcePort).
 	SourcePorts int
+	// GSO says whether Transmit uses UDP segmentation offload: a run of
+	// packets of equal size (the last may be shorter) to one destination
+	// from one source port leaves as one sendmmsg entry that the kernel (or
+	// the NIC) cuts into datagrams. Default OffloadAuto: on when the kernel
+	// offers it (Listen probes for it; Offloads says whether it is on and
+	// why not). With GSO the socket sends a UDP checksum (see the package
+	// documentation), and Transmit rewrites the ICRC of each packet that
+	// leaves with a non-zero IPv4 Identification: packets must be RoCEv2
+	// transport packets whose last four bytes are their ICRC for
+	// Identification 0, as the engine seals them.
+	GSO Offload
+	// GRO says whether Receive takes UDP GRO trains (UDP_GRO): buffers of
+	// up to 64 KiB that the kernel coalesced from consecutive datagrams of
+	// one flow, split again into packets (slices of the buffer, no copy),
+	// each with its position in the train (Packet.GROSeg). Default
+	// OffloadAuto: on when the kernel offers it.
+	GRO Offload
+}
+
+// Offload says whether a Conn uses a kernel offload.
+type Offload int8
+
+const (
+	// OffloadAuto uses the offload when the kernel offers it (the default).
+	OffloadAuto Offload = iota
+	// OffloadOff never uses it.
+	OffloadOff
+	// OffloadRequire uses it, and Listen fails with an error matching
+	// packetio.ErrNotSupported when the kernel does not offer it.
+	OffloadRequire
+)
+
+// String returns auto, off or require.
+func (o Offload) String() string {
+	switch o {
+	case OffloadAuto:
+		return "auto"
+	case OffloadOff:
+		return "off"
+	case OffloadRequire:
+		return "require"
+	}
+	return "Offload(" + strconv.Itoa(int(o)) + ")"
 }
 
 // DefaultSourcePorts is the default Options.SourcePorts: room for the 115
@@ -62,4 +109,24 @@ func (o Options) withDefaults() Options {
 func (o *Options) shared() udpsock.Shared {
 	return udpsock.Shared{Port: &o.Port, DstPort: &o.DstPort, Batch: &o.Batch, MaxPacket: &o.MaxPacket,
 		RecvBuffer: &o.RecvBuffer, SendBuffer: &o.SendBuffer}
+}
+
+// OffloadStatus says whether a Conn uses UDP segmentation offload (GSO) and
+// UDP generic receive offload (GRO), and when not, why.
+type OffloadStatus struct {
+	GSO       bool
+	GSOReason string // why GSO is off: turned off, the kernel's answer to the probe, or the error that turned it off
+	GRO       bool
+	GROReason string // why GRO is off
+}
+
+// String says which offloads are on, and why the others are off.
+func (s OffloadStatus) String() string {
+	part := func(name string, on bool, why string) string {
+		if on {
+			return name + " on"
+		}
+		return name + " off (" + why + ")"
+	}
+	return part("GSO", s.GSO, s.GSOReason) + ", " + part("GRO", s.GRO, s.GROReason)
 }

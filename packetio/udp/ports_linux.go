@@ -22,10 +22,10 @@ import (
 // reaches them before it is queued, and their receive buffer is the
 // smallest the kernel allows) and are configured as the main socket is for
 // sending (IP_PMTUDISC_DO: DF set and Identification 0, which the ICRC
-// covers; SO_NO_CHECK; the TOS). A port that cannot be bound (another
-// socket holds it) is remembered for retryBind; its packets meanwhile go out
-// on the main socket with their ICRC recomputed for the main socket's port,
-// counted in Stats().SourcePortFallbacks. The sockets are opened in the
+// covers; SO_NO_CHECK unless GSO is on; the TOS). A port that cannot be
+// bound (another socket holds it) is remembered for retryBind; its packets
+// meanwhile go out on the main socket with their ICRC recomputed for the
+// main socket's port, counted in Stats().SourcePortFallbacks. The sockets are opened in the
 // main socket's network namespace, whichever thread's namespace the
 // Transmit that needs one runs in.
 
@@ -54,10 +54,11 @@ type portCache struct {
 	start      time.Time
 	recvBuffer int // SO_RCVBUF of the extra sockets
 	tos        uint8
+	checksum   bool // send UDP checksums (GSO): no SO_NO_CHECK
 }
 
-func (pc *portCache) init(maxSocks int, fd int, tos uint8) {
-	pc.max, pc.head, pc.tail, pc.netns, pc.start, pc.tos = maxSocks, -1, -1, -1, time.Now(), tos
+func (pc *portCache) init(maxSocks int, fd int, tos uint8, checksum bool) {
+	pc.max, pc.head, pc.tail, pc.netns, pc.start, pc.tos, pc.checksum = maxSocks, -1, -1, -1, time.Now(), tos, checksum
 	if ns, err := unix.IoctlRetInt(fd, unix.SIOCGSKNS); err == nil {
 		unix.CloseOnExec(ns)
 		pc.netns = ns
@@ -160,6 +161,7 @@ func (pc *portCache) socket(local netip.Addr, port uint16) (int, error) {
 	open := func() (int, error) {
 		fd, _, err := udpsock.Open("packetio/udp", local, udpsock.Config{
 			Port: int(port), RecvBuffer: pc.recvBuffer, SendBuffer: -1, TOS: pc.tos, NonBlock: true,
+			Checksum: pc.checksum,
 		})
 		if err != nil {
 			return -1, err

@@ -93,7 +93,7 @@ func checkArrivals(t testing.TB, got []packetiotest.Received, from netip.Addr, t
 // the socket's own port for Port 0; the ICRC the sender computed for each
 // port checks out at the receiver.
 func TestSourcePorts(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{})
+	a, b := loopbackPair(t, noGSO())
 	if !packetio.PerPacketSourcePort(a) {
 		t.Fatal("PerPacketSourcePort false by default")
 	}
@@ -122,7 +122,7 @@ func TestSourcePorts(t *testing.T) {
 // packets leave from the Conn's own port with the ICRC recomputed for it,
 // and are counted; the other ports of the batch are not disturbed.
 func TestSourcePortInUse(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{})
+	a, b := loopbackPair(t, noGSO())
 	own := a.LocalAddrPort().Port()
 	taken := testPort(100)
 	holder, err := net.ListenUDP("udp4", &net.UDPAddr{IP: lo1.AsSlice(), Port: int(taken)})
@@ -147,7 +147,7 @@ func TestSourcePortInUse(t *testing.T) {
 // close the least recently used; a batch with more ports than that sends
 // the excess from the own port (recomputed ICRC). Everything arrives.
 func TestSourcePortsEvict(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{SourcePorts: 4})
+	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadOff, SourcePorts: 4})
 	own := a.LocalAddrPort().Port()
 	for i := range 8 {
 		sendPorts(t, a, lo2, []uint16{testPort(200 + i)}, i)
@@ -173,7 +173,7 @@ func TestSourcePortsEvict(t *testing.T) {
 
 // TestSourcePortsOff: with SourcePorts negative, Port is ignored on send.
 func TestSourcePortsOff(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{SourcePorts: -1})
+	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadOff, SourcePorts: -1})
 	if packetio.PerPacketSourcePort(a) {
 		t.Fatal("PerPacketSourcePort true with SourcePorts -1")
 	}
@@ -190,7 +190,7 @@ func TestSourcePortsOff(t *testing.T) {
 // TestSourcePortsNoAllocs: sending from 16 ports in steady state (sockets
 // open) allocates nothing.
 func TestSourcePortsNoAllocs(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{})
+	a, b := loopbackPair(t, noGSO())
 	var pkts [][]byte
 	ports := make([]uint16, 16)
 	for i := range ports {

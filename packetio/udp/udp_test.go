@@ -47,13 +47,13 @@ func loopbackPair(t testing.TB, opts udp.Options) (a, b *udp.Conn) {
 
 func TestConformance(t *testing.T) {
 	packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
-		return loopbackPair(t, udp.Options{})
+		return loopbackPair(t, noGSO())
 	})
 }
 
 // Full batches of 32 both ways, payload, source port and IP_PKTINFO checked.
 func TestLoopbackBatches(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{})
+	a, b := loopbackPair(t, noGSO())
 	port := a.LocalAddrPort().Port()
 	if a.MaxPacket() != packetio.DefaultMaxPacket {
 		t.Fatalf("MaxPacket = %d", a.MaxPacket())
@@ -189,7 +189,7 @@ func TestSocketBuffers(t *testing.T) {
 }
 
 func TestTransmitBadAddress(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{})
+	a, b := loopbackPair(t, noGSO())
 	batch := a.TxBatch(3)
 	for i := range batch {
 		batch[i].Buf = append(batch[i].Buf[:0], byte(i))
@@ -208,7 +208,7 @@ func BenchmarkUDPLoopback(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		b.Run(fmt.Sprintf("batch32/%dB", size), func(b *testing.B) {
 			const batch = 32
-			x, y := loopbackPair(b, udp.Options{})
+			x, y := loopbackPair(b, noGSO())
 			to := y.LocalAddr()
 			body := make([]byte, size)
 			b.ReportAllocs()
@@ -239,7 +239,7 @@ func BenchmarkUDPLoopback(b *testing.B) {
 // (SO_TIMESTAMPNS), taken when it arrived, not when Receive read it: a
 // receiver that reads 30 ms late still sees the arrival time.
 func TestRxTime(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{})
+	a, b := loopbackPair(t, noGSO())
 	before := time.Now().UnixNano()
 	packetiotest.Send(t, a, b, 0, 4, 64)
 	time.Sleep(30 * time.Millisecond)

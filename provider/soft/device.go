@@ -281,7 +281,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 	now := d.now()
 	for i := range pkts {
 		p := &pkts[i]
-		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime}
+		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime, GROSeg: p.GROSeg}
 		d.eng.InputPacket(now, p.Buf, p.Addr, p.Port, &rx)
 	}
 	d.flush(now)

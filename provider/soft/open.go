@@ -30,6 +30,12 @@ type OpenOptions struct {
 	// a port the kernel chooses, so that it works beside a running goroce
 	// (auto then never attaches AF_XDP).
 	Inspect bool
+	// NoGSO and NoGRO turn off UDP segmentation offload (one system call
+	// sends a run of equal-sized packets, cut into datagrams by the
+	// kernel) and UDP generic receive offload (the kernel hands over runs
+	// of datagrams in one buffer) on the udp path, which uses them by
+	// default when the kernel offers them (see packetio/udp).
+	NoGSO, NoGRO bool
 }
 
 // Open resolves the address, opens the packet path and makes the device on
@@ -46,7 +52,7 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 	if o.Name == "" {
 		o.Name = "soft0"
 	}
-	conn, ch, err := paths.Open(addr, o.Path, paths.Options{Inspect: o.Inspect})
+	conn, ch, err := paths.Open(addr, o.Path, paths.Options{Inspect: o.Inspect, NoGSO: o.NoGSO, NoGRO: o.NoGRO})
 	if err != nil {
 		return nil, ch, err
 	}

@@ -22,6 +22,10 @@ type Config struct {
 	TOS uint8
 	// NonBlock opens the socket with SOCK_NONBLOCK.
 	NonBlock bool
+	// Checksum keeps the UDP checksum of transmitted datagrams (SO_NO_CHECK
+	// is not set): UDP GSO refuses SO_NO_CHECK (EINVAL), and a receiver's
+	// UDP GRO coalesces only datagrams with a checksum.
+	Checksum bool
 }
 
 // Open opens an unconnected IPv4 UDP socket, configures it and binds it to
@@ -66,9 +70,15 @@ func configure(prefix string, fd int, local netip.Addr, cfg Config) error {
 		// are stamped with it, so a probe's network RTT leaves out the
 		// time the receiver took to wake up.
 		{"SO_TIMESTAMPNS", unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
+	}
+	if !cfg.Checksum {
 		// UDP checksum 0, as rdma_rxe and RoCE NICs send over IPv4: the
 		// ICRC protects the packet, and the checksum work is saved.
-		{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1},
+		opts = append(opts, struct {
+			name       string
+			level, opt int
+			value      int
+		}{"SO_NO_CHECK", unix.SOL_SOCKET, unix.SO_NO_CHECK, 1})
 	}
 	for _, so := range opts {
 		if err := unix.SetsockoptInt(fd, so.level, so.opt, so.value); err != nil {
@@ -137,10 +147,14 @@ type Control struct {
 	HasDst bool
 	TOS    uint8 // the IP_TOS byte
 	RxTime int64 // the SCM_TIMESTAMPNS receive time, Unix ns; 0 if none
+	// GROSize is the segment size of a buffer that UDP GRO coalesced
+	// from several datagrams (the UDP_GRO cmsg), 0 if none.
+	GROSize int
 }
 
-// ParseControl reads the IP_PKTINFO destination address, the IP_TOS byte
-// and the SCM_TIMESTAMPNS receive time from received control messages. It
+// ParseControl reads the IP_PKTINFO destination address, the IP_TOS byte,
+// the SCM_TIMESTAMPNS receive time and the UDP_GRO segment size from
+// received control messages. It
 // does not allocate.
 func ParseControl(b []byte) (c Control) {
 	const align = unix.SizeofPtr
@@ -163,6 +177,9 @@ func ParseControl(b []byte) (c Control) {
 					c.TOS = data[0]
 				}
 			}
+		}
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4 {
+			c.GROSize = int(*(*int32)(unsafe.Pointer(unsafe.SliceData(data))))
 		}
 		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16 {
 			ts := (*unix.Timespec)(unsafe.Pointer(unsafe.SliceData(data)))

@@ -1,0 +1,237 @@
+package udp
+
+import (
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/udpsock"
+	"github.com/goroce/goroce/wire"
+)
+
+// maxGSOBytes is the most UDP payload bytes one GSO message carries: the
+// largest IPv4 UDP datagram's (65535 - 20 - 8).
+const maxGSOBytes = 0xFFFF - wire.IPv4UDPLen
+
+// gsoCmsgSpace is the control buffer of one GSO message: a UDP_SEGMENT
+// cmsg carrying the segment size as a uint16.
+var gsoCmsgSpace = unix.CmsgSpace(2)
+
+// Offloads reports whether the Conn uses GSO and GRO, and why not when it
+// does not. GSO may turn off while the Conn runs (a device that cannot
+// checksum in hardware makes the kernel refuse GSO with EIO before Linux
+// 6.11); it is safe to call from any goroutine.
+func (c *Conn) Offloads() OffloadStatus {
+	c.offMu.Lock()
+	defer c.offMu.Unlock()
+	return OffloadStatus{GSO: c.gso.Load(), GSOReason: c.gsoWhy, GRO: c.gro, GROReason: c.groWhy}
+}
+
+// probeOffloads decides at Listen whether the socket fd uses GSO and GRO.
+// The socket was opened with the UDP checksum on unless GSO is off; when
+// GSO turns out unavailable, SO_NO_CHECK is set after all.
+func (c *Conn) probeOffloads(fd int, o Options) error {
+	switch o.GSO {
+	case OffloadOff:
+		c.gsoWhy = "turned off (Options.GSO)"
+	default:
+		// getsockopt UDP_SEGMENT exists exactly where the kernel
+		// implements it (Linux 4.18).
+		if _, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT); err != nil {
+			if o.GSO == OffloadRequire {
+				return udpsock.SysErr("packetio/udp", "UDP GSO: getsockopt UDP_SEGMENT", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
+			}
+			c.gsoWhy = "the kernel lacks UDP_SEGMENT: " + err.Error()
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
+				return udpsock.SysErr("packetio/udp", "setsockopt SO_NO_CHECK", err)
+			}
+		} else {
+			c.gso.Store(true)
+		}
+	}
+	switch o.GRO {
+	case OffloadOff:
+		c.groWhy = "turned off (Options.GRO)"
+	default:
+		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
+			if o.GRO == OffloadRequire {
+				return udpsock.SysErr("packetio/udp", "UDP GRO: setsockopt UDP_GRO", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
+			}
+			c.groWhy = "the kernel lacks UDP_GRO: " + err.Error()
+		} else {
+			c.gro = true
+		}
+	}
+	return nil
+}
+
+// txMsgs is a list of sendmmsg entries: hdrs[m] sends the packets whose
+// iovecs are txIovs[k[m]:k[m]+n[m]], as one GSO message when n[m] > 1.
+type txMsgs struct {
+	hdrs []mmsghdr
+	k, n []int
+}
+
+func newTxMsgs(n int) txMsgs {
+	return txMsgs{hdrs: make([]mmsghdr, n), k: make([]int, n), n: make([]int, n)}
+}
+
+// gsoRun returns how many packets from iovec k on (at most end) go in one
+// GSO message: packets to the same address (txAddr), all of the first's
+// size but the last, which may be shorter, at most wire.GSOMaxSegments and
+// maxGSOBytes in all. It returns 1 when GSO is off.
+func (c *Conn) gsoRun(k, end int) int {
+	if !c.gso.Load() {
+		return 1
+	}
+	size := int(c.txIovs[k].Len)
+	total, n := size, 1
+	for k+n < end && n < wire.GSOMaxSegments {
+		l := int(c.txIovs[k+n].Len)
+		if c.txAddr[k+n] != c.txAddr[k] || l > size || total+l > maxGSOBytes || l < wire.MinPacketLen {
+			break
+		}
+		total += l
+		n++
+		if l < size {
+			break
+		}
+	}
+	return n
+}
+
+// buildMsgs makes the sendmmsg entries, from entry m on, of the packets
+// whose iovecs are txIovs[k:end] (one socket's), and returns the next free
+// entry. A GSO message gets a UDP_SEGMENT cmsg with its segment size, and
+// the ICRC of its segment j (which leaves with IPv4 Identification j) is
+// rewritten from Identification 0 to j.
+func (c *Conn) buildMsgs(m, k, end int) int {
+	for k < end {
+		n := c.gsoRun(k, end)
+		h := &c.txm.hdrs[m]
+		c.txNames[m].addr = c.txAddr[k]
+		h.hdr.Iov = &c.txIovs[k]
+		h.hdr.SetIovlen(n)
+		h.hdr.Control, h.hdr.Controllen = nil, 0
+		if n > 1 {
+			ctl := c.txCtl[m*gsoCmsgSpace : (m+1)*gsoCmsgSpace]
+			putSegmentCmsg(ctl, uint16(c.txIovs[k].Len))
+			h.setControl(ctl)
+			for j := 1; j < n; j++ {
+				c.ids.ChangeID(c.txBuf(k+j), 0, uint16(j))
+			}
+		}
+		c.txm.k[m], c.txm.n[m] = k, n
+		m++
+		k += n
+	}
+	return m
+}
+
+// txBuf returns the packet iovec k points at.
+func (c *Conn) txBuf(k int) []byte {
+	return unsafe.Slice(c.txIovs[k].Base, c.txIovs[k].Len)
+}
+
+// putSegmentCmsg writes a UDP_SEGMENT cmsg with segment size size into b.
+func putSegmentCmsg(b []byte, size uint16) {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(unsafe.SliceData(b)))
+	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	*(*uint16)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = size
+}
+
+// gsoRefused tells the errors with which the kernel refuses a GSO message
+// whose packets it would take one datagram each: EINVAL (a segment larger
+// than the path MTU, SO_NO_CHECK, too many segments), EMSGSIZE (too
+// large), EIO (no checksum offload on the device, before Linux 6.11).
+func gsoRefused(e unix.Errno) bool {
+	return e == unix.EINVAL || e == unix.EMSGSIZE || e == unix.EIO
+}
+
+// gsoFallback sends the packets of the GSO message m that the kernel
+// refused with errno one datagram each, their ICRCs restored for
+// Identification 0, and counts the fallback. EIO turns GSO off for the
+// Conn: the device cannot do it at all.
+func (c *Conn) gsoFallback(raw syscall.RawConn, m int, errno unix.Errno, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64) {
+	k, n := c.txm.k[m], c.txm.n[m]
+	for j := 1; j < n; j++ {
+		c.ids.ChangeID(c.txBuf(k+j), uint16(j), 0)
+	}
+	c.ctr.GSOFallbacks.Add(1)
+	if errno == unix.EIO && c.gso.Load() {
+		c.offMu.Lock()
+		c.gso.Store(false)
+		c.gsoWhy = "the kernel refused a GSO message with EIO (no checksum offload on the device): " + errno.Error()
+		c.offMu.Unlock()
+	}
+	fb := &c.txFb
+	for j := range n {
+		h := &fb.hdrs[j]
+		h.setName(&c.txNames[m])
+		h.hdr.Iov = &c.txIovs[k+j]
+		h.hdr.SetIovlen(1)
+		h.hdr.Control, h.hdr.Controllen = nil, 0
+		fb.k[j], fb.n[j] = k+j, 1
+	}
+	return c.sendMsgs(raw, fb, 0, n, pkts, fail)
+}
+
+// groBuffer is the receive buffer of one message with UDP GRO: the largest
+// IPv4 UDP payload, rounded up. A smaller one would lose the rest of a
+// coalesced buffer (MSG_TRUNC).
+const groBuffer = 64 << 10
+
+// groMaxSegments is the most datagrams Linux coalesces into one GRO buffer
+// (UDP_GRO_CNT_MAX).
+const groMaxSegments = 64
+
+// split turns the GRO buffer buf of segments of size seg into packets
+// c.rx[k:], the first (already holding the buffer's address, ports and
+// metadata) copied into the others, each a slice of buf with its position
+// in the train (when the kernel keeps the Identifications in order). It
+// returns how many packets it made and how many segments it dropped
+// (longer than MaxPacket).
+func (c *Conn) split(k int, buf []byte, seg int) (made int, drops uint64) {
+	first := c.rx[k]
+	j := 0
+	for off := 0; off < len(buf); off, j = off+seg, j+1 {
+		end := min(off+seg, len(buf))
+		if end-off > c.maxPacket {
+			drops++
+			continue
+		}
+		p := &c.rx[k+made]
+		*p = first
+		p.Buf = buf[off:end:end]
+		if c.groIDs {
+			p.GROSeg = uint16(j)
+		}
+		made++
+	}
+	if j > 1 {
+		c.ctr.GROBuffers.Add(1)
+		c.ctr.GROSegments.Add(uint64(j))
+	}
+	return made, drops
+}
+
+// groKeepsIDs reports whether the running kernel's UDP GRO coalesces only
+// datagrams whose IPv4 Identifications go up by one (or, with DF, stay
+// equal): Linux 6.10 and later check them for UDP as for TCP. Before, UDP
+// GRO ignored the Identification, so a train's position says nothing of it
+// and Packet.GROSeg stays 0.
+func groKeepsIDs() bool {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 6 || major == 6 && minor >= 10
+}
