@@ -328,19 +328,15 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16
 		}
 	}
 	switch {
-	case cerr == nil && seen:
-		e.stats.ICRCFullChecks++
 	case cerr == nil:
-		e.stats.ICRCRecoveredChecks++
+		*ctr++
+		return true
 	case errors.Is(cerr, wire.ErrICRC):
 		e.stats.ICRCDrops++
-		return false
 	default:
 		e.stats.MalformedDrops++
-		return false
 	}
-	*ctr++
-	return true
+	return false
 }
 
 // NextDeadline returns the earliest time a timer of the engine fires, or 0
