@@ -354,7 +354,7 @@ func TestErrors(t *testing.T) {
 // QueryDevice allows) and checks each error carries the errno the verb set
 // and its sentinel: rdma_rxe refuses with EINVAL (verbs.ErrInvalidAttr), a
 // NIC may say ENOMEM (verbs.ErrResourceLimit). A lost errno shows as EIO.
-// Then goroutines fail in parallel, beside successful verbs on other
+// Then goroutines fail in parallel with different errnos on several
 // threads, and every failure must still carry its own verb's errno, which
 // it does only when errno is read on the thread that ran the verb.
 func TestCreateErrno(t *testing.T) {
@@ -439,45 +439,64 @@ func TestCreateErrno(t *testing.T) {
 		})
 	}
 
-	// In parallel: failing creates, and successful verbs (which leave
-	// their threads' errno as they find it) on other goroutines. Bounded
-	// by count, not time.
+	// In parallel, two failures with different errnos: creates beyond the
+	// limit (EINVAL or ENOMEM, read from errno) and the dealloc of a PD
+	// that still holds an MR (EBUSY, which the kernel also leaves in its
+	// thread's errno). Each must report its own. Bounded by count.
+	busy, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := busy.RegMR(make([]byte, 4096), verbs.AccessLocalWrite)
+	if err != nil {
+		busy.Dealloc()
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := mr.Dereg(); err != nil {
+			t.Errorf("Dereg: %v", err)
+		}
+		if err := busy.Dealloc(); err != nil {
+			t.Errorf("Dealloc after Dereg: %v", err)
+		}
+	}()
 	const workers, rounds = 8, 100
+	type result struct {
+		create bool
+		err    error
+	}
 	var wg sync.WaitGroup
-	errs := make(chan error, workers*rounds)
+	res := make(chan result, workers*rounds)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range rounds {
 				if w%2 == 0 {
-					errs <- createCQ()
-					continue
-				}
-				p, err := ctx.AllocPD()
-				if err != nil {
-					errs <- fmt.Errorf("AllocPD: %w", err)
-					return
-				}
-				if err := p.Dealloc(); err != nil {
-					errs <- fmt.Errorf("Dealloc: %w", err)
-					return
+					res <- result{true, createCQ()}
+				} else {
+					res <- result{false, busy.Dealloc()}
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
+	close(res)
 	n := 0
-	for err := range errs {
-		check(t, "parallel CreateCQ(MaxCQE+1)", err, "ibv_create_cq", "ibv_create_cq_ex")
+	for r := range res {
+		n++
+		var e *ibverbs.Error
+		if r.create {
+			check(t, "parallel CreateCQ(MaxCQE+1)", r.err, "ibv_create_cq", "ibv_create_cq_ex")
+		} else if !errors.As(r.err, &e) || e.Verb != "ibv_dealloc_pd" || e.Errno != syscall.EBUSY || !errors.Is(r.err, verbs.ErrBusy) {
+			t.Errorf("parallel Dealloc of a PD holding an MR: %v, want ibv_dealloc_pd EBUSY matching ErrBusy", r.err)
+		}
 		if t.Failed() {
 			t.FailNow()
 		}
-		n++
 	}
-	if n != workers/2*rounds {
-		t.Fatalf("%d failed creates reported, want %d", n, workers/2*rounds)
+	if n != workers*rounds {
+		t.Fatalf("%d results, want %d", n, workers*rounds)
 	}
 }
 
