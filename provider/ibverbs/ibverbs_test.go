@@ -356,7 +356,9 @@ func TestErrors(t *testing.T) {
 // NIC may say ENOMEM (verbs.ErrResourceLimit). A lost errno shows as EIO.
 // Then goroutines fail in parallel with different errnos on several
 // threads, and every failure must still carry its own verb's errno, which
-// it does only when errno is read on the thread that ran the verb.
+// it does only when errno is read on the thread that ran the verb. A
+// goroutine moves between threads rarely in so short a window, so this
+// part guards against a mix-up rather than provokes one each run.
 func TestCreateErrno(t *testing.T) {
 	ctx, _ := device(t)
 	da, err := ctx.QueryDevice()
