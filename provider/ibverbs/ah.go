@@ -39,10 +39,9 @@ func (p *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	if p.pd == nil {
 		return nil, p.errDestroyed()
 	}
-	C.goroce_clear_errno()
-	ah := C.ibv_create_ah(p.pd, &a)
+	ah, errno := C.ibv_create_ah(p.pd, &a)
 	if ah == nil {
-		return nil, verbErr("ibv_create_ah", int(C.goroce_errno()), v.DGID.String())
+		return nil, verbErr("ibv_create_ah", callErrno(errno), v.DGID.String())
 	}
 	h := &AH{ctx: p.ctx, ah: ah, attr: v}
 	if !p.ctx.track(h) {
@@ -79,9 +78,8 @@ func (a *AH) Destroy() error {
 	if a.ah == nil {
 		return nil
 	}
-	C.goroce_clear_errno()
-	if rc := C.ibv_destroy_ah(a.ah); rc != 0 {
-		return verbErr("ibv_destroy_ah", int(C.goroce_rc(rc)), "")
+	if rc, errno := C.ibv_destroy_ah(a.ah); rc != 0 {
+		return verbErr("ibv_destroy_ah", rcErrno(int(rc), errno), "")
 	}
 	a.ah = nil
 	if a.ctx != nil {

@@ -32,10 +32,9 @@ func (c *Context) CreateCompChannel() (verbs.CompChannel, error) {
 		return nil, err
 	}
 	defer c.leave()
-	C.goroce_clear_errno()
-	ch := C.ibv_create_comp_channel(cc)
+	ch, errno := C.ibv_create_comp_channel(cc)
 	if ch == nil {
-		return nil, verbErr("ibv_create_comp_channel", int(C.goroce_errno()), "")
+		return nil, verbErr("ibv_create_comp_channel", callErrno(errno), "")
 	}
 	f, err := pollable(int(ch.fd), "comp_channel")
 	if err != nil {
@@ -117,10 +116,9 @@ func (c *CompChannel) Destroy() error {
 		c.life.Unlock()
 		return nil
 	}
-	C.goroce_clear_errno()
-	if rc := C.ibv_destroy_comp_channel(c.ch); rc != 0 {
+	if rc, errno := C.ibv_destroy_comp_channel(c.ch); rc != 0 {
 		c.life.Unlock()
-		return verbErr("ibv_destroy_comp_channel", int(C.goroce_rc(rc)), "")
+		return verbErr("ibv_destroy_comp_channel", rcErrno(int(rc), errno), "")
 	}
 	c.ch = nil
 	c.life.Unlock()

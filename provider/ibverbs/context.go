@@ -192,9 +192,8 @@ func (c *Context) Close() error {
 	c.life.Lock()
 	var err error
 	if c.c != nil {
-		C.goroce_clear_errno()
-		if rc := C.ibv_close_device(c.c); rc != 0 {
-			err = verbErr("ibv_close_device", int(C.goroce_rc(rc)), c.dev.name)
+		if rc, errno := C.ibv_close_device(c.c); rc != 0 {
+			err = verbErr("ibv_close_device", rcErrno(int(rc), errno), c.dev.name)
 		}
 		c.c = nil
 	}

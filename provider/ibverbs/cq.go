@@ -76,10 +76,10 @@ func (c *Context) createCQ(cqe int, ch verbs.CompChannel, ex *CQExOptions) (*CQ,
 	defer c.leave()
 	q := &CQ{ctx: c, ch: cch}
 	if ex == nil {
-		C.goroce_clear_errno()
-		q.cq = C.ibv_create_cq(cc, C.int(cqe), nil, cp, 0)
+		var errno error
+		q.cq, errno = C.ibv_create_cq(cc, C.int(cqe), nil, cp, 0)
 		if q.cq == nil {
-			return nil, verbErr("ibv_create_cq", int(C.goroce_errno()), "")
+			return nil, verbErr("ibv_create_cq", callErrno(errno), "")
 		}
 	} else {
 		q.flags = cqExFlags
@@ -205,9 +205,8 @@ func (q *CQ) Destroy() error {
 	if q.cq == nil {
 		return nil
 	}
-	C.goroce_clear_errno()
-	if rc := C.ibv_destroy_cq(q.cq); rc != 0 {
-		return verbErr("ibv_destroy_cq", int(C.goroce_rc(rc)), "")
+	if rc, errno := C.ibv_destroy_cq(q.cq); rc != 0 {
+		return verbErr("ibv_destroy_cq", rcErrno(int(rc), errno), "")
 	}
 	q.forget()
 	q.ctx.untrack(q)

@@ -43,10 +43,9 @@ func (Provider) Devices() ([]verbs.Device, error) {
 // machine without an RDMA subsystem the error matches syscall.ENOSYS.
 func List() ([]*Device, error) {
 	var n C.int
-	C.goroce_clear_errno()
-	l := C.ibv_get_device_list(&n)
+	l, errno := C.ibv_get_device_list(&n)
 	if l == nil {
-		return nil, verbErr("ibv_get_device_list", int(C.goroce_errno()), "")
+		return nil, verbErr("ibv_get_device_list", callErrno(errno), "")
 	}
 	defer C.ibv_free_device_list(l)
 	devs := unsafe.Slice(l, int(n))

@@ -33,6 +33,41 @@ func (e *Error) Unwrap() []error {
 	return []error{e.Errno, e.kind}
 }
 
+// The errno of a failed verb is read on the OS thread that ran the verb.
+// A goroutine may move to another thread between two cgo calls, so a
+// separate call after the verb could read another thread's errno. The verbs
+// that report failure through errno are therefore called in cgo's two-value
+// form, r, err := C.ibv_xxx(...): cmd/cgo documents that this form returns
+// the C errno as the error, and the wrapper it generates (cmd/cgo/out.go)
+// sets errno = 0 before the call and reads it right after, in the same C
+// function on the same thread, returning it as a syscall.Errno (nil when 0).
+// The shim's functions fold errno into their result in C for the same
+// reason, and the verbs that return their error code need neither.
+
+// callErrno is the errno of a verb called in cgo's two-value form: err's
+// syscall.Errno, or 0 (verbErr then reports EIO).
+func callErrno(err error) int {
+	if e, ok := err.(syscall.Errno); ok {
+		return int(e)
+	}
+	return 0
+}
+
+// rcErrno folds a verb's int result and the errno of its two-value call
+// into 0 or a positive errno, as the shim's goroce_rc does in C: the verbs
+// return an errno value, -1 with errno set, or a negative errno.
+func rcErrno(rc int, err error) int {
+	switch {
+	case rc == 0:
+		return 0
+	case rc > 0:
+		return rc
+	case rc == -1 && callErrno(err) != 0:
+		return callErrno(err)
+	}
+	return -rc
+}
+
 // verbErr makes the error of a verb that failed with errno. Posting verbs
 // report a full queue as ENOMEM and a malformed request as EINVAL; other
 // verbs report a bad argument as EINVAL and exhaustion as ENOMEM.

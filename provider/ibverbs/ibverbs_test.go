@@ -5,8 +5,11 @@ package ibverbs_test
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -344,6 +347,158 @@ func TestErrors(t *testing.T) {
 	}
 	if _, err := ibverbs.Alloc(0); err == nil {
 		t.Errorf("Alloc(0) succeeded")
+	}
+}
+
+// TestCreateErrno makes verbs fail in the device (more entries than
+// QueryDevice allows) and checks each error carries the errno the verb set
+// and its sentinel: rdma_rxe refuses with EINVAL (verbs.ErrInvalidAttr), a
+// NIC may say ENOMEM (verbs.ErrResourceLimit). A lost errno shows as EIO.
+// Then goroutines fail in parallel with different errnos on several
+// threads, and every failure must still carry its own verb's errno, which
+// it does only when errno is read on the thread that ran the verb. A
+// goroutine moves between threads rarely in so short a window, so this
+// part guards against a mix-up rather than provokes one each run.
+func TestCreateErrno(t *testing.T) {
+	ctx, _ := device(t)
+	da, err := ctx.QueryDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pd.Dealloc()
+	cq, err := ctx.CreateCQ(4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cq.Destroy()
+	// check fails t unless err is an *Error of one of verbs with an errno
+	// and sentinel a device may give for a request beyond its limits.
+	check := func(t testing.TB, what string, err error, want ...string) {
+		t.Helper()
+		var e *ibverbs.Error
+		if !errors.As(err, &e) || !slices.Contains(want, e.Verb) {
+			t.Errorf("%s: %v, want an *ibverbs.Error of %v", what, err, want)
+			return
+		}
+		switch {
+		case e.Errno == syscall.EINVAL && errors.Is(err, verbs.ErrInvalidAttr):
+		case (e.Errno == syscall.ENOMEM || e.Errno == syscall.ENOSPC) && errors.Is(err, verbs.ErrResourceLimit):
+		default:
+			t.Errorf("%s: %v (errno %d), want EINVAL matching ErrInvalidAttr or ENOMEM matching ErrResourceLimit", what, err, int(e.Errno))
+		}
+	}
+	bigCQ := da.MaxCQE + 1
+	if bigCQ > 1<<24 { // CreateCQ refuses that itself, before the verb
+		t.Skipf("%s allows %d CQ entries: no count beyond it reaches ibv_create_cq", ctx.Device().Name(), da.MaxCQE)
+	}
+	createCQ := func() error {
+		q, err := ctx.CreateCQ(bigCQ, nil)
+		if err == nil {
+			q.Destroy()
+			return fmt.Errorf("CreateCQ(%d) succeeded, beyond MaxCQE %d", bigCQ, da.MaxCQE)
+		}
+		return err
+	}
+	cases := []struct {
+		name  string
+		verbs []string
+		do    func() error
+	}{
+		{"CreateCQ(MaxCQE+1)", []string{"ibv_create_cq", "ibv_create_cq_ex"}, createCQ},
+		{"CreateQP(MaxQPWR+1 send WRs)", []string{"ibv_create_qp"}, func() error {
+			q, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
+				Cap: verbs.QPCap{MaxSendWR: uint32(da.MaxQPWR + 1), MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			if err == nil {
+				q.Destroy()
+				return fmt.Errorf("CreateQP succeeded with %d send WRs, beyond MaxQPWR %d", da.MaxQPWR+1, da.MaxQPWR)
+			}
+			return err
+		}},
+		{"CreateSRQ(MaxSRQWR+1)", []string{"ibv_create_srq"}, func() error {
+			if da.MaxSRQWR == 0 || da.MaxSRQWR+1 > 1<<24 {
+				return nil
+			}
+			s, err := pd.CreateSRQ(da.MaxSRQWR+1, 1)
+			if err == nil {
+				s.Destroy()
+				return fmt.Errorf("CreateSRQ(%d) succeeded, beyond MaxSRQWR %d", da.MaxSRQWR+1, da.MaxSRQWR)
+			}
+			return err
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.do()
+			if err == nil {
+				t.Skip("the device's limit is beyond what the provider passes to the verb")
+			}
+			t.Logf("%v", err)
+			check(t, c.name, err, c.verbs...)
+		})
+	}
+
+	// In parallel, two failures with different errnos: creates beyond the
+	// limit (EINVAL or ENOMEM, read from errno) and the dealloc of a PD
+	// that still holds an MR (EBUSY, which the kernel also leaves in its
+	// thread's errno). Each must report its own. Bounded by count.
+	busy, err := ctx.AllocPD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr, err := busy.RegMR(make([]byte, 4096), verbs.AccessLocalWrite)
+	if err != nil {
+		busy.Dealloc()
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := mr.Dereg(); err != nil {
+			t.Errorf("Dereg: %v", err)
+		}
+		if err := busy.Dealloc(); err != nil {
+			t.Errorf("Dealloc after Dereg: %v", err)
+		}
+	}()
+	const workers, rounds = 8, 100
+	type result struct {
+		create bool
+		err    error
+	}
+	var wg sync.WaitGroup
+	res := make(chan result, workers*rounds)
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				if w%2 == 0 {
+					res <- result{true, createCQ()}
+				} else {
+					res <- result{false, busy.Dealloc()}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(res)
+	n := 0
+	for r := range res {
+		n++
+		var e *ibverbs.Error
+		if r.create {
+			check(t, "parallel CreateCQ(MaxCQE+1)", r.err, "ibv_create_cq", "ibv_create_cq_ex")
+		} else if !errors.As(r.err, &e) || e.Verb != "ibv_dealloc_pd" || e.Errno != syscall.EBUSY || !errors.Is(r.err, verbs.ErrBusy) {
+			t.Errorf("parallel Dealloc of a PD holding an MR: %v, want ibv_dealloc_pd EBUSY matching ErrBusy", r.err)
+		}
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	if n != workers*rounds {
+		t.Fatalf("%d results, want %d", n, workers*rounds)
 	}
 }
 

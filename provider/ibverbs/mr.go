@@ -36,10 +36,9 @@ func (p *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 	if p.pd == nil {
 		return nil, p.errDestroyed()
 	}
-	C.goroce_clear_errno()
-	mr := C.ibv_reg_mr(p.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), C.int(access))
+	mr, errno := C.ibv_reg_mr(p.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), C.int(access))
 	if mr == nil {
-		return nil, verbErr("ibv_reg_mr", int(C.goroce_errno()), fmt.Sprintf("%d bytes, access %#x", len(buf), uint32(access)))
+		return nil, verbErr("ibv_reg_mr", callErrno(errno), fmt.Sprintf("%d bytes, access %#x", len(buf), uint32(access)))
 	}
 	m := &MR{ctx: p.ctx, mr: mr, buf: buf, lkey: uint32(mr.lkey), rkey: uint32(mr.rkey), addr: uint64(uintptr(mr.addr))}
 	if !p.ctx.track(m) {
@@ -69,9 +68,8 @@ func (m *MR) Dereg() error {
 	if m.mr == nil {
 		return nil
 	}
-	C.goroce_clear_errno()
-	if rc := C.ibv_dereg_mr(m.mr); rc != 0 {
-		return verbErr("ibv_dereg_mr", int(C.goroce_rc(rc)), "")
+	if rc, errno := C.ibv_dereg_mr(m.mr); rc != 0 {
+		return verbErr("ibv_dereg_mr", rcErrno(int(rc), errno), "")
 	}
 	m.mr, m.buf = nil, nil
 	if m.ctx != nil {

@@ -26,10 +26,9 @@ func (c *Context) AllocPD() (verbs.PD, error) {
 		return nil, err
 	}
 	defer c.leave()
-	C.goroce_clear_errno()
-	pd := C.ibv_alloc_pd(cc)
+	pd, errno := C.ibv_alloc_pd(cc)
 	if pd == nil {
-		return nil, verbErr("ibv_alloc_pd", int(C.goroce_errno()), "")
+		return nil, verbErr("ibv_alloc_pd", callErrno(errno), "")
 	}
 	p := &PD{ctx: c, pd: pd}
 	if !c.track(p) {
@@ -50,9 +49,8 @@ func (p *PD) Dealloc() error {
 	if p.pd == nil {
 		return nil
 	}
-	C.goroce_clear_errno()
-	if rc := C.ibv_dealloc_pd(p.pd); rc != 0 {
-		return verbErr("ibv_dealloc_pd", int(C.goroce_rc(rc)), "")
+	if rc, errno := C.ibv_dealloc_pd(p.pd); rc != 0 {
+		return verbErr("ibv_dealloc_pd", rcErrno(int(rc), errno), "")
 	}
 	p.pd = nil
 	p.ctx.untrack(p)

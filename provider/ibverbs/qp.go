@@ -76,10 +76,9 @@ func (p *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if attr.SQSigAll {
 		ia.sq_sig_all = 1
 	}
-	C.goroce_clear_errno()
-	qp := C.ibv_create_qp(p.pd, &ia)
+	qp, errno := C.ibv_create_qp(p.pd, &ia)
 	if qp == nil {
-		return nil, verbErr("ibv_create_qp", int(C.goroce_errno()), attr.QPType.String())
+		return nil, verbErr("ibv_create_qp", callErrno(errno), attr.QPType.String())
 	}
 	q := &QP{ctx: p.ctx, qp: qp, typ: attr.QPType, num: uint32(qp.qp_num)}
 	q.send.alloc(C.size_t(unsafe.Sizeof(C.struct_gsend{})), C.size_t(unsafe.Sizeof(C.struct_ibv_send_wr{})))
@@ -187,9 +186,8 @@ func (q *QP) Destroy() error {
 	if q.qp == nil {
 		return nil
 	}
-	C.goroce_clear_errno()
-	if rc := C.ibv_destroy_qp(q.qp); rc != 0 {
-		return verbErr("ibv_destroy_qp", int(C.goroce_rc(rc)), fmt.Sprintf("QP %#x", q.num))
+	if rc, errno := C.ibv_destroy_qp(q.qp); rc != 0 {
+		return verbErr("ibv_destroy_qp", rcErrno(int(rc), errno), fmt.Sprintf("QP %#x", q.num))
 	}
 	q.forget()
 	q.ctx.untrack(q)

@@ -18,9 +18,6 @@ int goroce_rc(int rc) {
 	return -rc;
 }
 
-int goroce_errno(void) { return errno ? errno : EIO; }
-void goroce_clear_errno(void) { errno = 0; }
-
 // ---- the device and its context ----
 
 uint64_t goroce_guid(struct ibv_device *d) { return be64toh(ibv_get_device_guid(d)); }

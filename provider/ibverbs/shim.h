@@ -41,10 +41,9 @@ struct grecv {
 
 // Errors. The verbs return errors three ways: an errno value, -1 with
 // errno set, or a negative errno; goroce_rc folds them into 0 or a
-// positive errno.
+// positive errno. It reads errno, so it is called in C right after the
+// verb, on the thread that ran it (errors.go says why).
 int goroce_rc(int rc);
-int goroce_errno(void); // errno, or EIO when it is 0
-void goroce_clear_errno(void);
 
 // The device and its context.
 uint64_t goroce_guid(struct ibv_device *d);

@@ -32,10 +32,9 @@ func (p *PD) CreateSRQ(maxWR, maxSGE int) (verbs.SRQ, error) {
 	if p.pd == nil {
 		return nil, p.errDestroyed()
 	}
-	C.goroce_clear_errno()
-	srq := C.ibv_create_srq(p.pd, &ia)
+	srq, errno := C.ibv_create_srq(p.pd, &ia)
 	if srq == nil {
-		return nil, verbErr("ibv_create_srq", int(C.goroce_errno()), "")
+		return nil, verbErr("ibv_create_srq", callErrno(errno), "")
 	}
 	s := &SRQ{ctx: p.ctx, srq: srq}
 	s.recv.alloc(C.size_t(unsafe.Sizeof(C.struct_grecv{})), C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{})))
@@ -82,9 +81,8 @@ func (s *SRQ) Destroy() error {
 	if s.srq == nil {
 		return nil
 	}
-	C.goroce_clear_errno()
-	if rc := C.ibv_destroy_srq(s.srq); rc != 0 {
-		return verbErr("ibv_destroy_srq", int(C.goroce_rc(rc)), "")
+	if rc, errno := C.ibv_destroy_srq(s.srq); rc != 0 {
+		return verbErr("ibv_destroy_srq", rcErrno(int(rc), errno), "")
 	}
 	s.forget()
 	s.ctx.untrack(s)
