@@ -61,7 +61,7 @@ func TestIbverbsRxe(t *testing.T) {
 		// Every test must have run on rxe0, none skipped.
 		for _, name := range []string{"TestSuite", "TestSuite/RC/Ops", "TestSuite/RC/Batch", "TestSuite/RC/SRQ",
 			"TestSuite/RC/RemoteAccessError", "TestSuite/UD", "TestSuite/Events", "TestSuite/QPStates",
-			"TestSuite/BadInput", "TestSuite/AsyncEvents", "TestRegistry", "TestQuery", "TestCQEx", "TestErrors", "TestNoAllocs", "TestProviderDevices"} {
+			"TestSuite/BadInput", "TestSuite/AsyncEvents", "TestRegistry", "TestQuery", "TestCQEx", "TestErrors", "TestCreateErrno", "TestNoAllocs", "TestProviderDevices"} {
 			if !regexp.MustCompile(`(?m)^\s*--- PASS: ` + regexp.QuoteMeta(name) + ` `).MatchString(out) {
 				t.Errorf("%s did not pass in the guest", name)
 			}
