@@ -13,6 +13,14 @@ import (
 // took is prepared again (tens of ns), which costs only time.
 type flowCache struct {
 	slots [flowCacheSlots]flowSlot
+	// The flow get returned last, as its caller named it: consecutive
+	// packets are mostly of one flow, and comparing the names is cheaper
+	// than hashing them again. last is checked against its slot's
+	// addresses, which another flow may have taken since.
+	last             *flowSlot
+	lastSrc, lastDst netip.Addr
+	lastPort         uint16
+	lastAddrs        uint64
 }
 
 type flowSlot struct {
@@ -132,6 +140,19 @@ const flowCacheSlots = 64
 // not an IPv4 flow (the caller then uses the Flow methods, which handle IPv6
 // and report bad addresses).
 func (fc *flowCache) get(src, dst netip.Addr, sport uint16) *flowSlot {
+	if l := fc.last; l != nil && fc.lastPort == sport && fc.lastSrc == src && fc.lastDst == dst &&
+		l.port == sport && l.addrs == fc.lastAddrs {
+		return l
+	}
+	s := fc.lookup(src, dst, sport)
+	if s != nil {
+		fc.last, fc.lastSrc, fc.lastDst, fc.lastPort, fc.lastAddrs = s, src, dst, sport, s.addrs
+	}
+	return s
+}
+
+// lookup is get without the memo of the last flow.
+func (fc *flowCache) lookup(src, dst netip.Addr, sport uint16) *flowSlot {
 	if !src.Is4() || !dst.Is4() {
 		return nil
 	}
