@@ -44,9 +44,11 @@ func inputBatch(e *Engine, now int64, pb *pktBatch, from netip.Addr) {
 // executes the previous batch. Packets move between the goroutines in
 // batches over channels that both sides poll without sleeping, as a
 // polling driver does (a stand-in for the network, a few ns a packet). It
-// measures the rate the pair sustains when each side has a processor
-// (GOMAXPROCS >= 2; with one, the spinning halves it); BenchmarkPostPoll's
-// ns/op is the per-WQE cost of both sides together.
+// measures the rate the pair sustains when each side has an idle
+// processor of its own (GOMAXPROCS >= 2); when the processors are shared
+// with other work the spinning sides take turns and the rate collapses, so
+// read it only on a quiet machine. BenchmarkPostPoll's ns/op is the per-WQE
+// cost of both sides together.
 func BenchmarkPostPollPipelined(b *testing.B) {
 	l := newLink(b)
 	l.a.cfg.Clock, l.b.cfg.Clock = verbs.Now, verbs.Now
