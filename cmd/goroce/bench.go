@@ -36,6 +36,7 @@ type benchConfig struct {
 	loopback bool
 	baseline bool
 	rdmaCM   bool
+	events   bool // -e: wait on completion channels, not busily
 	timeout  time.Duration
 	soft     softConfig
 	stderr   io.Writer
@@ -110,6 +111,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.rdmaCM, "rdma_cm", false, "same as -R")
 	fs.BoolVar(&o.Verify, "verify", false, "check the data of SEND, WRITE and READ tests (goroce on both sides)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (default: never, as perftest)")
+	fs.BoolVar(&c.events, "e", false, "sleep on CQ events: latency tests then arm the CQ and wait on its completion channel after 50 µs without a completion, and the soft device's driver blocks when idle (default for latency tests: poll busily, a processor per side, as perftest)")
+	fs.BoolVar(&c.events, "events", false, "same as -e")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
 		fs.PrintDefaults()
@@ -172,6 +175,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usageErr("%v", chk.Check())
 	}
 	o.Progress = stderr
+	o.Busy = o.Test.Lat && !c.events // perftest polls unless -e; its bandwidth tests here always may sleep
+	c.soft.busy = o.Busy
 	var err2 error
 	if c.loopback {
 		err2 = runBenchLoopback(&c, stdout)
@@ -329,7 +334,7 @@ func runBenchLoopback(c *benchConfig, stdout io.Writer) error {
 	if err != nil || !a.Is4() {
 		return fmt.Errorf("--addr %q: want an IPv4 address", c.soft.addr)
 	}
-	srvCfg, cliCfg := softConfig{addr: a.String()}, softConfig{addr: a.Next().String()}
+	srvCfg, cliCfg := softConfig{addr: a.String(), busy: c.soft.busy}, softConfig{addr: a.Next().String(), busy: c.soft.busy}
 	srvDev, err := srvCfg.open(true)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ type softConfig struct {
 	path   string       // packet path: udp, uring, afxdp or auto
 	pcap   string       // if set, record every packet sent and received here
 	chosen paths.Chosen // the path open took
+	busy   bool         // the driver polls without blocking (soft.OpenOptions.Busy)
 }
 
 func (c *softConfig) register(fs *flag.FlagSet) {
@@ -46,7 +47,7 @@ func (c *softConfig) resolve() (netip.Addr, int, error) {
 // For traffic it listens on UDP port 4791 of the address; for inspection
 // only (devices, devinfo) on a port the kernel chooses.
 func (c *softConfig) open(traffic bool) (*soft.Device, error) {
-	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic})
+	dev, ch, err := soft.Open(soft.OpenOptions{Name: softName, Addr: c.addr, Path: c.path, Pcap: c.pcap, Inspect: !traffic, Busy: c.busy && traffic})
 	if err != nil {
 		return nil, err
 	}

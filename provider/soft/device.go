@@ -40,6 +40,18 @@ type Options struct {
 	// Spin is how long the driver polls without blocking after activity
 	// (default 50µs; negative: never spin).
 	Spin time.Duration
+	// Busy makes the driver poll the packet path without ever blocking, as
+	// a kernel-bypass NIC driver polled in a loop: each round receives with
+	// a deadline in the past (packetio.Conn.Receive polls then) and yields
+	// the processor with runtime.Gosched, never sleeping, so a packet is
+	// handled as soon as the round after it arrives instead of after a
+	// wake-up (tens of microseconds on a busy machine). It is for latency
+	// measurements and latency-bound programs, which should then also poll
+	// their CQs without waiting on a completion channel (`goroce bench`'s
+	// latency tests do both unless -e). Default off: a busy device keeps a
+	// processor fully occupied for as long as it is open, idle or not. Spin
+	// is ignored. Close stops the driver as usual.
+	Busy bool
 	// Path describes the packet path for people (goroce devinfo shows it),
 	// such as "uring (multishot-recvmsg,...)". Optional.
 	Path string
@@ -240,7 +252,7 @@ func (d *Device) run() {
 		// Wait for packets: poll while recently busy, else block until the
 		// next timer or a doorbell.
 		var until time.Time
-		busy := sent > 0 || time.Since(lastBusy) < d.opts.Spin
+		busy := d.opts.Busy || sent > 0 || time.Since(lastBusy) < d.opts.Spin
 		if busy {
 			until = time.Now() // poll
 		} else {

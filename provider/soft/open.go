@@ -30,6 +30,9 @@ type OpenOptions struct {
 	// a port the kernel chooses, so that it works beside a running goroce
 	// (auto then never attaches AF_XDP).
 	Inspect bool
+	// Busy makes the device's driver poll without ever blocking (see
+	// Options.Busy): lower latency for a processor kept busy. Default off.
+	Busy bool
 }
 
 // Open resolves the address, opens the packet path and makes the device on
@@ -55,7 +58,7 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 			return nil, ch, err
 		}
 	}
-	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String()})
+	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy})
 	if err != nil {
 		conn.Close()
 		return nil, ch, err
