@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -177,6 +179,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	o.Progress = stderr
 	o.Busy = o.Test.Lat && !c.events // perftest polls unless -e; its bandwidth tests here always may sleep
 	c.soft.busy = o.Busy
+	if o.Busy && os.Getenv("GOMAXPROCS") == "" {
+		// One polling thread per side, as perftest's: the device's driver
+		// and the test's poll loop take turns (runtime.Gosched) instead of
+		// spinning on two processors, which on a machine without two free
+		// ones time-slices them into milliseconds-long stalls.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	}
 	var err2 error
 	if c.loopback {
 		err2 = runBenchLoopback(&c, stdout)
