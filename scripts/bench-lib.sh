@@ -79,8 +79,14 @@ goroce_run() {
 	local i
 	for i in $(seq 200); do grep -q "Waiting for client" "$out" && break; sleep 0.05; done
 	# shellcheck disable=SC2086
-	timeout 150 ip netns exec "$B" "$TMP/goroce" bench "$@" --addr "$ADDR_B" $GOROCE_ARGS --timeout 120s "$ADDR_A" > "$TMP/client.out" 2>/dev/null ||
-		{ echo "client failed: $*" >&2; cat "$TMP/client.out" "$out" >&2; return 1; }
+	if ! timeout 150 ip netns exec "$B" "$TMP/goroce" bench "$@" --addr "$ADDR_B" $GOROCE_ARGS --timeout 120s "$ADDR_A" > "$TMP/client.out" 2>&1; then
+		echo "client failed: $*" >&2
+		cat "$TMP/client.out" "$out" >&2
+		# The server would wait for its --timeout, holding port 4791.
+		kill "$spid" 2>/dev/null || true
+		bg_wait "$spid" || true
+		return 1
+	fi
 	bg_wait "$spid" || { echo "server failed: $*" >&2; cat "$out" >&2; return 1; }
 	# The row after the header of the result table.
 	awk '/^ #bytes/ {getline; print; exit}' "$TMP/client.out"

@@ -7,8 +7,9 @@
 # interleaved rounds (ROUNDS, default 3), under two link settings: veth MTU
 # 9000 (goroce path MTU 4096, -m 4096) and MTU 1500 (path MTU 1024). Prints a
 # markdown table of the medians, each tool's result in one unit (MB/s =
-# 10^6 bytes/s for bandwidth, µs for latency) and the median per-round ratio
-# goroce / that tool.
+# 10^6 bytes/s for bandwidth, µs for latency) and the ratio of goroce's
+# median to that tool's (bandwidth: above 1 goroce is faster; latency: below
+# 1 goroce is faster).
 #
 # What is compared with what:
 #   write_bw SIZE  ucx_perftest -t put_bw (UCT tcp, zcopy)
@@ -17,7 +18,8 @@
 #   send_lat 64 B  ucx_perftest -t tag_lat (UCP over tcp), fi_pingpong -p tcp
 #                  -e msg, fi_pingpong -p udp -e dgram
 #   write_lat 64 B ucx_perftest -t put_lat (UCT tcp, zcopy)
-#   send_lat 64 KiB fi_pingpong -p tcp -e msg (udp dgram takes no 64 KiB)
+#   send_lat 64 KiB fi_pingpong -p tcp -e msg (udp dgram takes no 64 KiB; nor
+#                  does the raw-UDP ping-pong, one datagram each way)
 # Latency is half a round trip: goroce's t_typical (median), ucx_perftest's
 # 50th percentile, fi_pingpong's usec/xfer (a mean: it prints no median).
 # Bandwidth: goroce's and ucx_perftest's MB/sec are 2^20 bytes/s, converted;
@@ -143,7 +145,8 @@ t_fi() {
 
 UCT="UCX_NET_DEVICES=veth0"
 UCP="UCX_TLS=tcp UCX_NET_DEVICES=veth0"
-# case: KIND|goroce test and flags|peer name=runner;peer name=runner...
+# case: KIND|goroce test and flags|peer name=runner;peer name=runner...[|nobase]
+# (nobase: no raw-UDP baseline for the case)
 cases=(
 	"bw|write_bw -s 64 -n 20000|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 64 -n 10000"
 	"bw|write_bw -s 4096 -n 5000|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 4096 -n 5000"
@@ -153,7 +156,7 @@ cases=(
 	"bw|send_bw -s 65536 -n 1000|UCX am_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t am_bw -D zcopy -s 65536 -n 1000"
 	"lat|send_lat -s 64 -n 5000|UCX tag_lat (tcp)=t_ucx $UCP -t tag_lat -s 64 -n 5000;fi_pingpong (tcp msg)=t_fi -p tcp -e msg -S 64 -I 2000;fi_pingpong (udp dgram)=t_fi -p udp -e dgram -S 64 -I 5000"
 	"lat|write_lat -s 64 -n 5000|UCX put_lat (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_lat -D zcopy -s 64 -n 5000"
-	"lat|send_lat -s 65536 -n 500|fi_pingpong (tcp msg)=t_fi -p tcp -e msg -S 65536 -I 500"
+	"lat|send_lat -s 65536 -n 500|fi_pingpong (tcp msg)=t_fi -p tcp -e msg -S 65536 -I 500|nobase"
 )
 
 # file MTU CASE TOOL: where the per-round values of a tool go.
@@ -166,7 +169,7 @@ tools() {
 	echo "goroce"
 	[ -n "$NOGSO" ] && echo "goroce (no GSO)"
 	[ -n "$EVENTS" ] && [ "${test%_lat}" != "$test" ] && echo "goroce (events)"
-	echo "raw UDP"
+	[ "$(echo "$c" | cut -d'|' -f4)" = nobase ] || echo "raw UDP"
 	[ -n "$NO_PEERS" ] && return 0
 	echo "$c" | cut -d'|' -f3 | tr ';' '\n' | cut -d= -f1
 }
@@ -179,9 +182,11 @@ record() {
 	local f
 	f=$(vfile "$1" "$2" "$3")
 	shift 3
+	local t0=$SECONDS
 	: > "$TMP/val"
 	"$@" > "$TMP/val" || true
 	echo "$(head -n 1 "$TMP/val")" >> "$f"
+	echo "$((SECONDS - t0)) s: $(basename "$f")" >> "$TMP/times"
 }
 
 start=$(date +%s)
@@ -191,7 +196,7 @@ for round in $(seq "$ROUNDS"); do
 		pmtu=1024
 		[ "$mtu" -ge 9000 ] && pmtu=4096
 		for i in "${!cases[@]}"; do
-			IFS='|' read -r KIND gargs peers <<< "${cases[$i]}"
+			IFS='|' read -r KIND gargs peers nobase <<< "${cases[$i]}"
 			# shellcheck disable=SC2086
 			record "$mtu" "$i" goroce t_goroce "$GOROCE_BASE" $gargs -m $pmtu
 			if [ -n "$NOGSO" ]; then
@@ -202,8 +207,10 @@ for round in $(seq "$ROUNDS"); do
 				# shellcheck disable=SC2086
 				record "$mtu" "$i" "goroce (events)" t_goroce "$GOROCE_BASE $EVENTS" $gargs -m $pmtu
 			fi
-			# shellcheck disable=SC2086
-			record "$mtu" "$i" "raw UDP" t_goroce "--path udp" $gargs -m $pmtu --baseline
+			if [ "$nobase" != nobase ]; then
+				# shellcheck disable=SC2086
+				record "$mtu" "$i" "raw UDP" t_goroce "--path udp" $gargs -m $pmtu --baseline
+			fi
 			[ -n "$NO_PEERS" ] && continue
 			IFS=';' read -r -a plist <<< "$peers"
 			for p in "${plist[@]}"; do
@@ -215,7 +222,7 @@ for round in $(seq "$ROUNDS"); do
 	echo "round $round done after $(( $(date +%s) - start )) s" >&2
 done
 
-# A tool's median; its per-round ratios goroce / tool and their median.
+# A tool's median and the ratio of goroce's median to it.
 echo "| veth MTU (path MTU) | test | size | tool | result | goroce / tool |"
 echo "|---|---|---|---|---|---|"
 for mtu in $MTUS; do
@@ -239,14 +246,16 @@ for mtu in $MTUS; do
 			fi
 			med=$(echo "$vals" | median)
 			ratio=""
-			if [ "$tool" != goroce ]; then
-				ratios=$(paste -d' ' "$gf" "$f" | awk 'NF == 2 && $1 > 0 && $2 > 0 {print $1 / $2}')
-				[ -n "$ratios" ] && ratio=$(printf "%.2f" "$(echo "$ratios" | median)")
+			gvals=$(grep -E '^[0-9.]+$' "$gf" 2>/dev/null || true)
+			if [ "$tool" != goroce ] && [ -n "$gvals" ]; then
+				ratio=$(awk -v g="$(echo "$gvals" | median)" -v t="$med" 'BEGIN {if (t > 0) printf "%.2f", g / t}')
 			fi
 			printf "| %s (%s) | %s | %s B | %s | %.2f %s | %s |\n" "$mtu" "$pmtu" "$test" "$size" "$tool" "$med" "$unit" "$ratio"
 		done < <(tools "$mtu" "$i")
 	done
 done
+echo "bench-peers.sh: $ROUNDS rounds in $(( $(date +%s) - start )) s; the slowest runs:" >&2
+sort -rn "$TMP/times" | head -n 5 >&2
 if [ -s "$TMP/fail.log" ]; then
 	echo "bench-peers.sh: some runs failed; their output:" >&2
 	tail -n 40 "$TMP/fail.log" >&2
