@@ -309,7 +309,11 @@ func (d *Device) run() {
 }
 
 // input hands received packets to the engine and sends what they call for
-// (ACKs, READ responses) at once. Called with io held.
+// (ACKs, READ responses) at once. Called with io held. A busy device leaves
+// that to the next flush, its driver's next round or a post's kick,
+// whichever comes first: the application then sees what arrived (a
+// completion, a WRITE's data) without waiting for the ACK's send, and a
+// reply it posts leaves ahead of the ACK (acksLast).
 func (d *Device) input(pkts []packetio.Packet) {
 	d.mu.Lock()
 	now := d.now()
@@ -318,7 +322,9 @@ func (d *Device) input(pkts []packetio.Packet) {
 		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime}
 		d.eng.InputPacket(now, p.Buf, p.Addr, p.Port, &rx)
 	}
-	d.flush(now)
+	if !d.opts.Busy {
+		d.flush(now)
+	}
 	d.mu.Unlock()
 }
 
