@@ -40,8 +40,8 @@
 # ucx-utils libfabric-bin; a missing tool's rows say so). Creates the
 # namespaces goroce-bp-<pid>-a and -b joined by a veth pair (10.66.0.1/24,
 # 10.66.0.2/24) and deletes them on exit; kills only the processes it started;
-# every run is bounded by timeout(1). About 4 minutes with ROUNDS=3 on a
-# 2-core machine.
+# every run is bounded by timeout(1). About 1.5 minutes with ROUNDS=3 on a
+# quiet 2-core machine, 3 to 4 under load.
 set -euo pipefail
 GOROCE_PATH=${GOROCE_PATH:-udp}
 GOROCE_FLAGS=${GOROCE_FLAGS:-}
