@@ -13,42 +13,9 @@
 set -euo pipefail
 ROUNDS=${1:-3}
 cd "$(dirname "$0")/.."
-TMP=$(mktemp -d)
-A=goroce-bt-$$-a
-B=goroce-bt-$$-b
-SPID=""
-cleanup() {
-	[ -n "$SPID" ] && kill "$SPID" 2>/dev/null || true
-	ip netns del "$A" 2>/dev/null || true
-	ip netns del "$B" 2>/dev/null || true
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-go build -o "$TMP/goroce" ./cmd/goroce
-ip netns add "$A"
-ip netns add "$B"
-ip link add veth0 netns "$A" type veth peer name veth0 netns "$B"
-ip -n "$A" addr add 10.66.0.1/24 dev veth0
-ip -n "$B" addr add 10.66.0.2/24 dev veth0
-for n in "$A" "$B"; do ip -n "$n" link set veth0 up; ip -n "$n" link set lo up; done
-
-# run TEST ARGS...: one server (namespace A) and client (namespace B) run;
-# prints the client's result row.
-run() {
-	local out="$TMP/server.out"
-	: > "$out"
-	ip netns exec "$A" "$TMP/goroce" bench "$@" --addr 10.66.0.1 --path udp --timeout 120s > "$out" 2>&1 &
-	SPID=$!
-	for _ in $(seq 200); do grep -q "Waiting for client" "$out" && break; sleep 0.05; done
-	ip netns exec "$B" "$TMP/goroce" bench "$@" --addr 10.66.0.2 --path udp --timeout 120s 10.66.0.1 > "$TMP/client.out" 2>/dev/null ||
-		{ echo "client failed: $*" >&2; cat "$TMP/client.out" "$out" >&2; exit 1; }
-	wait "$SPID" || { echo "server failed: $*" >&2; cat "$out" >&2; exit 1; }
-	SPID=""
-	# The row after the header of the result table.
-	awk '/^ #bytes/ {getline; print; exit}' "$TMP/client.out"
-}
-
-median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+. scripts/bench-lib.sh
+bench_setup goroce-bt
+run() { goroce_run "$@" || exit 1; }
 
 cases=(
 	"write_bw -s 64 -n 20000"

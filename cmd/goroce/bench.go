@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -33,6 +35,7 @@ type benchConfig struct {
 	loopback bool
 	baseline bool
 	rdmaCM   bool
+	events   bool // -e: wait on completion channels, not busily
 	timeout  time.Duration
 	soft     devinfo.Soft
 	stderr   io.Writer
@@ -107,6 +110,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.rdmaCM, "rdma_cm", false, "same as -R")
 	fs.BoolVar(&o.Verify, "verify", false, "check the data of SEND, WRITE and READ tests (goroce on both sides)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (default: never, as perftest)")
+	fs.BoolVar(&c.events, "e", false, "sleep on CQ events: latency tests then arm the CQ and wait on its completion channel after 50 µs without a completion, and the soft device's driver blocks when idle (default for latency tests: poll busily, a processor per side, as perftest)")
+	fs.BoolVar(&c.events, "events", false, "same as -e")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
 		fs.PrintDefaults()
@@ -169,6 +174,15 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return usageErr("%v", chk.Check())
 	}
 	o.Progress = stderr
+	o.Busy = o.Test.Lat && !c.events // perftest polls unless -e; its bandwidth tests here always may sleep
+	c.soft.Busy = o.Busy
+	if o.Busy && os.Getenv("GOMAXPROCS") == "" {
+		// One polling thread per side, as perftest's: the device's driver
+		// and the test's poll loop take turns (runtime.Gosched) instead of
+		// spinning on two processors, which on a machine without two free
+		// ones time-slices them into milliseconds-long stalls.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	}
 	var err2 error
 	if c.loopback {
 		err2 = runBenchLoopback(&c, stdout)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,6 +200,26 @@ func TestBenchLoopback(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
 	checkJSON(t, rep, "send_lat", "client", 2, 100)
+	// Latency tests poll busily on one thread by default (and give the
+	// process its GOMAXPROCS back); -e and --events wait on completion
+	// channels. (write_lat, which polls memory the driver writes, runs in
+	// internal/bench's tests: the race detector sees no synchronization
+	// there, as a remote WRITE gives none.)
+	procs := runtime.GOMAXPROCS(0)
+	for _, args := range [][]string{{"read_lat"}, {"send_lat", "-e"}, {"read_lat", "--events"}} {
+		out.Reset()
+		if code := run(append([]string{"bench"}, append(args, "--loopback", "--addr", "127.0.6.3", "-n", "100", "--json", "--timeout", "30s")...), &out, &errb); code != 0 {
+			t.Fatalf("%v: exit %d: %s%s", args, code, out.String(), errb.String())
+		}
+		var rep bench.JSONReport
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("%v: %v:\n%s", args, err, out.String())
+		}
+		checkJSON(t, rep, args[0], "client", 2, 100)
+		if got := runtime.GOMAXPROCS(0); got != procs {
+			t.Errorf("%v: GOMAXPROCS %d after the run, was %d", args, got, procs)
+		}
+	}
 }
 
 // checkJSON checks a --json report.

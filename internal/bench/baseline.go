@@ -279,7 +279,7 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 		since := time.Now()
 		for {
 			deadline := b.past
-			if time.Since(since) > baseSpin {
+			if !o.Busy && time.Since(since) > baseSpin {
 				deadline = time.Now().Add(baseBlock)
 			}
 			pk, err := b.conn.Receive(deadline)

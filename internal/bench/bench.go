@@ -121,6 +121,16 @@ type Options struct {
 	Verify bool
 	// Progress, when set, receives a line a second while a test runs.
 	Progress io.Writer
+	// Busy polls for completions without ever sleeping: the CQ (or, in
+	// write_lat, the memory the peer writes) is polled in a loop that only
+	// yields the processor (runtime.Gosched), as perftest's latency tests
+	// poll unless given -e. Otherwise a side that found nothing for 50 µs
+	// arms the CQ and sleeps on its completion channel (write_lat naps a
+	// microsecond between looks). The raw-UDP baseline's ping-pong polls
+	// its socket the same way. Pair it with a soft device whose driver
+	// polls too (soft.Options.Busy): that is what `goroce bench` does for
+	// latency tests unless -e.
+	Busy bool
 }
 
 // Result is one row of the report.

@@ -287,6 +287,9 @@ func TestRunLoopback(t *testing.T) {
 		{"atomic_bw-cas", Options{Test: Test{Verb: Atomic}, Iters: 100, Atomic: verbs.WRAtomicCmpAndSwp}},
 		{"send_lat", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true}},
 		{"write_lat", Options{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, Verify: true}},
+		{"send_lat-busy", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true, Busy: true}},
+		{"write_lat-busy", Options{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, Verify: true, Busy: true}},
+		{"read_lat-busy", Options{Test: Test{Verb: Read, Lat: true}, Size: 64, Iters: 200, Busy: true}},
 		{"read_lat", Options{Test: Test{Verb: Read, Lat: true}, Size: 64, Iters: 200}},
 		{"atomic_lat", Options{Test: Test{Verb: Atomic, Lat: true}, Iters: 200}},
 	} {

@@ -96,7 +96,8 @@ func (c clock) now() int64 { return int64(time.Since(c.t0)) }
 
 // waiter waits for completions: it polls, yielding the processor between
 // polls (the device's driver may need it), and after 50 µs without any
-// arms the CQ and sleeps on the completion channel.
+// arms the CQ and sleeps on the completion channel; with Options.Busy it
+// never sleeps.
 type waiter struct {
 	s         *session
 	idleSince int64
@@ -106,6 +107,10 @@ type waiter struct {
 // idle is called after a poll found nothing; it returns an error when ctx
 // ends or the channel fails.
 func (w *waiter) idle(ctx context.Context) error {
+	if w.s.o.Busy {
+		runtime.Gosched()
+		return ctx.Err()
+	}
 	now := w.clk.now()
 	if w.idleSince == 0 {
 		w.idleSince = now
@@ -620,7 +625,7 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 					// waits for the runtime's 10 ms safety net.
 					if now := clk.now(); since == 0 {
 						since = now
-					} else if now-since > int64(50*time.Microsecond) {
+					} else if !o.Busy && now-since > int64(50*time.Microsecond) {
 						time.Sleep(time.Microsecond)
 						continue
 					}

@@ -40,6 +40,27 @@ type Options struct {
 	// Spin is how long the driver polls without blocking after activity
 	// (default 50µs; negative: never spin).
 	Spin time.Duration
+	// Busy makes the driver poll the packet path without ever blocking, as
+	// a kernel-bypass NIC driver polled in a loop: each round receives with
+	// a deadline in the past (packetio.Conn.Receive polls then) and yields
+	// the processor with runtime.Gosched, never sleeping, so a packet is
+	// handled as soon as the round after it arrives instead of after a
+	// wake-up (tens of microseconds on a busy machine). It is for latency
+	// measurements and latency-bound programs, which should then also poll
+	// their CQs without waiting on a completion channel (`goroce bench`'s
+	// latency tests do both unless -e). A busy device also sends the ACKs
+	// of a batch after its other packets (a reply then leaves before the
+	// ACK held back to travel with it; see acksLast). Default off: a busy
+	// device keeps a processor fully occupied for as long as it is open,
+	// idle or not. Spin is ignored. Close stops the driver as usual.
+	//
+	// The driver and an application polling its CQ are two spinning
+	// goroutines: on a machine without a free processor for each, the
+	// kernel time-slices them and a packet can wait milliseconds for the
+	// one that would handle it. Run such a program with GOMAXPROCS=1 (as
+	// `goroce bench` does in busy mode) so that they take turns on one
+	// thread, each yielding to the other with runtime.Gosched.
+	Busy bool
 	// Path describes the packet path for people (goroce devinfo shows it),
 	// such as "uring (multishot-recvmsg,...)". Optional.
 	Path string
@@ -89,6 +110,16 @@ type Device struct {
 	err      error
 	async    asyncState
 	gsi      gsiState
+	// ackScratch holds a batch's ACKs while acksLast moves them (Busy).
+	ackScratch []ackCopy
+}
+
+// ackCopy is an ACK set aside by acksLast.
+type ackCopy struct {
+	buf  [ackScratchLen]byte
+	n    int
+	addr netip.Addr
+	port uint16
 }
 
 // New creates a device on the packet path in opts and starts its driver.
@@ -134,6 +165,9 @@ func New(opts Options) (*Device, error) {
 	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu, mtuWhy: why,
 		start: time.Now(), done: make(chan struct{}), gone: make(chan struct{})}
 	d.linkLocal = linkLocalGID(d.addr, d.GUID())
+	if opts.Busy {
+		d.ackScratch = make([]ackCopy, opts.Batch)
+	}
 	dev = d
 	go d.run()
 	return d, nil
@@ -240,7 +274,7 @@ func (d *Device) run() {
 		// Wait for packets: poll while recently busy, else block until the
 		// next timer or a doorbell.
 		var until time.Time
-		busy := sent > 0 || time.Since(lastBusy) < d.opts.Spin
+		busy := d.opts.Busy || sent > 0 || time.Since(lastBusy) < d.opts.Spin
 		if busy {
 			until = time.Now() // poll
 		} else {
@@ -275,7 +309,11 @@ func (d *Device) run() {
 }
 
 // input hands received packets to the engine and sends what they call for
-// (ACKs, READ responses) at once. Called with io held.
+// (ACKs, READ responses) at once. Called with io held. A busy device leaves
+// that to the next flush, its driver's next round or a post's kick,
+// whichever comes first: the application then sees what arrived (a
+// completion, a WRITE's data) without waiting for the ACK's send, and a
+// reply it posts leaves ahead of the ACK (acksLast).
 func (d *Device) input(pkts []packetio.Packet) {
 	d.mu.Lock()
 	now := d.now()
@@ -284,7 +322,9 @@ func (d *Device) input(pkts []packetio.Packet) {
 		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime, GROSeg: p.GROSeg}
 		d.eng.InputPacket(now, p.Buf, p.Addr, p.Port, &rx)
 	}
-	d.flush(now)
+	if !d.opts.Busy {
+		d.flush(now)
+	}
 	d.mu.Unlock()
 }
 
@@ -349,6 +389,9 @@ func (d *Device) flushBatches(now int64, batches int) int {
 			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, sport
 			k++
 		}
+		if k > 1 && d.opts.Busy {
+			d.acksLast(batch[:k])
+		}
 		if k > 0 {
 			if _, err := d.conn.Transmit(batch[:k]); err != nil {
 				d.transmitFailed(batch[:k], err)
@@ -360,4 +403,58 @@ func (d *Device) flushBatches(now int64, batches int) int {
 		}
 	}
 	return total
+}
+
+// ackScratchLen bounds the ACKs acksLast moves: an RC ACK or NAK is a BTH,
+// an AETH and the ICRC (20 bytes); anything longer stays where it is.
+const ackScratchLen = 32
+
+// acksLast moves the ACKs (and NAKs) of a batch behind its other packets,
+// keeping each group's order, so that sendmmsg hands a request or response
+// to the kernel before the ACKs that the responder held back to travel with
+// it (Engine.AckDelay): in a ping-pong the reply then reaches the peer one
+// packet's kernel path earlier. ACKs and requests belong to different PSN
+// streams, so their relative order carries no meaning. The bytes are moved,
+// not the Packet entries: Transmit takes the lent batch in its own order.
+// Busy devices only; called with io and mu held, allocation-free.
+func (d *Device) acksLast(batch []packetio.Packet) {
+	isAck := func(p *packetio.Packet) bool {
+		return len(p.Buf) > 0 && len(p.Buf) <= ackScratchLen && wire.Opcode(p.Buf[0]) == wire.RCAcknowledge
+	}
+	seen, need := false, false
+	for i := range batch {
+		if isAck(&batch[i]) {
+			seen = true
+		} else if seen {
+			need = true // a packet behind an ACK
+			break
+		}
+	}
+	if !need || len(d.ackScratch) < len(batch) {
+		return
+	}
+	na := 0
+	w := 0
+	for i := range batch {
+		p := &batch[i]
+		if isAck(p) {
+			a := &d.ackScratch[na]
+			a.n = copy(a.buf[:], p.Buf)
+			a.addr, a.port = p.Addr, p.Port
+			na++
+			continue
+		}
+		if w != i {
+			q := &batch[w]
+			q.Buf = append(q.Buf[:0], p.Buf...)
+			q.Addr, q.Port = p.Addr, p.Port
+		}
+		w++
+	}
+	for j := 0; j < na; j++ {
+		a := &d.ackScratch[j]
+		q := &batch[w+j]
+		q.Buf = append(q.Buf[:0], a.buf[:a.n]...)
+		q.Addr, q.Port = a.addr, a.port
+	}
 }

@@ -36,6 +36,9 @@ type OpenOptions struct {
 	// of datagrams in one buffer) on the udp path, which uses them by
 	// default when the kernel offers them (see packetio/udp).
 	NoGSO, NoGRO bool
+	// Busy makes the device's driver poll without ever blocking (see
+	// Options.Busy): lower latency for a processor kept busy. Default off.
+	Busy bool
 }
 
 // Open resolves the address, opens the packet path and makes the device on
@@ -61,7 +64,7 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 			return nil, ch, err
 		}
 	}
-	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String()})
+	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy})
 	if err != nil {
 		conn.Close()
 		return nil, ch, err
