@@ -104,6 +104,7 @@ func ecmpRun(t *testing.T, path, prefix string) {
 
 	pcapPath := filepath.Join(t.TempDir(), "ecmp-"+path+".pcap")
 	pcap := e2eNewPcap(t, pcapPath)
+	pcap.pw.Incoming = true
 	var (
 		mu       sync.Mutex
 		arrivals []ecmpArrival
@@ -115,7 +116,10 @@ func ecmpRun(t *testing.T, path, prefix string) {
 		mu.Lock()
 		defer mu.Unlock()
 		arrivals = append(arrivals, ecmpArrival{src, dst, sport, append([]byte(nil), pkt...)})
-		pcap.pw.Write(ts, tee.Out, src, dst, sport, pkt) // as it arrived, with its real source port
+		// As it arrived, with its real source port, and the IPv4
+		// Identification its ICRC shows (with GSO, segment k of a message
+		// has k): the socket hid the header.
+		pcap.pw.Write(ts, tee.In, src, dst, sport, pkt)
 	}
 	da, err := New(Options{Name: "ecmpa", Conn: ca})
 	if err != nil {
