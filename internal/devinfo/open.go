@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"time"
 
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -29,6 +30,9 @@ type Soft struct {
 	// Busy makes the driver of a device opened for traffic poll without
 	// blocking (soft.OpenOptions.Busy).
 	Busy bool
+	// Spin is soft.OpenOptions.Spin (0: the default; negative: the driver
+	// never polls after activity, it blocks at once).
+	Spin time.Duration
 }
 
 // Resolve returns the device address and the MTU of its interface (0 when
@@ -46,7 +50,7 @@ func (s Soft) Resolve() (netip.Addr, int, error) {
 // s.Path. For traffic it listens on UDP port 4791 of the address; for
 // inspection only (devices, devinfo) on a port the kernel chooses.
 func (s Soft) Open(traffic bool) (*soft.Device, error) {
-	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy && traffic})
+	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy && traffic, Spin: s.Spin})
 	return dev, err
 }
 
@@ -207,10 +211,10 @@ func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error
 	if err != nil || !a.Is4() {
 		return nil, nil, netip.Addr{}, fmt.Errorf("--addr %q: want an IPv4 address", s.Addr)
 	}
-	if first, err = (Soft{Addr: a.String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy}).Open(true); err != nil {
+	if first, err = (Soft{Addr: a.String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
 		return nil, nil, netip.Addr{}, err
 	}
-	if second, err = (Soft{Addr: a.Next().String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy}).Open(true); err != nil {
+	if second, err = (Soft{Addr: a.Next().String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
 		first.Close()
 		return nil, nil, netip.Addr{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/paths"
@@ -39,6 +40,9 @@ type OpenOptions struct {
 	// Busy makes the device's driver poll without ever blocking (see
 	// Options.Busy): lower latency for a processor kept busy. Default off.
 	Busy bool
+	// Spin is Options.Spin: how long the driver polls after activity
+	// before it blocks (0: the default, 50µs; negative: never).
+	Spin time.Duration
 }
 
 // Open resolves the address, opens the packet path and makes the device on
@@ -64,7 +68,7 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 			return nil, ch, err
 		}
 	}
-	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy})
+	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, Spin: o.Spin})
 	if err != nil {
 		conn.Close()
 		return nil, ch, err
