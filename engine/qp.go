@@ -136,6 +136,17 @@ func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
 // Num returns the QP number.
 func (qp *QP) Num() uint32 { return uint32(qp.num) }
 
+// InFlight returns how many request packets of an RC QP are sent and not
+// yet acknowledged (0 for other QPs): while there are some, an ACK or the
+// retransmission timer is due, either of which makes the engine's owner
+// call Output again.
+func (qp *QP) InFlight() int {
+	if qp.typ != verbs.QPTRC || qp.state != verbs.QPSRTS {
+		return 0
+	}
+	return int(qp.req.ackPSN.Distance(qp.req.psn)) - 1
+}
+
 // Type returns the QP type.
 func (qp *QP) Type() verbs.QPType { return qp.typ }
 

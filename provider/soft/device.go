@@ -342,6 +342,38 @@ func (d *Device) kick() {
 	d.ring()
 }
 
+// corkInFlight is how many unacknowledged packets make a post's send wait
+// for the flight's next ACK (kickQP).
+const corkInFlight = 16
+
+// kickQP is kick after a post to qp, corked as Linux's TCP autocorking
+// corks a write while earlier segments are still queued: when qp has at
+// least corkInFlight packets sent and not acknowledged, an ACK is on its
+// way (or the retransmission timer, which the driver's deadline covers),
+// and whoever takes it in (the driver, or a Poll inline) sends what was
+// posted meanwhile in full batches. A stream of single posts then costs
+// one system call per batch instead of one per post, and no driver
+// wake-ups. Busy devices, whose driver polls anyway, and shorter flights
+// (a ping-pong, a post after idling) are sent at once.
+func (d *Device) kickQP(qp *engine.QP) {
+	if d.opts.NoInline || d.opts.Busy || !d.io.TryLock() {
+		d.kick()
+		return
+	}
+	d.mu.Lock()
+	corked := qp.InFlight() >= corkInFlight
+	if !corked {
+		d.flushBatches(d.now(), 1)
+	}
+	d.mu.Unlock()
+	d.io.Unlock()
+	if corked {
+		d.doorbell.Add(1) // a driver between rounds sends it; a sleeping one is not woken
+		return
+	}
+	d.ring()
+}
+
 // pollInline follows a Poll that found its CQ empty: when nobody is using
 // the packet path, the caller's goroutine receives what has arrived and
 // hands it to the engine, which may complete the work it polls for.

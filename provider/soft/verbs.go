@@ -619,7 +619,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	}
 	n, err := q.qp.PostSend(wrs)
 	if n > 0 {
-		q.d.kick()
+		q.d.kickQP(q.qp)
 	}
 	return n, err
 }
