@@ -51,7 +51,7 @@ func TestCorkedPosts(t *testing.T) {
 		}
 	}
 	batches := da.conn.Stats().TxBatches - before
-	db.Stats() // the receiver wrote under its mutex; read after taking it
+	db.Stats()                   // the receiver wrote under its mutex; read after taking it
 	for i := range 1024 * size { // every slot was written, the last 4096 / 1024 times
 		if b.buf[i] != a.buf[i] {
 			t.Fatalf("byte %d: %#x, want %#x", i, b.buf[i], a.buf[i])
