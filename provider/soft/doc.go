@@ -19,7 +19,12 @@
 // path, a PostSend sends what it made ready (one batch at most) and a Poll
 // that finds its CQ empty receives what has arrived, each from the caller's
 // goroutine, which saves two hand-offs between goroutines per message
-// (Options.NoInline turns this off). The responder holds the ACK of a message
+// (Options.NoInline turns this off). A post to an RC QP that already has 16
+// or more packets in flight is corked, as Linux corks a TCP write while
+// earlier segments are queued: the flight's ACK, taken in by the driver or
+// by a Poll, sends it with the posts that followed in full batches (the
+// retransmission timer does if the ACK is lost), instead of a system call
+// and a driver wake-up per post. The responder holds the ACK of a message
 // that completed a receive for up to DefaultAckDelay, so that the reply the
 // application is likely to post carries it in the same batch. Close
 // completes every outstanding work request with WR_FLUSH_ERR.
