@@ -78,13 +78,15 @@ func TestDevinfo(t *testing.T) {
 }
 
 // TestDevinfoPath: --path picks the soft device's packet path and devinfo
-// shows it; an unknown path is refused.
+// shows it, with the udp path's offloads (--gso=false turns GSO off); an
+// unknown path is refused.
 func TestDevinfoPath(t *testing.T) {
-	for _, c := range []struct{ path, want string }{
-		{"udp", "\tpacket_path:\t\t\tudp\n"},
-		{"auto", "\tpacket_path:\t\t\t"},
+	for _, c := range []struct{ path, flag, want string }{
+		{"udp", "--gro=true", "\tpacket_path:\t\t\tudp (GSO "},
+		{"udp", "--gso=false", "\tpacket_path:\t\t\tudp (GSO off: turned off by Options.GSO, "},
+		{"auto", "--gso=true", "\tpacket_path:\t\t\t"},
 	} {
-		code, out, errOut := runArgs("devinfo", "--addr", "127.0.0.1", "--path", c.path)
+		code, out, errOut := runArgs("devinfo", "--addr", "127.0.0.1", "--path", c.path, c.flag)
 		if code != 0 {
 			t.Fatalf("--path %s: exit %d: %s", c.path, code, errOut)
 		}

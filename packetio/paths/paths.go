@@ -144,7 +144,7 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 		if err != nil {
 			return nil, "", err
 		}
-		return c, "", nil
+		return c, c.Offloads().String(), nil
 	case Uring:
 		uo := uring.Options{MaxPacket: o.MaxPacket}
 		uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = o.socket()

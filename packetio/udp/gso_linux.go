@@ -36,7 +36,7 @@ func (c *Conn) Offloads() OffloadStatus {
 func (c *Conn) probeOffloads(fd int, o Options) error {
 	switch o.GSO {
 	case OffloadOff:
-		c.gsoWhy = "turned off (Options.GSO)"
+		c.gsoWhy = "turned off by Options.GSO"
 	default:
 		// getsockopt UDP_SEGMENT exists exactly where the kernel
 		// implements it (Linux 4.18).
@@ -54,7 +54,7 @@ func (c *Conn) probeOffloads(fd int, o Options) error {
 	}
 	switch o.GRO {
 	case OffloadOff:
-		c.groWhy = "turned off (Options.GRO)"
+		c.groWhy = "turned off by Options.GRO"
 	default:
 		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
 			if o.GRO == OffloadRequire {

@@ -126,7 +126,7 @@ func (s OffloadStatus) String() string {
 		if on {
 			return name + " on"
 		}
-		return name + " off (" + why + ")"
+		return name + " off: " + why
 	}
 	return part("GSO", s.GSO, s.GSOReason) + ", " + part("GRO", s.GRO, s.GROReason)
 }
