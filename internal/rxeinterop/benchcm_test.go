@@ -76,7 +76,7 @@ var rxeLong = flag.Bool("rxe.long", false, "run the long rdma_rxe interop tests 
 
 // TestBenchCMRxeLoss runs ib_write_bw -R -q 4 against goroce bench -R,
 // each side as server, with nftables in the host's namespace dropping
-// every other CM MAD both ways (as TestRpingRxe's loss runs; DREQs coming
+// every other CM MAD both ways (TestRpingRxe drops one in three; DREQs coming
 // in are spared, since perftest's server destroys its ids right after
 // rdma_disconnect, which cancels the DREQ's resends): the REQs, REPs and
 // RTUs of the control and the four data connections are resent until they
