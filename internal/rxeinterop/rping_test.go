@@ -32,9 +32,9 @@ func TestRpingRxe(t *testing.T) {
 		checkRping(t, r, r.hostOut, r.guestOut)
 		h.checkCapture(t, r.pcap)
 	})
-	// Again with nftables in the host's namespace dropping one CM
-	// MAD in three at random (UD SEND ONLY, BTH opcode 0x64) both ways: REQ, REP, RTU, DREQ
-	// and DREP are resent by either side until they pass. Spared: the DREQ
+	// Again with nftables in the host's namespace dropping one CM MAD in
+	// three at random (UD SEND ONLY, BTH opcode 0x64) both ways: REQ, REP,
+	// RTU, DREQ and DREP are resent by either side until they pass. Spared: the DREQ
 	// of a Linux rping client. rping destroys its rdma_cm id right after
 	// rdma_disconnect, which cancels the DREQ's resends (ib_cm enters
 	// time-wait), so a lost one leaves any server, Linux's own too, waiting
