@@ -332,15 +332,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 // goroutine sends what the engine has to send at once, saving the hand-off
 // to the driver; the doorbell rings either way (the driver then learns of
 // timers the send armed).
-func (d *Device) kick() {
-	if !d.opts.NoInline && d.io.TryLock() {
-		d.mu.Lock()
-		d.flushBatches(d.now(), 1) // bounded: a large post does not make a long PostSend
-		d.mu.Unlock()
-		d.io.Unlock()
-	}
-	d.ring()
-}
+func (d *Device) kick() { d.kickQP(nil) }
 
 // corkInFlight is how many unacknowledged packets make a post's send wait
 // for the flight's next ACK (kickQP).
@@ -356,12 +348,12 @@ const corkInFlight = 16
 // wake-ups. Busy devices, whose driver polls anyway, and shorter flights
 // (a ping-pong, a post after idling) are sent at once.
 func (d *Device) kickQP(qp *engine.QP) {
-	if d.opts.NoInline || d.opts.Busy || !d.io.TryLock() {
-		d.kick()
+	if d.opts.NoInline || !d.io.TryLock() {
+		d.ring()
 		return
 	}
 	d.mu.Lock()
-	corked := qp.InFlight() >= corkInFlight
+	corked := qp != nil && !d.opts.Busy && qp.InFlight() >= corkInFlight
 	if !corked {
 		d.flushBatches(d.now(), 1)
 	}
