@@ -70,7 +70,10 @@ type Options struct {
 	// the post made ready, receiving what arrived), which saves a hand-off
 	// between goroutines on every message.
 	NoInline bool
-	// Batch is the packet batch size (default 32).
+	// Batch is the most packets the driver sends with one Transmit (the
+	// Conn lends at most its own batch size). Default wire.GSOMaxSegments
+	// (64): a run of packets then fills one GSO message where the Conn
+	// has GSO (packetio/udp).
 	Batch int
 	// Engine settings (limits, window); Local, SourcePort and Clock are
 	// set by the device (Clock to verbs.Now: every work completion carries
@@ -137,7 +140,7 @@ func New(opts Options) (*Device, error) {
 		opts.Spin = 50 * time.Microsecond
 	}
 	if opts.Batch <= 0 {
-		opts.Batch = packetio.DefaultBatch
+		opts.Batch = wire.GSOMaxSegments
 	}
 	cfg := opts.Engine
 	switch {
