@@ -279,14 +279,14 @@ func (d *Device) run() {
 		var until time.Time
 		busy := d.opts.Busy || sent > 0 || time.Since(lastBusy) < d.opts.Spin
 		if busy {
-			until = time.Now() // poll
+			until = packetio.PollDeadline()
 		} else {
 			if deadline != 0 {
 				until = d.start.Add(time.Duration(deadline))
 			}
 			d.sleeping.Store(true)
 			if d.doorbell.Load() != seen {
-				until = time.Now()
+				until = packetio.PollDeadline()
 			}
 		}
 		pkts, err := d.conn.Receive(until)
@@ -384,7 +384,7 @@ func (d *Device) pollInline() bool {
 	if d.closed.Load() {
 		return false
 	}
-	pkts, err := d.conn.Receive(time.Now())
+	pkts, err := d.conn.Receive(packetio.PollDeadline())
 	if err != nil || len(pkts) == 0 {
 		return false
 	}
