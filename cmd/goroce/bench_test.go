@@ -200,13 +200,13 @@ func TestBenchLoopback(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
 	checkJSON(t, rep, "send_lat", "client", 2, 100)
-	// Latency tests poll busily on one thread by default (and give the
-	// process its GOMAXPROCS back); -e and --events wait on completion
+	// Every test runs on one thread by default (and gives the process its
+	// GOMAXPROCS back); latency tests poll busily, -e and --events wait on completion
 	// channels. (write_lat, which polls memory the driver writes, runs in
 	// internal/bench's tests: the race detector sees no synchronization
 	// there, as a remote WRITE gives none.)
 	procs := runtime.GOMAXPROCS(0)
-	for _, args := range [][]string{{"read_lat"}, {"send_lat", "-e"}, {"read_lat", "--events"}} {
+	for _, args := range [][]string{{"read_lat"}, {"send_lat", "-e"}, {"read_lat", "--events"}, {"write_bw", "-s", "2"}} {
 		out.Reset()
 		if code := run(append([]string{"bench"}, append(args, "--loopback", "--addr", "127.0.6.3", "-n", "100", "--json", "--timeout", "30s")...), &out, &errb); code != 0 {
 			t.Fatalf("%v: exit %d: %s%s", args, code, out.String(), errb.String())

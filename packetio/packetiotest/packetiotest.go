@@ -194,14 +194,16 @@ func testDeadline(t *testing.T, a, b packetio.Conn) {
 }
 
 func testPastDeadlinePolls(t *testing.T, a, b packetio.Conn) {
-	pkts, err := b.Receive(time.Now().Add(-time.Second))
-	if err != nil || len(pkts) != 0 {
-		t.Fatalf("poll on an idle conn = %d packets, %v", len(pkts), err)
+	for _, past := range []time.Time{time.Now().Add(-time.Second), packetio.PollDeadline()} {
+		pkts, err := b.Receive(past)
+		if err != nil || len(pkts) != 0 {
+			t.Fatalf("poll (deadline %v) on an idle conn = %d packets, %v", past, len(pkts), err)
+		}
 	}
 	Send(t, a, b, 3, 2, 64)
 	var got []packetio.Packet
 	for end := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(end); {
-		pkts, err := b.Receive(time.Unix(1, 0))
+		pkts, err := b.Receive(packetio.PollDeadline())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -126,7 +126,13 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	}
 	c.initRx(o.Batch)
 	c.groIDs = groKeepsIDs()
-	c.initTx(o.Batch)
+	tx := o.Batch
+	if c.gso.Load() {
+		// Room for a whole GSO message: one sendmmsg entry then carries as
+		// many packets as the kernel takes in one.
+		tx = max(tx, wire.GSOMaxSegments)
+	}
+	c.initTx(tx)
 	if o.SourcePorts > 0 {
 		c.perPort = true
 		c.ports.init(o.SourcePorts, fd, o.TOS, c.gso.Load())

@@ -145,6 +145,26 @@ func TestGSOLoopback(t *testing.T) {
 	}
 }
 
+// With GSO on, TxBatch lends a whole GSO message's packets (64) even with a
+// smaller Batch, and they leave as one message; with GSO off it lends Batch.
+func TestGSOTxBatch(t *testing.T) {
+	for _, tt := range []struct {
+		gso  udp.Offload
+		want int
+	}{{udp.OffloadRequire, wire.GSOMaxSegments}, {udp.OffloadOff, 8}} {
+		a, b := loopbackPair(t, udp.Options{GSO: tt.gso, GRO: udp.OffloadOff, Batch: 8})
+		if got := len(a.TxBatch(1000)); got != tt.want {
+			t.Fatalf("GSO %v: TxBatch(1000) lent %d, want %d", tt.gso, got, tt.want)
+		}
+		port := b.LocalAddrPort().Port()
+		sent := sendRoCE(t, a, b.LocalAddr(), port, repeat(tt.want, 256))
+		packetiotest.Recv(t, b, len(sent), 5*time.Second)
+		if s := a.Stats(); tt.gso == udp.OffloadRequire && (s.GSOMessages != 1 || s.TxBatches != 1) {
+			t.Errorf("GSO %v: stats %+v, want one GSO message in one batch", tt.gso, s)
+		}
+	}
+}
+
 // With GSO off every datagram leaves alone, with Identification 0.
 func TestGSOOff(t *testing.T) {
 	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadOff, GRO: udp.OffloadOff})

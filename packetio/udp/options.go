@@ -24,9 +24,11 @@ type Options struct {
 	// same port on different addresses reach each other.
 	DstPort int
 	// Batch is the largest number of packets one Receive returns (one
-	// recvmmsg) and one TxBatch lends. Default packetio.DefaultBatch; at
-	// most 1024 (the kernel's UIO_MAXIOV, the most one recvmmsg or
-	// sendmmsg call handles).
+	// recvmmsg) and one TxBatch lends; with GSO on, TxBatch lends up to
+	// wire.GSOMaxSegments (64) if Batch is smaller, so that a run of
+	// packets fills a GSO message. Default packetio.DefaultBatch; at most
+	// 1024 (the kernel's UIO_MAXIOV, the most one recvmmsg or sendmmsg call
+	// handles).
 	Batch int
 	// MaxPacket is the largest transport packet (UDP payload), in bytes:
 	// the size of each preallocated buffer. Longer datagrams received are

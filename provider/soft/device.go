@@ -70,7 +70,10 @@ type Options struct {
 	// the post made ready, receiving what arrived), which saves a hand-off
 	// between goroutines on every message.
 	NoInline bool
-	// Batch is the packet batch size (default 32).
+	// Batch is the most packets the driver sends with one Transmit (the
+	// Conn lends at most its own batch size). Default wire.GSOMaxSegments
+	// (64): a run of packets then fills one GSO message where the Conn
+	// has GSO (packetio/udp).
 	Batch int
 	// Engine settings (limits, window); Local, SourcePort and Clock are
 	// set by the device (Clock to verbs.Now: every work completion carries
@@ -137,7 +140,7 @@ func New(opts Options) (*Device, error) {
 		opts.Spin = 50 * time.Microsecond
 	}
 	if opts.Batch <= 0 {
-		opts.Batch = packetio.DefaultBatch
+		opts.Batch = wire.GSOMaxSegments
 	}
 	cfg := opts.Engine
 	switch {
@@ -276,14 +279,14 @@ func (d *Device) run() {
 		var until time.Time
 		busy := d.opts.Busy || sent > 0 || time.Since(lastBusy) < d.opts.Spin
 		if busy {
-			until = time.Now() // poll
+			until = packetio.PollDeadline()
 		} else {
 			if deadline != 0 {
 				until = d.start.Add(time.Duration(deadline))
 			}
 			d.sleeping.Store(true)
 			if d.doorbell.Load() != seen {
-				until = time.Now()
+				until = packetio.PollDeadline()
 			}
 		}
 		pkts, err := d.conn.Receive(until)
@@ -381,7 +384,7 @@ func (d *Device) pollInline() bool {
 	if d.closed.Load() {
 		return false
 	}
-	pkts, err := d.conn.Receive(time.Now())
+	pkts, err := d.conn.Receive(packetio.PollDeadline())
 	if err != nil || len(pkts) == 0 {
 		return false
 	}

@@ -39,13 +39,17 @@ func (w *Waiter) Init(f *os.File, raw syscall.RawConn, closed *atomic.Bool, wake
 	w.f, w.raw, w.closed, w.wakes = f, raw, closed, wakes
 }
 
+// pastUnread: a deadline before this Unix time (1971) is past without
+// reading the clock (packetio.PollDeadline).
+const pastUnread = 365 * 24 * 3600
+
 // Begin starts a Receive with deadline and returns the deadline to Wait
 // with: a read deadline that has passed makes the poller fail without
 // trying to read, so a deadline already past means no deadline, but no
 // wait either (Stop reports true).
 func (w *Waiter) Begin(deadline time.Time) time.Time {
 	w.poll = false
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
+	if !deadline.IsZero() && (deadline.Unix() < pastUnread || !time.Now().Before(deadline)) {
 		w.poll, deadline = true, time.Time{}
 	}
 	return deadline
