@@ -2,13 +2,13 @@ package soft
 
 import (
 	"bytes"
-	"fmt"
 	"net/netip"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/pipe"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
@@ -119,58 +119,85 @@ func TestBusyPingPong(t *testing.T) {
 	}
 }
 
-// TestAcksLast: a busy device moves a batch's ACKs behind its other packets,
-// keeping the order within each group and each packet's address and port,
-// and leaves batches needing no move as they are; it allocates nothing.
-func TestAcksLast(t *testing.T) {
-	ack := func(id byte) packetio.Packet {
-		b := make([]byte, 20, 256)
+// TestAckAside: a busy device's flush sets its ACKs (and NAKs) aside, only
+// those and only while there is room, and sends them after the flush's other
+// packets in a Transmit of their own, in order, each with its address and
+// port, allocating nothing; a device that is not busy sets none aside.
+func TestAckAside(t *testing.T) {
+	ack := func(id byte) []byte {
+		b := make([]byte, 20)
 		b[0], b[19] = byte(wire.RCAcknowledge), id
-		return packetio.Packet{Buf: b, Addr: netip.AddrFrom4([4]byte{10, 0, 0, id}), Port: uint16(id)}
+		return b
 	}
-	req := func(id byte) packetio.Packet {
-		b := make([]byte, 100, 256)
-		b[0], b[99] = byte(wire.RCSendOnly), id
-		return packetio.Packet{Buf: b, Addr: netip.AddrFrom4([4]byte{10, 0, 1, id}), Port: 1000 + uint16(id)}
-	}
-	// A packet's identity: its opcode and id, address and port.
-	key := func(p packetio.Packet) string {
-		return fmt.Sprintf("%#x/%d/%v/%d", p.Buf[0], p.Buf[len(p.Buf)-1], p.Addr, p.Port)
-	}
-	for _, tc := range []struct {
-		name      string
-		in, order []packetio.Packet
+	peer := netip.MustParseAddr("10.0.0.2")
+	addr := func(byte) netip.Addr { return peer } // the pipe's one destination; ports tell the packets apart
+	a, b := pipe.New(netip.MustParseAddr("10.0.0.1"), peer, pipe.Options{})
+	t.Cleanup(func() { a.Close(); b.Close() })
+	d := &Device{conn: a, opts: Options{Busy: true}, ackScratch: make([]ackCopy, 3)}
+
+	req := make([]byte, 100)
+	req[0] = byte(wire.RCSendOnly)
+	long := append(ack(9), make([]byte, ackScratchLen)...) // no ACK is that long
+	for i, tc := range []struct {
+		name string
+		b    []byte
+		want bool
 	}{
-		{"ack then request", []packetio.Packet{ack(1), req(2)}, []packetio.Packet{req(2), ack(1)}},
-		{"interleaved", []packetio.Packet{ack(1), req(2), ack(3), req(4), ack(5)}, []packetio.Packet{req(2), req(4), ack(1), ack(3), ack(5)}},
-		{"requests first", []packetio.Packet{req(1), req(2), ack(3)}, []packetio.Packet{req(1), req(2), ack(3)}},
-		{"acks only", []packetio.Packet{ack(1), ack(2)}, []packetio.Packet{ack(1), ack(2)}},
-		{"requests only", []packetio.Packet{req(1), req(2)}, []packetio.Packet{req(1), req(2)}},
+		{"ack", ack(1), true},
+		{"request", req, false},
+		{"too long", long, false},
+		{"ack", ack(2), true},
+		{"empty", nil, false},
+		{"ack", ack(3), true},
+		{"no room", ack(4), false},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d := &Device{ackScratch: make([]ackCopy, 8)}
-			batch := append([]packetio.Packet(nil), tc.in...)
-			bufs := make([]*byte, len(batch))
-			for i := range batch {
-				bufs[i] = &batch[i].Buf[:1][0]
+		n := 0
+		for _, s := range d.ackScratch {
+			if s.n > 0 {
+				n++
 			}
-			d.acksLast(batch)
-			for i := range batch {
-				if got, want := key(batch[i]), key(tc.order[i]); got != want {
-					t.Errorf("packet %d: %s, want %s", i, got, want)
-				}
-				if len(batch[i].Buf) != len(tc.order[i].Buf) {
-					t.Errorf("packet %d: %d bytes, want %d", i, len(batch[i].Buf), len(tc.order[i].Buf))
-				}
-				if &batch[i].Buf[:1][0] != bufs[i] {
-					t.Errorf("packet %d: moved to another buffer: the lent batch's buffers must stay in place", i)
-				}
-			}
-		})
+		}
+		if got := d.ackAside(n, tc.b, addr(byte(i)), uint16(1000+i)); got != tc.want {
+			t.Errorf("%d %s: set aside %v, want %v", i, tc.name, got, tc.want)
+		}
 	}
-	d := &Device{ackScratch: make([]ackCopy, 8)}
-	batch := []packetio.Packet{ack(1), req(2), ack(3), req(4)}
-	if n := testing.AllocsPerRun(100, func() { d.acksLast(batch) }); n != 0 {
-		t.Errorf("acksLast allocates %v times", n)
+	if n := d.sendAside(3); n != 3 {
+		t.Fatalf("sendAside sent %d, want 3", n)
+	}
+	if s := a.Stats(); s.TxBatches != 1 || s.PacketsOut != 3 {
+		t.Errorf("stats %+v: want one Transmit of 3 packets", s)
+	}
+	var got []packetio.Packet
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 3 && time.Now().Before(deadline); {
+		pkts, err := b.Receive(time.Now().Add(100 * time.Millisecond))
+		must(t, err)
+		for _, p := range pkts {
+			p.Buf = bytes.Clone(p.Buf)
+			got = append(got, p)
+		}
+	}
+	want := []struct {
+		id   byte
+		from int
+	}{{1, 0}, {2, 3}, {3, 5}}
+	if len(got) != len(want) {
+		t.Fatalf("received %d packets, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		if !bytes.Equal(got[i].Buf, ack(w.id)) || got[i].Port != uint16(1000+w.from) {
+			t.Errorf("packet %d: % x from port %d, want ACK %d from port %d", i, got[i].Buf, got[i].Port, w.id, 1000+w.from)
+		}
+	}
+	a5, at5 := ack(5), addr(5)
+	if n := testing.AllocsPerRun(100, func() {
+		if !d.ackAside(0, a5, at5, 5) {
+			t.Fatal("not set aside")
+		}
+	}); n != 0 {
+		t.Errorf("ackAside allocates %v times", n)
+	}
+	idle := &Device{conn: a, ackScratch: nil}
+	if idle.ackAside(0, ack(1), addr(1), 1) {
+		t.Error("a device that is not busy set an ACK aside")
 	}
 }
