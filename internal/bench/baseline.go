@@ -261,7 +261,7 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 		size += 16
 	}
 	n := o.Iters
-	tposted := make([]int64, n)
+	tposted := timestamps(n)
 	clk := clock{time.Now()}
 	send := func(i int) error {
 		pkts := b.conn.TxBatch(1)

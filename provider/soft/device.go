@@ -116,6 +116,8 @@ type Device struct {
 	gsi      gsiState
 	// ackScratch holds a flush's ACKs set aside by ackAside (Busy).
 	ackScratch []ackCopy
+	// first is where a flush builds its first packet (flushBatches).
+	first []byte
 }
 
 // ackCopy is an ACK set aside by ackAside.
@@ -167,7 +169,8 @@ func New(opts Options) (*Device, error) {
 		return nil, fmt.Errorf("soft: %w", err)
 	}
 	d := &Device{opts: opts, name: opts.Name, addr: cfg.Local, conn: opts.Conn, eng: eng, mtu: mtu, mtuWhy: why,
-		start: time.Now(), done: make(chan struct{}), gone: make(chan struct{})}
+		start: time.Now(), done: make(chan struct{}), gone: make(chan struct{}),
+		first: make([]byte, max(opts.Conn.MaxPacket(), wire.MaxPMTU+64))}
 	d.linkLocal = linkLocalGID(d.addr, d.GUID())
 	if opts.Busy {
 		d.ackScratch = make([]ackCopy, opts.Batch)
@@ -400,40 +403,62 @@ func (d *Device) flush(now int64) int { return d.flushBatches(now, -1) }
 
 // flushBatches sends what the engine has to send now, in at most max
 // batches (no limit when batches < 0). A busy device sets a flush's ACKs
-// aside and sends them last, in a Transmit of their own (ackAside). Called
-// with io and mu held.
+// aside and sends them last, in a Transmit of their own (ackAside). The
+// first packet of each batch is built in the device's own buffer (first)
+// and copied into the batch: a flush that finds nothing to send, as most
+// rounds of a busy driver do, lends no batch (lending 64 packets took 150
+// ns). Called with io and mu held.
 func (d *Device) flushBatches(now int64, batches int) int {
 	total, aside := 0, 0
 	for ; batches != 0; batches-- {
+		n, to, sport, ok := d.next(now, d.first, &aside)
+		if !ok {
+			break
+		}
 		batch := d.conn.TxBatch(d.opts.Batch)
-		k := 0
+		if len(batch) == 0 {
+			break // closed
+		}
+		batch[0].Buf, batch[0].Addr, batch[0].Port = append(batch[0].Buf[:0], d.first[:n]...), to, sport
+		k := 1
 		for k < len(batch) {
 			b := batch[k].Buf[:cap(batch[k].Buf)]
-			n, to, sport, ok := d.eng.OutputFrom(now, b)
+			n, to, sport, ok := d.next(now, b, &aside)
 			if !ok {
 				break
-			}
-			if sport == d.opts.SourcePort {
-				sport = 0 // the Conn's own port
-			}
-			if d.ackAside(aside, b[:n], to, sport) {
-				aside++
-				continue
 			}
 			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, sport
 			k++
 		}
-		if k > 0 {
-			if _, err := d.conn.Transmit(batch[:k]); err != nil {
-				d.transmitFailed(batch[:k], err)
-			}
-			total += k
+		if _, err := d.conn.Transmit(batch[:k]); err != nil {
+			d.transmitFailed(batch[:k], err)
 		}
-		if k < len(batch) || len(batch) == 0 {
+		total += k
+		if k < len(batch) {
 			break
 		}
 	}
 	return total + d.sendAside(aside)
+}
+
+// next writes the engine's next packet to send into b and returns its
+// length, destination and source port (0 for the Conn's own), setting a
+// busy device's ACKs aside on the way (ackAside, counted in aside); ok is
+// false when there is nothing more to send now.
+func (d *Device) next(now int64, b []byte, aside *int) (n int, to netip.Addr, sport uint16, ok bool) {
+	for {
+		n, to, sport, ok = d.eng.OutputFrom(now, b)
+		if !ok {
+			return 0, netip.Addr{}, 0, false
+		}
+		if sport == d.opts.SourcePort {
+			sport = 0 // the Conn's own port
+		}
+		if !d.ackAside(*aside, b[:n], to, sport) {
+			return n, to, sport, true
+		}
+		*aside++
+	}
 }
 
 // ackScratchLen bounds the ACKs ackAside sets aside: an RC ACK or NAK is a
