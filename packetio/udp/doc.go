@@ -130,7 +130,12 @@
 // makes none; and net.UDPConn's RawConn wraps every deadline expiry in a new
 // *net.OpError (2 allocations per Wake or timeout), where os.File's RawConn
 // returns os.ErrDeadlineExceeded itself. This package makes no allocation per
-// Receive, Transmit, Wake or timeout.
+// Receive, Transmit, Wake or timeout. The sendmmsg and recvmmsg calls are raw
+// system calls (unix.RawSyscall6), which the Go scheduler does not see: on a
+// socket that never blocks they return within microseconds, and with
+// unix.Syscall6 the runtime's monitor handed the processor to another thread
+// on almost every tick while packets flowed (see recvmmsg). With GSO a
+// TxBatch lends up to 64 packets, a full GSO message, whatever Options.Batch.
 //
 // The UDP path is implemented on Linux, for IPv4; Listen elsewhere, or for an
 // IPv6 address, returns an error matching packetio.ErrNotSupported.
