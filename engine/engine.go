@@ -314,7 +314,10 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16
 			e.train.last = seg // corrupted beyond any Identification: the train goes on
 		}
 		if seg == 0 && cerr == nil {
-			e.train = rxTrain{slot: s, addrs: s.addrs, port: s.port, base: rid, df: rdf}
+			// Field by field: a composite literal is built on the stack and
+			// copied with wide loads that stall on the narrow stores.
+			t := &e.train
+			t.slot, t.addrs, t.port, t.base, t.df, t.mode, t.last = s, s.addrs, s.port, rid, rdf, trainUnknown, 0
 		}
 	default:
 		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}

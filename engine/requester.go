@@ -110,7 +110,7 @@ func (qp *QP) startWQE(s *sendSlot, st *sendState) bool {
 	switch wr.Opcode {
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 	default:
-		if s.length > 0 {
+		if s.length > uint32(qp.mtu) { // no division for a one-packet message
 			n = (s.length + uint32(qp.mtu) - 1) / uint32(qp.mtu)
 		}
 	}
