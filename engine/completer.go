@@ -183,15 +183,6 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 			break
 		}
 		signaled := s.wr.Flags&verbs.SendSignaled != 0 || qp.sigAll
-		wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCSuccess, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
-		switch s.wr.Opcode {
-		case verbs.WRRDMARead:
-			wc.ByteLen = s.length
-		case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-			wc.ByteLen = 8
-		}
-		// Free the slot before the completion is seen: a PostSend right
-		// after Poll must find room.
 		*st = sendState{}
 		h++
 		if r.next < h {
@@ -199,6 +190,15 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 		}
 		progress = true
 		if signaled {
+			wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCSuccess, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
+			switch s.wr.Opcode {
+			case verbs.WRRDMARead:
+				wc.ByteLen = s.length
+			case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+				wc.ByteLen = 8
+			}
+			// Free the slot before the completion is seen: a PostSend
+			// right after Poll must find room.
 			q.head.Store(h)
 			qp.e.pushWC(qp.scq, &wc, false)
 			h = q.head.Load() // as a Notify callback left it (Destroy flushes)

@@ -103,7 +103,9 @@ func (h *Header) TransportLen(n int) int {
 // AppendTransport appends a transport packet (BTH, the opcode's extension
 // headers, payload, zero pad and a zero ICRC placeholder) to dst and returns
 // the extended slice. Fill in the ICRC with SetICRC, or use AppendDatagram or
-// AppendFrame, which do. It does not allocate when dst has room.
+// AppendFrame, which do. It does not allocate when dst has room. The payload
+// may already be in place, where the packet's headers end in dst's spare
+// capacity: it is then not copied.
 func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	info := &opcodeTable[h.Opcode]
 	if info.Transport == TransportNone {
@@ -159,7 +161,10 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if m&HasCNPPad != 0 {
 		clear(b[info.offsets[hCNPPad] : int(info.offsets[hCNPPad])+CNPPadLen])
 	}
-	off := info.HeaderLen + copy(b[info.HeaderLen:], payload)
+	off := info.HeaderLen + len(payload)
+	if len(payload) > 0 && &payload[0] != &b[info.HeaderLen] { // not built in place
+		copy(b[info.HeaderLen:], payload)
+	}
 	clear(b[off:n])
 	return dst, nil
 }
