@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/binary"
+
 // Header holds the values of a transport packet's headers, for the builders.
 // Only the extension headers the opcode carries are written; the other fields
 // are ignored. The pad count is computed from the payload length.
@@ -125,13 +127,13 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	start := len(dst)
 	dst = grow(dst, n)
 	b := dst[start:]
-	bth := BTH(b)
-	bth.SetOpcode(h.Opcode)
-	bth.SetFlags(h.SE, h.MigReq, pad, 0)
-	bth.SetPKey(h.PKey)
-	bth.SetECN(h.FECN, h.BECN)
-	bth.SetDestQP(h.DestQP)
-	bth.SetAckReqPSN(h.AckReq, h.PSN)
+	// The BTH in two stores (as BTH's setters would write it byte by byte):
+	// the ICRC reads it back at once, in wide loads.
+	_ = b[BTHLen-1]
+	w0 := uint64(h.Opcode)<<56 | uint64(bit(h.SE, 0x80)|bit(h.MigReq, 0x40)|byte(pad)<<4)<<48 | uint64(h.PKey)<<32 |
+		uint64(bit(h.FECN, 0x80)|bit(h.BECN, 0x40))<<24 | uint64(h.DestQP&QPNMask)
+	binary.BigEndian.PutUint64(b, w0)
+	binary.BigEndian.PutUint32(b[8:], uint32(bit(h.AckReq, 0x80))<<24|uint32(h.PSN&PSNMask))
 	m := info.Headers
 	if m&HasRDETH != 0 {
 		RDETH(b[info.offsets[hRDETH]:]).SetEEC(h.RDETH)
@@ -165,7 +167,10 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if len(payload) > 0 && &payload[0] != &b[info.HeaderLen] { // not built in place
 		copy(b[info.HeaderLen:], payload)
 	}
-	clear(b[off:n])
+	binary.BigEndian.PutUint32(b[n-ICRCLen:], 0) // the pad and ICRC: at most 7 bytes, no call
+	for i := off; i < n-ICRCLen; i++ {
+		b[i] = 0
+	}
 	return dst, nil
 }
 

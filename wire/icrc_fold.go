@@ -18,7 +18,9 @@ import (
 // change nothing when the CRC starts from a zero register: the register
 // carried in from the headers is XORed into the packet's first four bytes
 // instead, and the BTH's masked byte is set to ones in the same XOR), and
-// the one block left goes through the slicing-by-16 tables. A packet of one
+// the one block left goes through the slicing-by-16 tables (a Barrett
+// reduction by carry-less multiplication, four multiplications each waiting
+// on the one before, measured 5 ns slower). A packet of one
 // block (an ACK) goes through the tables alone. Beyond foldMax bytes, and
 // where the instructions are missing (or off amd64, or with the purego build
 // tag), the BTH goes through the tables and the rest through hash/crc32.
@@ -97,11 +99,19 @@ func reflect64(v uint64) uint64 {
 // from its BTH up to its ICRC (at least BTHLen bytes), with the BTH's byte 4
 // (FECN, BECN, resv6a) taken as ones, as the ICRC masks it.
 func transportRegister(r uint32, p []byte) uint32 {
-	if f, ok := foldRegister(r, p); ok {
-		return f
+	if haveCLMUL && len(p) > 16 && len(p) <= foldMax {
+		lo, hi := clmulFold(uint64(r)|uint64(^p[4])<<32, p)
+		return crc16(0, lo, hi)
 	}
+	return tableRegister(r, p)
+}
+
+// tableRegister is transportRegister by the tables and hash/crc32: for a
+// packet of one block (an ACK), which the tables take faster, one longer than
+// foldMax, or without clmulFold.
+func tableRegister(r uint32, p []byte) uint32 {
 	le := binary.LittleEndian
-	if len(p) == 16 { // an ACK
+	if len(p) == 16 {
 		return crc16(r, le.Uint64(p)|maskBTHWord1<<32, le.Uint64(p[8:]))
 	}
 	r = crc8(r, le.Uint64(p)|maskBTHWord1<<32)

@@ -8,21 +8,10 @@ import "golang.org/x/sys/cpu"
 // SSSE3's PSHUFB, SSE4.1's PEXTRQ) that clmulFold uses.
 var haveCLMUL = cpu.X86.HasPCLMULQDQ && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41
 
-// clmulFold folds p (16 <= len(p) <= foldMax), with v XORed into its first
+// clmulFold folds p (16 < len(p) <= foldMax), with v XORed into its first
 // eight bytes, into one 16-byte block congruent to it modulo the CRC
 // polynomial when placed at p's last 16 bytes (see foldK), returned as two
 // little-endian words.
 //
 //go:noescape
 func clmulFold(v uint64, p []byte) (lo, hi uint64)
-
-// foldRegister runs the raw CRC register r over p with its byte 4 taken as
-// ones (see transportRegister), or reports false when it cannot or when p
-// is one block, which the tables take faster.
-func foldRegister(r uint32, p []byte) (uint32, bool) {
-	if !haveCLMUL || len(p) <= 16 || len(p) > foldMax {
-		return 0, false
-	}
-	lo, hi := clmulFold(uint64(r)|uint64(^p[4])<<32, p)
-	return crc16(0, lo, hi), true
-}

@@ -2,5 +2,8 @@
 
 package wire
 
-// foldRegister reports false: transportRegister uses hash/crc32.
-func foldRegister(r uint32, p []byte) (uint32, bool) { return 0, false }
+// haveCLMUL is false: transportRegister uses the tables and hash/crc32.
+const haveCLMUL = false
+
+// clmulFold is never called (haveCLMUL is false).
+func clmulFold(v uint64, p []byte) (lo, hi uint64) { return 0, 0 }
