@@ -10,8 +10,14 @@
 	PCLMULQDQ $0x11, K, T \
 	PXOR      T, X
 
-// func clmulFold(v uint64, p []byte) (lo, hi uint64)
-TEXT ·clmulFold(SB), NOSPLIT, $0-48
+// LOOKUP XORs into acc the entry of table crcTables[t] (at DI) that the
+// byte register b indexes.
+#define LOOKUP(b, t, acc) \
+	MOVBLZX b, SI \
+	XORL    (t*1024)(DI)(SI*4), acc
+
+// func clmulRegister(v uint64, p []byte) uint32
+TEXT ·clmulRegister(SB), NOSPLIT, $0-36
 	MOVQ  v+0(FP), X0
 	MOVQ  p_base+8(FP), SI
 	MOVQ  p_len+16(FP), CX
@@ -54,9 +60,43 @@ loop:
 	JMP   loop
 
 last:
-	PXOR   X2, X1
+	PXOR X2, X1
+
+	// The register is the CRC of the 16 bytes of X1 from zero: crc16(0, lo,
+	// hi) with four accumulators.
 	MOVQ   X1, AX
 	PEXTRQ $1, X1, BX
-	MOVQ   AX, lo+32(FP)
-	MOVQ   BX, hi+40(FP)
+	LEAQ   ·crcTables(SB), DI
+	XORL   R8, R8
+	XORL   R9, R9
+	XORL   R10, R10
+	XORL   R11, R11
+	MOVQ   AX, CX
+	SHRQ   $32, CX
+	MOVQ   BX, DX
+	SHRQ   $32, DX
+	LOOKUP(AL, 15, R8)
+	LOOKUP(AH, 14, R9)
+	LOOKUP(CL, 11, R10)
+	LOOKUP(CH, 10, R11)
+	LOOKUP(BL, 7, R8)
+	LOOKUP(BH, 6, R9)
+	LOOKUP(DL, 3, R10)
+	LOOKUP(DH, 2, R11)
+	SHRL   $16, AX
+	SHRL   $16, CX
+	SHRL   $16, BX
+	SHRL   $16, DX
+	LOOKUP(AL, 13, R8)
+	LOOKUP(AH, 12, R9)
+	LOOKUP(CL, 9, R10)
+	LOOKUP(CH, 8, R11)
+	LOOKUP(BL, 5, R8)
+	LOOKUP(BH, 4, R9)
+	LOOKUP(DL, 1, R10)
+	LOOKUP(DH, 0, R11)
+	XORL   R9, R8
+	XORL   R11, R10
+	XORL   R10, R8
+	MOVL   R8, ret+32(FP)
 	RET

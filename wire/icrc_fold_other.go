@@ -5,5 +5,5 @@ package wire
 // haveCLMUL is false: transportRegister uses the tables and hash/crc32.
 const haveCLMUL = false
 
-// clmulFold is never called (haveCLMUL is false).
-func clmulFold(v uint64, p []byte) (lo, hi uint64) { return 0, 0 }
+// clmulRegister is never called (haveCLMUL is false).
+func clmulRegister(v uint64, p []byte) uint32 { return 0 }
