@@ -15,12 +15,11 @@ type flowCache struct {
 	slots [flowCacheSlots]flowSlot
 	// The flow get returned last, as its caller named it: consecutive
 	// packets are mostly of one flow, and comparing the names is cheaper
-	// than hashing them again. last is checked against its slot's
-	// addresses, which another flow may have taken since.
+	// than hashing them again. A slot changes flow only in lookup, whose
+	// caller then makes it last: last's slot is always last's flow.
 	last             *flowSlot
 	lastSrc, lastDst netip.Addr
 	lastPort         uint16
-	lastAddrs        uint64
 }
 
 type flowSlot struct {
@@ -140,18 +139,23 @@ const flowCacheSlots = 64
 // not an IPv4 flow (the caller then uses the Flow methods, which handle IPv6
 // and report bad addresses).
 func (fc *flowCache) get(src, dst netip.Addr, sport uint16) *flowSlot {
-	if l := fc.last; l != nil && fc.lastPort == sport && fc.lastSrc == src && fc.lastDst == dst &&
-		l.port == sport && l.addrs == fc.lastAddrs {
+	if l := fc.last; l != nil && fc.lastPort == sport && fc.lastSrc == src && fc.lastDst == dst {
 		return l
 	}
+	return fc.getSlow(src, dst, sport)
+}
+
+// getSlow is get past its memo, out of line so that get inlines.
+func (fc *flowCache) getSlow(src, dst netip.Addr, sport uint16) *flowSlot {
 	s := fc.lookup(src, dst, sport)
 	if s != nil {
-		fc.last, fc.lastSrc, fc.lastDst, fc.lastPort, fc.lastAddrs = s, src, dst, sport, s.addrs
+		fc.last, fc.lastSrc, fc.lastDst, fc.lastPort = s, src, dst, sport
 	}
 	return s
 }
 
-// lookup is get without the memo of the last flow.
+// lookup is get without the memo of the last flow. Only getSlow calls it
+// (see flowCache.last).
 func (fc *flowCache) lookup(src, dst netip.Addr, sport uint16) *flowSlot {
 	if !src.Is4() || !dst.Is4() {
 		return nil

@@ -165,9 +165,20 @@ func (qp *QP) reqPacket(s *sendSlot, st *sendState, buf []byte) (payload int, la
 		}
 		h.AckReq = last || (k+1)%uint32(qp.e.cfg.AckEvery) == 0
 		hl := h.Opcode.Info().HeaderLen
-		if payload > 0 && !qp.gather(s, off, buf[hl:hl+payload]) {
-			qp.localError(r.next, verbs.WCLocProtErr)
-			return 0, false, false
+		if payload > 0 {
+			dst := buf[hl : hl+payload]
+			var gathered bool
+			if len(s.sges) == 1 && wr.Flags&verbs.SendInline == 0 {
+				// One SGE, the common case: gather's work without its call.
+				b := sgeBytes(qp.e.MRs.lookup(s.sges[0].LKey), qp.pd, s.sges[0], off)
+				gathered = b != nil && copy(dst, b) == len(dst)
+			} else {
+				gathered = qp.gather(s, off, dst)
+			}
+			if !gathered {
+				qp.localError(r.next, verbs.WCLocProtErr)
+				return 0, false, false
+			}
 		}
 	}
 	return payload, last, true

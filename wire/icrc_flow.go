@@ -88,7 +88,11 @@ func (c *FlowICRC) compute(pkt []byte) (uint32, error) {
 	if IPv4UDPLen+len(pkt) > 0xFFFF {
 		return 0, ErrBuildTooLong
 	}
-	return ^transportRegister(c.headers(pkt), pkt[:len(pkt)-ICRCLen]), nil
+	p := pkt[:len(pkt)-ICRCLen]
+	if haveCLMUL && len(p) > 16 && len(p) <= foldMax { // transportRegister's first case, without its call
+		return ^clmulRegister(uint64(c.headers(pkt))|uint64(^p[4])<<32, p), nil
+	}
+	return ^transportRegister(c.headers(pkt), p), nil
 }
 
 // Set writes the ICRC of pkt into its last four bytes, as
