@@ -608,7 +608,9 @@ func (qp *QP) tick(now int64) {
 // output produces the QP's next packet: responses first, then requests.
 func (qp *QP) output(now int64, buf []byte) (int, bool) {
 	if qp.typ == verbs.QPTRC && qp.state >= verbs.QPSRTR && qp.state != verbs.QPSErr {
-		if n, ok := qp.respOutput(now, buf); ok {
+		if qp.resp.queued() == 0 {
+			qp.resp.ackDue = 0 // what respOutput's holdACK does with nothing queued, without the call
+		} else if n, ok := qp.respOutput(now, buf); ok {
 			return n, true
 		}
 	}
