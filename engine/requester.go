@@ -68,8 +68,16 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	i := r.next & q.mask
 	s, st := &q.slots[i], &qp.sqst[i]
 	wr := &s.wr
-	if !st.started && !qp.startWQE(s, st) {
-		return 0, false
+	if !st.started {
+		if !isRdAtomic(wr.Opcode) && wr.Flags&verbs.SendFence == 0 && s.length <= uint32(qp.mtu) {
+			// startWQE's work for a one-packet WQE that waits for nothing,
+			// without its call.
+			*st = sendState{started: true, firstPSN: r.psn, lastPSN: r.psn, npkts: 1}
+			r.psn = r.psn.Add(1)
+			r.started = r.next + 1
+		} else if !qp.startWQE(s, st) {
+			return 0, false
+		}
 	}
 	payload, last, ok := qp.reqPacket(s, st, buf)
 	if !ok {
