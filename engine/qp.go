@@ -417,9 +417,17 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 				return i, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
 			}
 		}
-		n, err := qp.checkSendWR(wr)
-		if err != nil {
-			return i, err
+		var n uint32
+		if len(wr.SGList) == 1 && qp.typ == verbs.QPTRC && (wr.Opcode == verbs.WRRDMAWrite || wr.Opcode == verbs.WRSend) &&
+			wr.Flags&verbs.SendInline == 0 && wr.SGList[0].Length <= 1<<31 {
+			// The common WR, which passes every check of checkSendWR
+			// (max_send_sge is at least 1), without its call.
+			n = wr.SGList[0].Length
+		} else {
+			var err error
+			if n, err = qp.checkSendWR(wr); err != nil {
+				return i, err
+			}
 		}
 		s := &q.slots[t&q.mask]
 		s.wr = *wr
