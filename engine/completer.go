@@ -155,7 +155,11 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 		r.ackPSN = psn
 		progress = true
 	}
-	for h := q.head.Load(); h < r.started; h = q.head.Load() {
+	// The head is stored (an atomic store, a full barrier) before each
+	// completion and at the end, not for every WQE retired.
+	h := q.head.Load()
+	stored := h
+	for h < r.started {
 		s, st := &q.slots[h&q.mask], &qp.sqst[h&q.mask]
 		if isRdAtomic(s.wr.Opcode) {
 			// A READ or atomic is complete when its response came, and its
@@ -179,28 +183,34 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 			break
 		}
 		signaled := s.wr.Flags&verbs.SendSignaled != 0 || qp.sigAll
-		wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCSuccess, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
-		switch s.wr.Opcode {
-		case verbs.WRRDMARead:
-			wc.ByteLen = s.length
-		case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-			wc.ByteLen = 8
-		}
-		// Free the slot before the completion is seen: a PostSend right
-		// after Poll must find room.
 		*st = sendState{}
-		q.head.Store(h + 1)
-		if signaled {
-			qp.e.pushWC(qp.scq, &wc, false)
-		}
-		if r.next < h+1 {
-			r.next, r.nextPkt = h+1, 0
+		h++
+		if r.next < h {
+			r.next, r.nextPkt = h, 0
 		}
 		progress = true
+		if signaled {
+			wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCSuccess, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
+			switch s.wr.Opcode {
+			case verbs.WRRDMARead:
+				wc.ByteLen = s.length
+			case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+				wc.ByteLen = 8
+			}
+			// Free the slot before the completion is seen: a PostSend
+			// right after Poll must find room.
+			q.head.Store(h)
+			qp.e.pushWC(qp.scq, &wc, false)
+			h = q.head.Load() // as a Notify callback left it (Destroy flushes)
+			stored = h
+		}
+	}
+	if h != stored {
+		q.head.Store(h)
 	}
 	if progress {
 		r.retryLeft, r.rnrLeft = int(qp.retryCnt), int(qp.rnrRetry)
-		if q.head.Load() == r.started {
+		if h == r.started {
 			r.timerAt = 0
 		} else if t := qp.timeoutNs(); t > 0 {
 			r.timerAt = now + t

@@ -157,7 +157,10 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64
 	}
-	return &Engine{cfg: cfg, MRs: NewMRTable(cfg.MaxMR), qps: make([]*QP, cfg.MaxQP)}, nil
+	e := &Engine{cfg: cfg, MRs: NewMRTable(cfg.MaxMR), qps: make([]*QP, cfg.MaxQP)}
+	e.txFlows.local = cfg.Local
+	e.rxFlows.local, e.rxFlows.rx = cfg.Local, true
+	return e, nil
 }
 
 // Local returns the device address.
@@ -292,7 +295,7 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16) bool {
 	var cerr error
 	var ctr *uint64
-	s := e.rxFlows.get(from, e.cfg.Local, fromPort)
+	s := e.rxFlows.get(from, fromPort)
 	switch {
 	case s != nil && seen:
 		cerr, ctr = s.c.CheckID(b, id, df), &e.stats.ICRCFullChecks
@@ -314,7 +317,10 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16
 			e.train.last = seg // corrupted beyond any Identification: the train goes on
 		}
 		if seg == 0 && cerr == nil {
-			e.train = rxTrain{slot: s, addrs: s.addrs, port: s.port, base: rid, df: rdf}
+			// Field by field: a composite literal is built on the stack and
+			// copied with wide loads that stall on the narrow stores.
+			t := &e.train
+			t.slot, t.addrs, t.port, t.base, t.df, t.mode, t.last = s, s.addrs, s.port, rid, rdf, trainUnknown, 0
 		}
 	default:
 		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
@@ -381,7 +387,7 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	if err != nil {
 		return 0
 	}
-	if s := e.txFlows.get(e.cfg.Local, dst, sport); s == nil || s.c.Set(out) != nil {
+	if s := e.txFlows.get(dst, sport); s == nil || s.c.Set(out) != nil {
 		return 0
 	}
 	e.lastSport = sport

@@ -13,14 +13,18 @@ import (
 // took is prepared again (tens of ns), which costs only time.
 type flowCache struct {
 	slots [flowCacheSlots]flowSlot
+	// local is the engine's address: the source of the flows of a cache of
+	// sent packets, the destination of those of a cache of received ones
+	// (rx). get names a flow by its other end and source port.
+	local netip.Addr
+	rx    bool
 	// The flow get returned last, as its caller named it: consecutive
 	// packets are mostly of one flow, and comparing the names is cheaper
-	// than hashing them again. last is checked against its slot's
-	// addresses, which another flow may have taken since.
-	last             *flowSlot
-	lastSrc, lastDst netip.Addr
-	lastPort         uint16
-	lastAddrs        uint64
+	// than hashing them again. A slot changes flow only in lookup, whose
+	// caller then makes it last: last's slot is always last's flow.
+	last     *flowSlot
+	lastPeer netip.Addr
+	lastPort uint16
 }
 
 type flowSlot struct {
@@ -136,22 +140,34 @@ func (t *rxTrain) check(id uint16, df bool, seg uint16) error {
 
 const flowCacheSlots = 64
 
-// get returns the prepared flow from src:sport to dst:4791, or nil when it is
-// not an IPv4 flow (the caller then uses the Flow methods, which handle IPv6
-// and report bad addresses).
-func (fc *flowCache) get(src, dst netip.Addr, sport uint16) *flowSlot {
-	if l := fc.last; l != nil && fc.lastPort == sport && fc.lastSrc == src && fc.lastDst == dst &&
-		l.port == sport && l.addrs == fc.lastAddrs {
-		return l
+// get returns the prepared flow between the engine and peer whose source
+// port is sport (from local:sport to peer:4791, or with rx from peer:sport to
+// local:4791), or nil when it is not an IPv4 flow (the caller then uses the
+// Flow methods, which handle IPv6 and report bad addresses).
+func (fc *flowCache) get(peer netip.Addr, sport uint16) *flowSlot {
+	// With no memo yet, last is nil for the zero peer and port: lookup's
+	// answer too (not an IPv4 flow).
+	if fc.lastPort == sport && fc.lastPeer == peer {
+		return fc.last
+	}
+	return fc.getSlow(peer, sport)
+}
+
+// getSlow is get past its memo, out of line so that get inlines.
+func (fc *flowCache) getSlow(peer netip.Addr, sport uint16) *flowSlot {
+	src, dst := fc.local, peer
+	if fc.rx {
+		src, dst = peer, fc.local
 	}
 	s := fc.lookup(src, dst, sport)
 	if s != nil {
-		fc.last, fc.lastSrc, fc.lastDst, fc.lastPort, fc.lastAddrs = s, src, dst, sport, s.addrs
+		fc.last, fc.lastPeer, fc.lastPort = s, peer, sport
 	}
 	return s
 }
 
-// lookup is get without the memo of the last flow.
+// lookup is get without the memo of the last flow. Only getSlow calls it
+// (see flowCache.last).
 func (fc *flowCache) lookup(src, dst netip.Addr, sport uint16) *flowSlot {
 	if !src.Is4() || !dst.Is4() {
 		return nil

@@ -400,23 +400,45 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if qp.gone.Load() {
 		return 0, fmt.Errorf("engine: QP %#x is destroyed: %w", qp.num, verbs.ErrDestroyed)
 	}
-	t := q.tail.Load()
+	// The WRs are published together, with one store of the tail (an
+	// atomic store is a full barrier: one per WR cost more than the rest of
+	// posting it); on an error, those before it are.
+	t0 := q.tail.Load()
+	t, head := t0, q.head.Load()
+	defer func() {
+		if t != t0 {
+			q.tail.Store(t)
+		}
+	}()
 	for i := range wrs {
 		wr := &wrs[i]
-		if t-q.head.Load() >= uint64(qp.cap.MaxSendWR) {
-			return i, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
+		if t-head >= uint64(qp.cap.MaxSendWR) {
+			if head = q.head.Load(); t-head >= uint64(qp.cap.MaxSendWR) {
+				return i, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
+			}
 		}
-		if err := qp.checkSendWR(wr); err != nil {
-			return i, err
+		var n uint32
+		if len(wr.SGList) == 1 && qp.typ == verbs.QPTRC && (wr.Opcode == verbs.WRRDMAWrite || wr.Opcode == verbs.WRSend) &&
+			wr.Flags&verbs.SendInline == 0 && wr.SGList[0].Length <= 1<<31 {
+			// The common WR, which passes every check of checkSendWR
+			// (max_send_sge is at least 1), without its call.
+			n = wr.SGList[0].Length
+		} else {
+			var err error
+			if n, err = qp.checkSendWR(wr); err != nil {
+				return i, err
+			}
 		}
 		s := &q.slots[t&q.mask]
 		s.wr = *wr
-		s.sges = append(s.sges[:0], wr.SGList...)
-		s.wr.SGList = s.sges
-		s.length = 0
-		for _, g := range wr.SGList {
-			s.length += g.Length
+		if len(wr.SGList) == 1 { // the common case, without a call to copy
+			s.sges = s.sges[:1]
+			s.sges[0] = wr.SGList[0]
+		} else {
+			s.sges = append(s.sges[:0], wr.SGList...)
 		}
+		s.wr.SGList = s.sges
+		s.length = n
 		s.inline = s.inline[:0]
 		if wr.Flags&verbs.SendInline != 0 {
 			for _, g := range wr.SGList {
@@ -429,14 +451,14 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 			}
 		}
 		t++
-		q.tail.Store(t)
 	}
 	return len(wrs), nil
 }
 
-func (qp *QP) checkSendWR(wr *verbs.SendWR) error {
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("engine: WR %#x: "+format+": %w", append(append([]any{wr.WRID}, a...), verbs.ErrInvalidWR)...)
+// checkSendWR checks a send WR against the QP and returns its length.
+func (qp *QP) checkSendWR(wr *verbs.SendWR) (uint32, error) {
+	bad := func(format string, a ...any) (uint32, error) {
+		return 0, fmt.Errorf("engine: WR %#x: "+format+": %w", append(append([]any{wr.WRID}, a...), verbs.ErrInvalidWR)...)
 	}
 	if len(wr.SGList) > int(qp.cap.MaxSendSGE) {
 		return bad("%d SGEs, max_send_sge is %d", len(wr.SGList), qp.cap.MaxSendSGE)
@@ -482,7 +504,7 @@ func (qp *QP) checkSendWR(wr *verbs.SendWR) error {
 			return bad("RDMA READ cannot be inline")
 		}
 	}
-	return nil
+	return uint32(n), nil
 }
 
 // PostRecv copies receive work requests into the receive queue. Safe from any
@@ -594,7 +616,9 @@ func (qp *QP) tick(now int64) {
 // output produces the QP's next packet: responses first, then requests.
 func (qp *QP) output(now int64, buf []byte) (int, bool) {
 	if qp.typ == verbs.QPTRC && qp.state >= verbs.QPSRTR && qp.state != verbs.QPSErr {
-		if n, ok := qp.respOutput(now, buf); ok {
+		if qp.resp.queued() == 0 {
+			qp.resp.ackDue = 0 // what respOutput's holdACK does with nothing queued, without the call
+		} else if n, ok := qp.respOutput(now, buf); ok {
 			return n, true
 		}
 	}

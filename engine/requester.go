@@ -68,8 +68,16 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	i := r.next & q.mask
 	s, st := &q.slots[i], &qp.sqst[i]
 	wr := &s.wr
-	if !st.started && !qp.startWQE(s, st) {
-		return 0, false
+	if !st.started {
+		if !isRdAtomic(wr.Opcode) && wr.Flags&verbs.SendFence == 0 && s.length <= uint32(qp.mtu) {
+			// startWQE's work for a one-packet WQE that waits for nothing,
+			// without its call.
+			*st = sendState{started: true, firstPSN: r.psn, lastPSN: r.psn, npkts: 1}
+			r.psn = r.psn.Add(1)
+			r.started = r.next + 1
+		} else if !qp.startWQE(s, st) {
+			return 0, false
+		}
 	}
 	payload, last, ok := qp.reqPacket(s, st, buf)
 	if !ok {
@@ -110,7 +118,7 @@ func (qp *QP) startWQE(s *sendSlot, st *sendState) bool {
 	switch wr.Opcode {
 	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 	default:
-		if s.length > 0 {
+		if s.length > uint32(qp.mtu) { // no division for a one-packet message
 			n = (s.length + uint32(qp.mtu) - 1) / uint32(qp.mtu)
 		}
 	}
@@ -165,9 +173,20 @@ func (qp *QP) reqPacket(s *sendSlot, st *sendState, buf []byte) (payload int, la
 		}
 		h.AckReq = last || (k+1)%uint32(qp.e.cfg.AckEvery) == 0
 		hl := h.Opcode.Info().HeaderLen
-		if payload > 0 && !qp.gather(s, off, buf[hl:hl+payload]) {
-			qp.localError(r.next, verbs.WCLocProtErr)
-			return 0, false, false
+		if payload > 0 {
+			dst := buf[hl : hl+payload]
+			var gathered bool
+			if len(s.sges) == 1 && wr.Flags&verbs.SendInline == 0 {
+				// One SGE, the common case: gather's work without its call.
+				b := sgeBytes(qp.e.MRs.lookup(s.sges[0].LKey), qp.pd, s.sges[0], off)
+				gathered = b != nil && copy(dst, b) == len(dst)
+			} else {
+				gathered = qp.gather(s, off, dst)
+			}
+			if !gathered {
+				qp.localError(r.next, verbs.WCLocProtErr)
+				return 0, false, false
+			}
 		}
 	}
 	return payload, last, true

@@ -83,13 +83,29 @@ func (r *responder) push(it respItem) bool {
 
 // queueACK adds an ACK, merged into a queued ACK not yet sent.
 func (qp *QP) queueACK(psn wire.PSN, hold bool) {
-	r := &qp.resp
-	if r.queued() > 0 {
-		if last := &r.q[(r.qt-1)%respQueueLen]; last.kind == itemACK {
-			last.psn, last.msn = psn, r.msn
-			return
-		}
+	if !qp.resp.mergeACK(psn) {
+		qp.pushACK(psn, hold)
 	}
+}
+
+// mergeACK merges an ACK of psn into the last queued item if that is an ACK
+// not yet sent, and reports whether it did (small enough to inline: most
+// ACKs of a batch merge).
+func (r *responder) mergeACK(psn wire.PSN) bool {
+	if r.qt == r.qh {
+		return false
+	}
+	last := &r.q[(r.qt-1)%respQueueLen]
+	if last.kind != itemACK {
+		return false
+	}
+	last.psn, last.msn = psn, r.msn
+	return true
+}
+
+// pushACK queues an ACK of psn as a new item.
+func (qp *QP) pushACK(psn wire.PSN, hold bool) {
+	r := &qp.resp
 	r.push(respItem{kind: itemACK, psn: psn, syn: wire.ACKUnlimited, msn: r.msn})
 	if d := qp.e.cfg.AckDelay; hold && d > 0 && r.queued() == 1 {
 		r.ackDue = max(qp.e.now+d, 1)
@@ -163,7 +179,9 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	if r.queued() >= respQueueLen-1 {
 		return // no room to answer: the requester will retry
 	}
-	if perr != nil || p.CheckPMTU(qp.mtu) != nil {
+	// An ONLY packet within the path MTU passes CheckPMTU: the common case
+	// skips its call.
+	if perr != nil || (p.Info.Position != wire.PosOnly || p.PayloadLen > qp.mtu) && p.CheckPMTU(qp.mtu) != nil {
 		qp.respFatal(psn, wire.NAKInvalidRequest)
 		return
 	}
@@ -203,7 +221,9 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	if bth.AckReq() {
 		// The ACK of a message that completed a receive may wait for the
 		// reply the application is likely to post (Config.AckDelay).
-		qp.queueACK(psn, ends && (op == wire.OpSend || info.Imm))
+		if !r.mergeACK(psn) { // queueACK, the common case inlined
+			qp.pushACK(psn, ends && (op == wire.OpSend || info.Imm))
+		}
 	}
 }
 

@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/binary"
+
 // Header holds the values of a transport packet's headers, for the builders.
 // Only the extension headers the opcode carries are written; the other fields
 // are ignored. The pad count is computed from the payload length.
@@ -103,7 +105,9 @@ func (h *Header) TransportLen(n int) int {
 // AppendTransport appends a transport packet (BTH, the opcode's extension
 // headers, payload, zero pad and a zero ICRC placeholder) to dst and returns
 // the extended slice. Fill in the ICRC with SetICRC, or use AppendDatagram or
-// AppendFrame, which do. It does not allocate when dst has room.
+// AppendFrame, which do. It does not allocate when dst has room. The payload
+// may already be in place, where the packet's headers end in dst's spare
+// capacity: it is then not copied.
 func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	info := &opcodeTable[h.Opcode]
 	if info.Transport == TransportNone {
@@ -121,15 +125,46 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 		return dst, ErrBuildTooLong
 	}
 	start := len(dst)
-	dst = grow(dst, n)
+	if cap(dst)-start < n {
+		dst = grow(dst, n) // out of line: the common case is a buffer with room
+	} else {
+		dst = dst[:start+n]
+	}
 	b := dst[start:]
-	bth := BTH(b)
-	bth.SetOpcode(h.Opcode)
-	bth.SetFlags(h.SE, h.MigReq, pad, 0)
-	bth.SetPKey(h.PKey)
-	bth.SetECN(h.FECN, h.BECN)
-	bth.SetDestQP(h.DestQP)
-	bth.SetAckReqPSN(h.AckReq, h.PSN)
+	// The BTH in two stores (as BTH's setters would write it byte by byte):
+	// the ICRC reads it back at once, in wide loads.
+	_ = b[BTHLen-1]
+	w0 := uint64(h.Opcode)<<56 | (b2u(h.SE)<<7|b2u(h.MigReq)<<6|uint64(pad)<<4)<<48 | uint64(h.PKey)<<32 |
+		(b2u(h.FECN)<<7|b2u(h.BECN)<<6)<<24 | uint64(h.DestQP&QPNMask)
+	binary.BigEndian.PutUint64(b, w0)
+	binary.BigEndian.PutUint32(b[8:], uint32(b2u(h.AckReq))<<31|uint32(h.PSN&PSNMask))
+	m := info.Headers
+	if m&HasRETH != 0 {
+		RETH(b[info.offsets[hRETH]:]).Set(h.RETH.VA, h.RETH.RKey, h.RETH.DMALen)
+	}
+	if m&HasAETH != 0 {
+		AETH(b[info.offsets[hAETH]:]).Set(h.AETH.Syndrome, h.AETH.MSN)
+	}
+	if m&HasImmDt != 0 {
+		ImmDt(b[info.offsets[hImmDt]:]).SetImm(h.Imm)
+	}
+	if m&(HasRDETH|HasDETH|HasAtomicETH|HasAtomicAckETH|HasIETH|HasCNPPad) != 0 {
+		putOtherHeaders(b, info, h)
+	}
+	off := info.HeaderLen + len(payload)
+	if len(payload) > 0 && &payload[0] != &b[info.HeaderLen] { // not built in place
+		copy(b[info.HeaderLen:], payload)
+	}
+	binary.BigEndian.PutUint32(b[n-ICRCLen:], 0) // the pad and ICRC: at most 7 bytes, no call
+	for i := off; i < n-ICRCLen; i++ {
+		b[i] = 0
+	}
+	return dst, nil
+}
+
+// putOtherHeaders writes the extension headers AppendTransport leaves out of
+// its own body (which keeps it small for the common packets).
+func putOtherHeaders(b []byte, info *OpcodeInfo, h *Header) {
 	m := info.Headers
 	if m&HasRDETH != 0 {
 		RDETH(b[info.offsets[hRDETH]:]).SetEEC(h.RDETH)
@@ -137,21 +172,12 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if m&HasDETH != 0 {
 		DETH(b[info.offsets[hDETH]:]).Set(h.DETH.QKey, h.DETH.SrcQP)
 	}
-	if m&HasRETH != 0 {
-		RETH(b[info.offsets[hRETH]:]).Set(h.RETH.VA, h.RETH.RKey, h.RETH.DMALen)
-	}
 	if m&HasAtomicETH != 0 {
 		a := &h.AtomicETH
 		AtomicETH(b[info.offsets[hAtomicETH]:]).Set(a.VA, a.RKey, a.SwapAdd, a.Compare)
 	}
-	if m&HasAETH != 0 {
-		AETH(b[info.offsets[hAETH]:]).Set(h.AETH.Syndrome, h.AETH.MSN)
-	}
 	if m&HasAtomicAckETH != 0 {
 		AtomicAckETH(b[info.offsets[hAtomicAckETH]:]).SetOrig(h.AtomicAck)
-	}
-	if m&HasImmDt != 0 {
-		ImmDt(b[info.offsets[hImmDt]:]).SetImm(h.Imm)
 	}
 	if m&HasIETH != 0 {
 		IETH(b[info.offsets[hIETH]:]).SetRKey(h.IETH)
@@ -159,12 +185,19 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if m&HasCNPPad != 0 {
 		clear(b[info.offsets[hCNPPad] : int(info.offsets[hCNPPad])+CNPPadLen])
 	}
-	off := info.HeaderLen + copy(b[info.HeaderLen:], payload)
-	clear(b[off:n])
-	return dst, nil
+}
+
+// b2u returns 1 for true, 0 for false (compiled without a branch).
+func b2u(v bool) uint64 {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // grow extends b by n bytes, reallocating only when its capacity is short.
+//
+//go:noinline
 func grow(b []byte, n int) []byte {
 	if cap(b)-len(b) >= n {
 		return b[:len(b)+n]

@@ -24,7 +24,9 @@ import (
 // masked headers never go through memory: they are loaded as 64-bit words,
 // masked in registers and folded into the CRC with slicing-by-16 tables
 // (crcTables, built once from crc32.IEEETable); the rest of the transport
-// packet is then hashed in place by hash/crc32 in one call.
+// packet is then hashed in place by hash/crc32 in one call. (FlowICRC, the
+// engine's path, hashes the transport packet by carry-less folding instead:
+// see icrc_fold.go.)
 //
 // Measured against plain hash/crc32 over the same number of bytes (go test
 // -bench 'ICRC$|CRC32'): the headers cost a fixed ~15 ns, so an ICRC takes

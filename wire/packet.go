@@ -115,6 +115,9 @@ func Parse(b []byte, p *Packet) error {
 			return ErrAtomicAligned
 		}
 	}
+	if info.Position == PosOnly && payload <= MaxPMTU {
+		return nil // checkPMTU's answer for the common case, without its call
+	}
 	return checkPMTU(info.Position, pad, payload, 0)
 }
 

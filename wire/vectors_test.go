@@ -160,13 +160,6 @@ func eq(t *testing.T, what string, got, want uint64) {
 	}
 }
 
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // flowOf reads back the addressing of a parsed frame.
 func flowOf(f *Frame) Flow {
 	e := Ethernet(f.Buf)
