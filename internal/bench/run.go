@@ -188,6 +188,7 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	if !timed {
 		tposted = timestamps(int(n) * q)
 		tcompleted = timestamps(int(n) * q)
+		runtime.GC() // as before the last handshake (script), for these arrays
 	}
 	scnt := make([]uint64, q)
 	ccnt := make([]uint64, q)
