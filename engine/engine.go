@@ -157,6 +157,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64
 	}
+	wire.PrepareICRCRecovery() // not at the first packet (4 ms)
 	e := &Engine{cfg: cfg, MRs: NewMRTable(cfg.MaxMR), qps: make([]*QP, cfg.MaxQP)}
 	e.txFlows.local = cfg.Local
 	e.rxFlows.local, e.rxFlows.rx = cfg.Local, true

@@ -58,6 +58,12 @@ type recoverTable struct {
 
 var recoverTables = sync.OnceValue(buildRecoverTable)
 
+// PrepareICRCRecovery builds the tables CheckICRCUnknownID uses, once per
+// process (about 4 ms), which otherwise the first packet checked without
+// its IPv4 header builds: an engine calls it when created, before its first
+// packet, so that a connection's first round trip does not wait for them.
+func PrepareICRCRecovery() { recoverTables() }
+
 // maxRecoverK is the largest k: every byte after the IPv4 flags byte of a
 // 65535-byte datagram.
 const maxRecoverK = 0xFFFF
