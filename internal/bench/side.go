@@ -166,6 +166,8 @@ func RunLoopback(ctx context.Context, srv, cli rdmacm.Device, addr netip.Addr, o
 	}
 	var wg sync.WaitGroup
 	var srvErr error
+	so := o // the server's options, copied before the client's are set below
+	so.Client, so.Progress = false, nil
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -181,15 +183,13 @@ func RunLoopback(ctx context.Context, srv, cli rdmacm.Device, addr netip.Addr, o
 			return
 		}
 		defer conn.Close()
-		o := o
-		o.Client, o.Progress = false, nil
 		vctx, err := srv.Open()
 		if err != nil {
 			srvErr = err
 			return
 		}
 		defer vctx.Close()
-		_, srvErr = Run(ctx, vctx, conn, o)
+		_, srvErr = Run(ctx, vctx, conn, so)
 		if srvErr != nil {
 			cancel() // the client would wait for a server that is gone
 		}
