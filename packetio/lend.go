@@ -26,9 +26,11 @@ type TxLender struct {
 }
 
 // NewTxLender returns a TxLender that lends up to batch packets of size
-// bytes each, from one allocation.
+// bytes each, from one allocation, its pages mapped at once (Prefault).
 func NewTxLender(batch, size int) TxLender {
-	return TxLender{tx: make([]Packet, batch), mem: make([]byte, batch*size), size: size}
+	mem := make([]byte, batch*size)
+	Prefault(mem)
+	return TxLender{tx: make([]Packet, batch), mem: mem, size: size}
 }
 
 // Lend is TxBatch for a Conn that lends buffers of its own memory: up to n

@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/cm/rdmacm"
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -411,6 +412,7 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 	}
 	q := o.QPs
 	s.buf = make([]byte, 2*q*s.buff)
+	packetio.Prefault(s.buf) // the peer's first WRITEs or READ responses then take no page faults
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
 		return fmt.Errorf("couldn't register the buffer: %w", err)
@@ -420,6 +422,7 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 		rx = o.RxDepth
 		if o.Verify {
 			s.vbuf = make([]byte, q*rx*inc(s.maxSize, s.cacheLine))
+			packetio.Prefault(s.vbuf)
 			if s.vmr, err = s.pd.RegMR(s.vbuf, verbs.AccessLocalWrite); err != nil {
 				return fmt.Errorf("couldn't register the receive slots: %w", err)
 			}

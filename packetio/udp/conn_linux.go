@@ -155,6 +155,7 @@ func (c *Conn) initRx(batch int) {
 	c.rxBuf = mp
 	c.rx = make([]packetio.Packet, batch*segs)
 	c.rxMem = make([]byte, batch*mp)
+	packetio.Prefault(c.rxMem)
 	c.rxHdrs = make([]mmsghdr, batch)
 	c.rxIovs = make([]unix.Iovec, batch)
 	c.rxNames = make([]sockaddrInet4, batch)

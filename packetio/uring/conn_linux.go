@@ -236,7 +236,9 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 func (c *Conn) initRx(dis disable) error {
 	c.slotSize = (slotPayload + c.maxPacket + 63) &^ 63
 	size := c.nSlots*c.slotSize + 64
-	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	// MAP_POPULATE: mapped now, not one fault at a time inside the first
+	// receives (see packetio.Prefault).
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
 		return fmt.Errorf("packetio/uring: mmap receive buffers: %w", err)
 	}
