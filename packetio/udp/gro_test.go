@@ -78,27 +78,7 @@ func TestGROSingles(t *testing.T) {
 // Receive with GRO does not allocate.
 func TestGRONoAllocs(t *testing.T) {
 	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadRequire, GRO: udp.OffloadRequire})
-	port := b.LocalAddrPort().Port()
-	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-	tmpl := rocePacket(t, nil, &fl, 4112, 1)
-	allocs := testing.AllocsPerRun(50, func() {
-		batch := a.TxBatch(16)
-		for i := range batch {
-			batch[i].Buf = append(batch[i].Buf[:0], tmpl...)
-			batch[i].Addr = b.LocalAddr()
-		}
-		if n, err := a.Transmit(batch); n != 16 || err != nil {
-			t.Fatalf("Transmit = %d, %v", n, err)
-		}
-		for got := 0; got < 16; {
-			pkts, err := b.Receive(time.Now().Add(time.Second))
-			if err != nil || len(pkts) == 0 {
-				t.Fatalf("Receive: %d, %v", len(pkts), err)
-			}
-			got += len(pkts)
-		}
-	})
-	if allocs != 0 {
+	if allocs := sendRecvAllocs(t, a, b, 4112); allocs != 0 {
 		t.Errorf("%v allocations per GSO Transmit and GRO Receive", allocs)
 	}
 	if s := b.Stats(); s.GROBuffers == 0 {

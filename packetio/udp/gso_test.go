@@ -229,10 +229,21 @@ func freePort(t testing.TB) uint16 {
 // Transmit with GSO does not allocate.
 func TestGSONoAllocs(t *testing.T) {
 	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadRequire, GRO: udp.OffloadOff})
-	port := b.LocalAddrPort().Port()
-	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: port}
-	tmpl := rocePacket(t, nil, &fl, 1040, 1)
-	allocs := testing.AllocsPerRun(50, func() {
+	if allocs := sendRecvAllocs(t, a, b, 1040); allocs != 0 {
+		t.Errorf("%v allocations per GSO Transmit and Receive", allocs)
+	}
+	if s := a.Stats(); s.GSOMessages == 0 {
+		t.Errorf("no GSO messages: %+v", s)
+	}
+}
+
+// sendRecvAllocs returns the allocations of one round of 16 packets of size
+// bytes sent from a with one Transmit and received at b.
+func sendRecvAllocs(t *testing.T, a, b *udp.Conn, size int) float64 {
+	t.Helper()
+	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: b.LocalAddrPort().Port()}
+	tmpl := rocePacket(t, nil, &fl, size, 1)
+	return testing.AllocsPerRun(50, func() {
 		batch := a.TxBatch(16)
 		for i := range batch {
 			batch[i].Buf = append(batch[i].Buf[:0], tmpl...)
@@ -249,12 +260,6 @@ func TestGSONoAllocs(t *testing.T) {
 			got += len(pkts)
 		}
 	})
-	if allocs != 0 {
-		t.Errorf("%v allocations per GSO Transmit and Receive", allocs)
-	}
-	if s := a.Stats(); s.GSOMessages == 0 {
-		t.Errorf("no GSO messages: %+v", s)
-	}
 }
 
 // capture reads Ethernet frames of IPv4 UDP to port 4791 arriving on the
