@@ -124,32 +124,7 @@ func TestNetnsJumboNoAllocs(t *testing.T) {
 	b := listenIn(t, p.B, p.AddrB, afxdp.Options{})
 	const n, size = 16, jumboFrame - 42
 	var fill [size]byte
-	to := b.LocalAddr()
-	roundTrip := func() {
-		batch := a.TxBatch(n)
-		for i := range batch {
-			batch[i].Buf = append(batch[i].Buf[:0], fill[:]...)
-			batch[i].Addr = to
-		}
-		if sent, err := a.Transmit(batch); sent != n || err != nil {
-			panic(fmt.Sprint("Transmit: ", sent, err))
-		}
-		for got := 0; got < n; {
-			pkts, err := b.Receive(time.Now().Add(5 * time.Second))
-			if err != nil {
-				panic(err)
-			}
-			if len(pkts) == 0 {
-				panic("Receive timed out")
-			}
-			for _, p := range pkts {
-				if len(p.Buf) != size {
-					panic(fmt.Sprint("received ", len(p.Buf), " bytes"))
-				}
-			}
-			got += len(pkts)
-		}
-	}
+	roundTrip := func() { packetiotest.RoundTrip(a, b, fill[:], n) }
 	roundTrip()
 	if allocs := testing.AllocsPerRun(50, roundTrip); allocs != 0 {
 		t.Errorf("TxBatch+Transmit+Receive of %d %d-byte packets: %v allocations, want 0", n, size, allocs)

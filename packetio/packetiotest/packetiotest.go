@@ -377,6 +377,37 @@ func testTransmitErrors(t *testing.T, a, b packetio.Conn) {
 }
 
 // testNoAllocs asserts the steady-state hot paths do not allocate: TxBatch,
+// RoundTrip sends n copies of payload from a with one TxBatch and Transmit
+// and receives them at b, each with payload's length, within 5 seconds. It
+// panics on a failure, rather than failing a test, so that it can run inside
+// testing.AllocsPerRun; it allocates nothing itself.
+func RoundTrip(a, b packetio.Conn, payload []byte, n int) {
+	to := b.LocalAddr()
+	batch := a.TxBatch(n)
+	for i := range batch {
+		batch[i].Buf = append(batch[i].Buf[:0], payload...)
+		batch[i].Addr = to
+	}
+	if sent, err := a.Transmit(batch); sent != n || err != nil {
+		panic(fmt.Sprint("Transmit: ", sent, err))
+	}
+	for got := 0; got < n; {
+		pkts, err := b.Receive(time.Now().Add(5 * time.Second))
+		if err != nil {
+			panic(err)
+		}
+		if len(pkts) == 0 {
+			panic("Receive timed out")
+		}
+		for _, p := range pkts {
+			if len(p.Buf) != len(payload) {
+				panic(fmt.Sprint("received ", len(p.Buf), " bytes, sent ", len(payload)))
+			}
+		}
+		got += len(pkts)
+	}
+}
+
 // Transmit and Receive of full batches, a Receive ended by its deadline, and
 // Wake followed by Receive.
 func testNoAllocs(t *testing.T, a, b packetio.Conn) {
@@ -384,29 +415,8 @@ func testNoAllocs(t *testing.T, a, b packetio.Conn) {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
 	const n = 16
-	to := b.LocalAddr()
 	var fill [128]byte
-	roundTrip := func() {
-		batch := a.TxBatch(n)
-		for i := range batch {
-			batch[i].Buf = append(batch[i].Buf[:0], fill[:]...)
-			batch[i].Addr = to
-		}
-		if sent, err := a.Transmit(batch); sent != n || err != nil {
-			panic(fmt.Sprint("Transmit: ", sent, err))
-		}
-		got := 0
-		for got < n {
-			pkts, err := b.Receive(time.Now().Add(5 * time.Second))
-			if err != nil {
-				panic(err)
-			}
-			if len(pkts) == 0 {
-				panic("Receive timed out")
-			}
-			got += len(pkts)
-		}
-	}
+	roundTrip := func() { RoundTrip(a, b, fill[:], n) }
 	roundTrip() // warm up
 	if allocs := testing.AllocsPerRun(100, roundTrip); allocs != 0 {
 		t.Errorf("TxBatch+Transmit+Receive of %d packets: %v allocations, want 0", n, allocs)

@@ -243,23 +243,7 @@ func sendRecvAllocs(t *testing.T, a, b *udp.Conn, size int) float64 {
 	t.Helper()
 	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: b.LocalAddrPort().Port()}
 	tmpl := rocePacket(t, nil, &fl, size, 1)
-	return testing.AllocsPerRun(50, func() {
-		batch := a.TxBatch(16)
-		for i := range batch {
-			batch[i].Buf = append(batch[i].Buf[:0], tmpl...)
-			batch[i].Addr = b.LocalAddr()
-		}
-		if n, err := a.Transmit(batch); n != 16 || err != nil {
-			t.Fatalf("Transmit = %d, %v", n, err)
-		}
-		for got := 0; got < 16; {
-			pkts, err := b.Receive(time.Now().Add(time.Second))
-			if err != nil || len(pkts) == 0 {
-				t.Fatalf("Receive: %d, %v", len(pkts), err)
-			}
-			got += len(pkts)
-		}
-	})
+	return testing.AllocsPerRun(50, func() { packetiotest.RoundTrip(a, b, tmpl, 16) })
 }
 
 // capture reads Ethernet frames of IPv4 UDP to port 4791 arriving on the
