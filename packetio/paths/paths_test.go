@@ -124,34 +124,46 @@ func TestUnknownPath(t *testing.T) {
 	}
 }
 
-// TestAutoNetns: between two namespaces over veth, auto takes AF_XDP where
-// the kernel allows it (else says why not), and the chosen path carries a
-// datagram both ways to a plain UDP path.
-func TestAutoNetns(t *testing.T) {
-	netns.Require(t)
-	p := netns.NewPair(t, netns.Options{})
-	var a, b packetio.Conn
-	var ch Chosen
+// openAutoUDP opens the auto path in p's namespace A and a plain UDP path
+// in B, both closed when t ends.
+func openAutoUDP(t *testing.T, p *netns.Pair) (a, b packetio.Conn, ch Chosen) {
+	t.Helper()
 	if err := p.A.Do(func() (err error) {
 		a, ch, err = Open(p.AddrA, Auto, Options{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	t.Cleanup(func() { a.Close() })
 	if err := p.B.Do(func() (err error) {
 		b, _, err = Open(p.AddrB, UDP, Options{})
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	t.Cleanup(func() { b.Close() })
+	return a, b, ch
+}
+
+// refused checks that auto, having not taken AF_XDP, says why.
+func refused(t *testing.T, ch Chosen) {
+	t.Helper()
+	if len(ch.Skipped) == 0 || !strings.HasPrefix(ch.Skipped[0], "afxdp: ") {
+		t.Fatalf("auto chose %v without saying why not AF_XDP", ch)
+	}
+	t.Logf("AF_XDP refused here: %s", ch.Skipped[0])
+}
+
+// TestAutoNetns: between two namespaces over veth, auto takes AF_XDP where
+// the kernel allows it (else says why not), and the chosen path carries a
+// datagram both ways to a plain UDP path.
+func TestAutoNetns(t *testing.T) {
+	netns.Require(t)
+	p := netns.NewPair(t, netns.Options{})
+	a, b, ch := openAutoUDP(t, p)
 	t.Logf("auto chose %v", ch)
 	if ch.Path != AFXDP {
-		if len(ch.Skipped) == 0 || !strings.HasPrefix(ch.Skipped[0], "afxdp: ") {
-			t.Fatalf("auto chose %v without saying why not AF_XDP", ch)
-		}
-		t.Logf("AF_XDP refused here: %s", ch.Skipped[0])
+		refused(t, ch)
 	}
 	exchange(t, a, b)
 	exchange(t, b, a)
@@ -165,29 +177,11 @@ func TestAutoNetns(t *testing.T) {
 func TestAutoNetnsJumbo(t *testing.T) {
 	netns.Require(t)
 	p := netns.NewPair(t, netns.Options{MTU: 9000})
-	var a, b packetio.Conn
-	var ch Chosen
-	if err := p.A.Do(func() (err error) {
-		a, ch, err = Open(p.AddrA, Auto, Options{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if err := p.B.Do(func() (err error) {
-		b, _, err = Open(p.AddrB, UDP, Options{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b, ch := openAutoUDP(t, p)
 	t.Logf("auto chose %v, MaxPacket %d", ch, a.MaxPacket())
 	switch {
 	case ch.Path != AFXDP:
-		if len(ch.Skipped) == 0 || !strings.HasPrefix(ch.Skipped[0], "afxdp: ") {
-			t.Fatalf("auto chose %v without saying why not AF_XDP", ch)
-		}
-		t.Logf("AF_XDP refused here: %s", ch.Skipped[0])
+		refused(t, ch)
 	case !strings.Contains(ch.Detail, "multi-buffer"):
 		t.Errorf("AF_XDP at MTU 9000 without multi-buffer in its detail: %v", ch)
 	}
