@@ -94,7 +94,17 @@ func checkRping(t *testing.T, r result, serverOut, clientOut string) {
 	t.Helper()
 	t.Logf("guest (rc=%d): %s\n%s", r.guestRC, r.guestCmd, lastLines(r.guestOut, 4))
 	t.Logf("host (%v): %s\n%s", r.hostErr, r.hostCmd, lastLines(r.hostOut, 4))
-	if r.guestRC != 0 || r.hostErr != nil {
+	guestRC := r.guestRC
+	if guestRC == 255 && strings.Contains(r.guestOut, "client DISCONNECT EVENT") && strings.Contains(r.guestOut, "rdma_get_cm_event: Bad file descriptor") {
+		// rping's own teardown race, after the test: its rdma_cm event
+		// thread, still reading once the client has disconnected, finds
+		// the event channel main has just destroyed and exits the
+		// process with -1. The pings and the disconnect are checked
+		// below as for a clean exit.
+		t.Logf("the guest's rping client lost its teardown race (rdma_get_cm_event after its channel was destroyed); checking the pings")
+		guestRC = 0
+	}
+	if guestRC != 0 || r.hostErr != nil {
 		t.Fatalf("guest exit %d, host %v\nguest: %s\nhost: %s", r.guestRC, r.hostErr, r.guestOut, r.hostOut)
 	}
 	var srv, cli []string
