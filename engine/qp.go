@@ -147,6 +147,20 @@ func (qp *QP) InFlight() int {
 	return int(qp.req.ackPSN.Distance(qp.req.psn)) - 1
 }
 
+// Unsent estimates how many packets the work requests posted to the QP's
+// send queue and not yet fully sent will take: their number times the
+// packets of the last one (a stream of posts is mostly of one size). Call
+// it with the engine serialised, as Output.
+func (qp *QP) Unsent() int {
+	t := qp.sq.tail.Load()
+	n := int(t - qp.req.next)
+	if n <= 0 || qp.mtu <= 0 {
+		return max(n, 0)
+	}
+	per := (int(qp.sq.slots[(t-1)&qp.sq.mask].length) + qp.mtu - 1) / qp.mtu
+	return n * max(per, 1)
+}
+
 // Type returns the QP type.
 func (qp *QP) Type() verbs.QPType { return qp.typ }
 

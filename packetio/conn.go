@@ -120,6 +120,17 @@ type Conn interface {
 	Close() error
 }
 
+// FullDuplex is implemented by a Conn whose two sides may be used at once:
+// one goroutine sending (TxBatch, Transmit) while another receives
+// (Receive), including while that Receive blocks. Each side still has one
+// user at a time. A driver can then leave Receive waiting for packets while
+// an application's post sends its packets itself, without waking the
+// driver to do it.
+type FullDuplex interface {
+	// FullDuplex reports whether sending and receiving may overlap.
+	FullDuplex() bool
+}
+
 // SourcePorts is implemented by a Conn that can send each packet from a
 // UDP source port of its own (Packet.Port), as RoCE NICs and rdma_rxe send
 // from the port a flow label maps to (wire.SourcePort), so that the

@@ -25,7 +25,8 @@ type Conn struct {
 	dstPort   [2]byte // network byte order
 	maxPacket int
 
-	// Receive side: driver goroutine only. rxHdrs[i] points at rxNames[i],
+	// Receive side: one goroutine at a time, perhaps while another uses
+	// the send side (FullDuplex). rxHdrs[i] points at rxNames[i],
 	// rxIovs[i] (a MaxPacket slice of rxMem) and a controlSpace slice of
 	// rxControl, for good.
 	rx        []packetio.Packet
@@ -40,7 +41,10 @@ type Conn struct {
 	rxErrno   unix.Errno
 	wait      pollwait.Waiter // Receive's wait in the netpoller, and Wake
 
-	// Send side: driver goroutine only. Transmit puts the packets in
+	// Send side: one goroutine at a time, perhaps while another uses the
+	// receive side (FullDuplex): it shares no memory with it but the
+	// atomic counters, and the socket's send and receive calls take
+	// separate locks in Go's netpoller (RawConn.Write and Read). Transmit puts the packets in
 	// socket-group order: txIovs[k] points at packet txIdx[k]'s Buf, txAddr[k]
 	// is its destination. txm holds the sendmmsg entries (txm.hdrs[m] points
 	// at txNames[m], and at txCtl's m-th UDP_SEGMENT cmsg for a GSO
@@ -493,6 +497,10 @@ func (c *Conn) send(fd uintptr) bool {
 func (c *Conn) Wake() {
 	c.wait.Wake()
 }
+
+// FullDuplex implements packetio.FullDuplex: a Transmit may run while
+// another goroutine's Receive runs or blocks.
+func (c *Conn) FullDuplex() bool { return true }
 
 // LocalAddr implements packetio.Conn.
 func (c *Conn) LocalAddr() netip.Addr { return c.local.Addr() }

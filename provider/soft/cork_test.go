@@ -1,6 +1,7 @@
 package soft
 
 import (
+	"github.com/goroce/goroce/wire"
 	"testing"
 	"time"
 
@@ -60,5 +61,81 @@ func TestCorkedPosts(t *testing.T) {
 	t.Logf("%d posts went out in %d transmit calls", posts, batches)
 	if batches >= posts/4 {
 		t.Errorf("%d posts went out in %d transmit calls: not corked", posts, batches)
+	}
+}
+
+// TestCorkReleasedByPosts: on a duplex Conn (packetio/udp), posts to a QP
+// with a packet in flight are held while fewer than three quarters of a
+// batch wait, and the post that completes them sends them, in one transmit
+// call, while the driver waits in Receive, without waking it. The peer is
+// a bare UDP socket that never acknowledges, and the retransmission
+// timeout is seconds long: nothing but a post can send them.
+func TestCorkReleasedByPosts(t *testing.T) {
+	env := perfLoopback()
+	ca, cb := env.conns(t)
+	t.Cleanup(func() { cb.Close() })
+	da, err := New(Options{Name: "corka", Conn: ca, SourcePort: ca.LocalAddrPort().Port(), Spin: -1})
+	must(t, err)
+	t.Cleanup(func() { da.Close() })
+	if !da.duplex {
+		t.Fatal("the udp Conn is not taken as full duplex")
+	}
+	a := perfEnd(t, da, 1<<16, 128)
+	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
+		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
+	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: 0x99, RQPSN: 100,
+		AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GIDFromAddr(env.b)}},
+		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
+	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 20, RetryCnt: 7, RNRRetry: 7},
+		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
+	post := func(i int) {
+		t.Helper()
+		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
+			SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: 64, LKey: a.mr.LKey()}}, RemoteAddr: 0x1000, RKey: 1}})
+		must(t, err)
+	}
+	// receive takes what reaches the peer within d: the PSNs.
+	receive := func(want int, d time.Duration) []uint32 {
+		t.Helper()
+		var psns []uint32
+		until := time.Now().Add(d)
+		for len(psns) < want && time.Now().Before(until) {
+			pkts, err := cb.Receive(until)
+			must(t, err)
+			for _, p := range pkts {
+				psns = append(psns, uint32(wire.BTH(p.Buf).PSN()))
+			}
+		}
+		return psns
+	}
+	post(0) // to an idle QP: sent at once
+	if got := receive(1, 5*time.Second); len(got) != 1 || got[0] != 100 {
+		t.Fatalf("first WRITE: PSNs %v, want [100]", got)
+	}
+	time.Sleep(20 * time.Millisecond) // the driver settles in Receive
+	corked := da.opts.Batch*3/4 - 1
+	before := ca.Stats()
+	for i := 1; i <= corked; i++ {
+		post(i)
+	}
+	if got := receive(1, 50*time.Millisecond); len(got) != 0 {
+		t.Fatalf("%d posts behind an unacknowledged packet: %d packets sent, want none yet", corked, len(got))
+	}
+	post(corked + 1)
+	got := receive(corked+1, 5*time.Second)
+	if len(got) != corked+1 {
+		t.Fatalf("after the post that ends the cork: %d packets, want %d", len(got), corked+1)
+	}
+	for i, psn := range got {
+		if psn != uint32(101+i) {
+			t.Fatalf("packet %d: PSN %d, want %d", i, psn, 101+i)
+		}
+	}
+	after := ca.Stats()
+	if n := after.TxBatches - before.TxBatches; n != 1 {
+		t.Errorf("%d corked WRITEs went out in %d transmit calls, want 1", corked+1, n)
+	}
+	if n := after.Wakes - before.Wakes; n != 0 {
+		t.Errorf("the driver was woken %d times, want 0: the posts sent without it", n)
 	}
 }
