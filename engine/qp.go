@@ -147,18 +147,18 @@ func (qp *QP) InFlight() int {
 	return int(qp.req.ackPSN.Distance(qp.req.psn)) - 1
 }
 
-// Unsent estimates how many packets the work requests posted to the QP's
-// send queue and not yet fully sent will take: their number times the
-// packets of the last one (a stream of posts is mostly of one size). Call
-// it with the engine serialised, as Output.
-func (qp *QP) Unsent() int {
+// Unsent returns how many work requests are posted to the QP's send queue
+// and not yet fully sent, and an estimate of the packets they will take:
+// their number times the packets of the last one (a stream of posts is
+// mostly of one size). Call it with the engine serialised, as Output.
+func (qp *QP) Unsent() (wrs, pkts int) {
 	t := qp.sq.tail.Load()
 	n := int(t - qp.req.next)
 	if n <= 0 || qp.mtu <= 0 {
-		return max(n, 0)
+		return max(n, 0), max(n, 0)
 	}
 	per := (int(qp.sq.slots[(t-1)&qp.sq.mask].length) + qp.mtu - 1) / qp.mtu
-	return n * max(per, 1)
+	return n, n * max(per, 1)
 }
 
 // Type returns the QP type.
@@ -410,25 +410,34 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	}
 	q := qp.sq
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if qp.gone.Load() {
+		q.mu.Unlock()
 		return 0, fmt.Errorf("engine: QP %#x is destroyed: %w", qp.num, verbs.ErrDestroyed)
 	}
 	// The WRs are published together, with one store of the tail (an
 	// atomic store is a full barrier: one per WR cost more than the rest of
-	// posting it); on an error, those before it are.
+	// posting it); on an error, those before it are. No defer: its closure
+	// cost 5% of a 64-byte write_bw client's time.
 	t0 := q.tail.Load()
-	t, head := t0, q.head.Load()
-	defer func() {
-		if t != t0 {
-			q.tail.Store(t)
-		}
-	}()
+	n, t, err := qp.fillSend(wrs, t0)
+	if t != t0 {
+		q.tail.Store(t)
+	}
+	q.mu.Unlock()
+	return n, err
+}
+
+// fillSend writes wrs into the send queue's slots from index t on, with
+// q.mu held, and returns how many it wrote, the tail after them, and the
+// error that stopped it.
+func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, error) {
+	q := qp.sq
+	head := q.head.Load()
 	for i := range wrs {
 		wr := &wrs[i]
 		if t-head >= uint64(qp.cap.MaxSendWR) {
 			if head = q.head.Load(); t-head >= uint64(qp.cap.MaxSendWR) {
-				return i, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
+				return i, t, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
 			}
 		}
 		var n uint32
@@ -440,7 +449,7 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		} else {
 			var err error
 			if n, err = qp.checkSendWR(wr); err != nil {
-				return i, err
+				return i, t, err
 			}
 		}
 		s := &q.slots[t&q.mask]
@@ -459,14 +468,14 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 				m := qp.e.MRs.lookup(g.LKey)
 				b := sgeBytes(m, qp.pd, g, 0)
 				if b == nil {
-					return i, fmt.Errorf("engine: inline SGE (addr %#x len %d lkey %#x) not in a registered region: %w", g.Addr, g.Length, g.LKey, verbs.ErrInvalidWR)
+					return i, t, fmt.Errorf("engine: inline SGE (addr %#x len %d lkey %#x) not in a registered region: %w", g.Addr, g.Length, g.LKey, verbs.ErrInvalidWR)
 				}
 				s.inline = append(s.inline, b...)
 			}
 		}
 		t++
 	}
-	return len(wrs), nil
+	return len(wrs), t, nil
 }
 
 // checkSendWR checks a send WR against the QP and returns its length.

@@ -6,21 +6,21 @@ import (
 	"github.com/goroce/goroce/verbs"
 )
 
-// TestUnsent: QP.Unsent counts the packets of the posted WRs not yet sent,
-// as their number times the packets of the last one, and falls as they
+// TestUnsent: QP.Unsent counts the posted WRs not yet sent and their
+// packets, as their number times the packets of the last one, and falls as they
 // leave.
 func TestUnsent(t *testing.T) {
 	l := newLink(t)
 	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
 	connectRC(t, a, b, verbs.MTU1024)
-	if n := a.qp.Unsent(); n != 0 {
-		t.Fatalf("idle QP: Unsent %d", n)
+	if w, n := a.qp.Unsent(); w != 0 || n != 0 {
+		t.Fatalf("idle QP: Unsent %d, %d", w, n)
 	}
 	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: a.sge(0, 2500), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
 	_, err := a.qp.PostSend([]verbs.SendWR{wr, wr, wr})
 	must(t, err)
-	if n := a.qp.Unsent(); n != 9 {
-		t.Fatalf("three 2500-byte WRITEs at MTU 1024: Unsent %d, want 9", n)
+	if w, n := a.qp.Unsent(); w != 3 || n != 9 {
+		t.Fatalf("three 2500-byte WRITEs at MTU 1024: Unsent %d, %d, want 3, 9", w, n)
 	}
 	buf := make([]byte, 2048)
 	for range 3 { // the first WRITE's three packets
@@ -28,12 +28,12 @@ func TestUnsent(t *testing.T) {
 			t.Fatal("no packet to send")
 		}
 	}
-	if n := a.qp.Unsent(); n != 6 {
-		t.Fatalf("after the first WRITE's packets: Unsent %d, want 6", n)
+	if w, n := a.qp.Unsent(); w != 2 || n != 6 {
+		t.Fatalf("after the first WRITE's packets: Unsent %d, %d, want 2, 6", w, n)
 	}
 	for l.step() {
 	}
-	if n := a.qp.Unsent(); n != 0 {
-		t.Fatalf("after all were sent: Unsent %d, want 0", n)
+	if w, n := a.qp.Unsent(); w != 0 || n != 0 {
+		t.Fatalf("after all were sent: Unsent %d, %d, want 0, 0", w, n)
 	}
 }

@@ -537,6 +537,7 @@ type QP struct {
 	// txErr is why the device moved the QP to ERROR when the network
 	// refused one of its packets (see QP.Err).
 	txErr atomic.Pointer[error]
+	cork  corkHint
 }
 
 // Err returns why the device moved the QP to ERROR itself, or nil: a
@@ -619,7 +620,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	}
 	n, err := q.qp.PostSend(wrs)
 	if n > 0 {
-		q.d.kickQP(q.qp)
+		q.d.kickQP(q.qp, &q.cork, n)
 	}
 	return n, err
 }
