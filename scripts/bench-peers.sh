@@ -23,7 +23,11 @@
 # Latency is half a round trip: goroce's t_typical (median), ucx_perftest's
 # 50th percentile, fi_pingpong's usec/xfer (a mean: it prints no median).
 # Bandwidth: goroce's and ucx_perftest's MB/sec are 2^20 bytes/s, converted;
-# fi_pingpong's are 10^6.
+# fi_pingpong's are 10^6. Warm-up: ucx_perftest runs 200 iterations before
+# it measures (-w 200); goroce's write_bw runs perftest's --perform_warm_up
+# (a window of 128 messages; perftest has it for WRITE, READ and atomic
+# bandwidth tests only); the raw-UDP baseline starts its clock at its first
+# datagram.
 #
 # Flags (or the environment variable in brackets):
 #   --path P            goroce's packet path [GOROCE_PATH, default udp]
@@ -148,9 +152,9 @@ UCP="UCX_TLS=tcp UCX_NET_DEVICES=veth0"
 # case: KIND|goroce test and flags|peer name=runner;peer name=runner...[|nobase]
 # (nobase: no raw-UDP baseline for the case)
 cases=(
-	"bw|write_bw -s 64 -n 20000|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 64 -n 10000"
-	"bw|write_bw -s 4096 -n 5000|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 4096 -n 5000"
-	"bw|write_bw -s 65536 -n 1000|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 65536 -n 1000"
+	"bw|write_bw -s 64 -n 20000 --perform_warm_up|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 64 -n 10000"
+	"bw|write_bw -s 4096 -n 5000 --perform_warm_up|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 4096 -n 5000"
+	"bw|write_bw -s 65536 -n 1000 --perform_warm_up|UCX put_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_bw -D zcopy -s 65536 -n 1000"
 	"bw|send_bw -s 64 -n 20000|UCX am_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t am_bw -D short -s 64 -n 20000"
 	"bw|send_bw -s 4096 -n 5000|UCX am_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t am_bw -D bcopy -s 4096 -n 5000"
 	"bw|send_bw -s 65536 -n 1000|UCX am_bw (tcp)=t_ucx $UCT -x tcp -d veth0 -t am_bw -D zcopy -s 65536 -n 1000"

@@ -99,6 +99,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&cpuFreq, "F", false, "do not fail on a CPU frequency warning (accepted; goroce measures with the monotonic clock)")
 	fs.BoolVar(&cpuFreq, "CPU-freq", false, "same as -F")
 	fs.BoolVar(&o.Gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
+	fs.BoolVar(&o.WarmUp, "perform_warm_up", false, "perform a window of iterations before measuring, to warm up caches (write_bw, read_bw, atomic_bw)")
 	fs.StringVar(&c.atomic, "A", "FETCH_AND_ADD", "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
 	fs.StringVar(&c.atomic, "atomic_type", "FETCH_AND_ADD", "same as -A")
 	fs.StringVar(&c.conn, "c", "RC", "connection `type`: RC (the only one goroce bench runs)")

@@ -118,6 +118,14 @@ type Options struct {
 	Port     uint8 // -i; 0: 1
 	GIDIndex int   // -x; 0: verbs.DefaultGIDIndex (1, the IPv4-mapped GID of soft devices and rdma_rxe)
 	Gbits    bool  // --report_gbits: bandwidth in Gb/sec
+	// WarmUp runs perftest's --perform_warm_up before a WRITE, READ or
+	// atomic bandwidth test: on each QP a window (TxDepth) of signaled
+	// messages, all completed, before the clock starts. It warms what a
+	// first window finds cold (caches, the kernel's socket memory, the
+	// peer's wake-up), as ucx_perftest's warm-up iterations (-w) do. The
+	// raw-UDP baseline (Baseline) takes none: its clock starts at its
+	// first datagram.
+	WarmUp bool
 	// Verify checks the data of SEND, WRITE and READ tests (goroce against
 	// goroce only: perftest writes no pattern).
 	Verify bool
@@ -256,6 +264,9 @@ func (o *Options) normalize() error {
 	}
 	if o.GIDIndex < 0 {
 		return fmt.Errorf("%w: GID index %d (RoCE needs a GID)", ErrUsage, o.GIDIndex)
+	}
+	if o.WarmUp && (t.Lat || t.Verb == Send) {
+		return fmt.Errorf("%w: --perform_warm_up is valid in WRITE, READ and atomic bandwidth tests", ErrUsage)
 	}
 	if o.Verify && (o.Duration > 0 || o.All || t.Verb == Atomic) {
 		return fmt.Errorf("%w: --verify applies to SEND, WRITE and READ tests with -n", ErrUsage)

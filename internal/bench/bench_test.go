@@ -73,6 +73,8 @@ func TestNormalize(t *testing.T) {
 		{"verify atomics", Options{Test: Test{Verb: Atomic}, Verify: true}},
 		{"verify duration", Options{Test: Test{Verb: Write}, Verify: true, Duration: time.Second}},
 		{"bad verb", Options{Test: Test{Verb: 7}}},
+		{"warm-up send_bw", Options{Test: Test{Verb: Send}, WarmUp: true}},
+		{"warm-up write_lat", Options{Test: Test{Verb: Write, Lat: true}, WarmUp: true}},
 	} {
 		if err := c.o.normalize(); !errors.Is(err, ErrUsage) {
 			t.Errorf("%s: %v, want ErrUsage", c.name, err)
@@ -285,6 +287,9 @@ func TestRunLoopback(t *testing.T) {
 		{"send_bw", Options{Test: Test{Verb: Send}, Size: 3000, Iters: 500, RxDepth: 64, Verify: true}},
 		{"atomic_bw", Options{Test: Test{Verb: Atomic}, Iters: 300}},
 		{"atomic_bw-cas", Options{Test: Test{Verb: Atomic}, Iters: 100, Atomic: verbs.WRAtomicCmpAndSwp}},
+		{"write_bw-warm-up-2qp", Options{Test: Test{Verb: Write}, Size: 4096, Iters: 300, QPs: 2, Verify: true, WarmUp: true}},
+		{"read_bw-warm-up", Options{Test: Test{Verb: Read}, Size: 9000, Iters: 200, Verify: true, OutReads: 4, WarmUp: true}},
+		{"atomic_bw-warm-up", Options{Test: Test{Verb: Atomic}, Iters: 100, WarmUp: true}},
 		{"send_lat", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true}},
 		{"write_lat", Options{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, Verify: true}},
 		{"send_lat-busy", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true, Busy: true}},
@@ -376,6 +381,27 @@ func TestRunDuration(t *testing.T) {
 	r := co.Results[0]
 	if r.Iters < 100 || r.BWAvg <= 0 || so.Results[0].Iters != r.Iters {
 		t.Errorf("client %+v, server %+v", r, so.Results[0])
+	}
+}
+
+// TestWarmUp: --perform_warm_up sends a window of messages per QP before
+// the test (the client's device sends that many more packets than without
+// it) and counts none of them in the result.
+func TestWarmUp(t *testing.T) {
+	srv, cli := newDev(t, addrA), newDev(t, addrB)
+	sent := func(warm bool) (uint64, Result) {
+		before := cli.Stats().TxPackets
+		_, co := pair(t, srv, cli, Options{Test: Test{Verb: Write}, Size: 64, Iters: 200, QPs: 2, TxDepth: 50, WarmUp: warm})
+		return cli.Stats().TxPackets - before, co.Results[0]
+	}
+	cold, rc := sent(false)
+	warm, rw := sent(true)
+	t.Logf("packets sent: %d without warm-up, %d with", cold, warm)
+	if warm < cold+2*50 {
+		t.Errorf("with warm-up %d packets, without %d: want at least 100 (two QPs' windows of 50) more", warm, cold)
+	}
+	if rc.Iters != 400 || rw.Iters != 400 {
+		t.Errorf("iterations: %d without warm-up, %d with, want 400 both", rc.Iters, rw.Iters)
 	}
 }
 

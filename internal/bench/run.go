@@ -200,6 +200,11 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 		wrs[0].CompareAdd = 1 // ATOMIC_ADD_VALUE
 	}
 	base := s.mr.Addr()
+	if o.WarmUp {
+		if err := s.warmUp(ctx, wrs[:], size); err != nil {
+			return Result{}, err
+		}
+	}
 	clk := clock{time.Now()}
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
@@ -310,6 +315,50 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 		r.Verified = r.Verified || o.Verify && (o.Test.Verb == Write || o.Test.Verb == Send)
 	}
 	return r, nil
+}
+
+// warmUpWRID marks the completions of warmUp's messages.
+const warmUpWRID = 1<<64 - 1
+
+// warmUp is perftest's perform_warm_up: on each QP in turn, TxDepth
+// signaled messages of the test's (wrs[0], its opcode set) to the first
+// slot, and a wait until all have completed. Nothing of it is timed or
+// counted.
+func (s *session) warmUp(ctx context.Context, wrs []verbs.SendWR, size int) error {
+	o := &s.o
+	w := waiter{s: s, clk: clock{time.Now()}}
+	base := s.mr.Addr()
+	for i := range s.qps {
+		wr := &wrs[0]
+		wr.SGList[0] = verbs.SGE{Addr: base + uint64(i*s.buff), Length: uint32(size), LKey: s.mr.LKey()}
+		r := &s.out.Remote[i]
+		wr.RemoteAddr, wr.RKey = r.VAddr, r.RKey
+		wr.Flags, wr.WRID = verbs.SendSignaled, warmUpWRID
+		for k := 0; k < o.TxDepth; k++ {
+			if _, err := s.qps[i].PostSend(wrs); err != nil {
+				return fmt.Errorf("couldn't post send during warm up: QP %d, %d: %w", i, k, err)
+			}
+		}
+		for left := o.TxDepth; left > 0; {
+			k := s.cq.Poll(s.wc[:])
+			for j := range s.wc[:k] {
+				wc := &s.wc[j]
+				if wc.Status != verbs.WCSuccess {
+					return wcError(wc, "warm-up completions", uint64(o.TxDepth-left))
+				}
+				if wc.WRID != warmUpWRID {
+					return fmt.Errorf("completion for an unknown work request %#x during warm up", wc.WRID)
+				}
+				left--
+			}
+			if k > 0 {
+				w.busy()
+			} else if err := w.idle(ctx); err != nil {
+				return fmt.Errorf("waiting for warm-up completions (%d of %d done): %w", o.TxDepth-left, o.TxDepth, err)
+			}
+		}
+	}
+	return nil
 }
 
 // peakDelta is print_report_bw's search for the peak: the smallest average
