@@ -101,3 +101,39 @@ func TestAckDelay(t *testing.T) {
 		t.Fatalf("y sent %v for a WRITE, want its ACK at once", ops)
 	}
 }
+
+// TestAckDelayStream: two SENDs taken in before the responder sends
+// anything are a stream, not a request awaiting its reply: their ACK goes
+// out at once, not after the delay.
+func TestAckDelayStream(t *testing.T) {
+	const delay = 5000
+	l := newLink(t)
+	l.b.cfg.AckDelay = delay
+	x, y := newSide(t, l.a, verbs.QPTRC, 1<<12), newSide(t, l.b, verbs.QPTRC, 1<<12)
+	connectRC(t, x, y, verbs.MTU1024)
+	rwr := verbs.RecvWR{WRID: 9, SGList: y.sge(2048, 64)}
+	if _, err := y.qp.PostRecv([]verbs.RecvWR{rwr, rwr}); err != nil {
+		t.Fatal(err)
+	}
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: x.sge(0, 64)}
+	if _, err := x.qp.PostSend([]verbs.SendWR{wr, wr}); err != nil {
+		t.Fatal(err)
+	}
+	if ops := outputAll(l.a, l.now, l.buf, l.b); len(ops) != 2 {
+		t.Fatalf("x sent %v, want two SEND ONLY", ops)
+	}
+	ops := outputAll(l.b, l.now, l.buf, l.a)
+	if len(ops) != 1 || ops[0] != wire.RCAcknowledge {
+		t.Fatalf("y sent %v, want one ACK at once", ops)
+	}
+	if d := l.b.NextDeadline(); d != 0 && d <= l.now+delay {
+		t.Errorf("y's deadline %d: an ACK still held", d)
+	}
+	if w := x.poll(x.scq); len(w) != 0 {
+		t.Fatalf("unsignaled SENDs completed: %+v", w)
+	}
+	// The ACK covered both: x has nothing in flight.
+	if n := x.qp.InFlight(); n != 0 {
+		t.Errorf("x has %d packets in flight after the ACK", n)
+	}
+}

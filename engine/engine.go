@@ -48,9 +48,10 @@ type Config struct {
 	// message that completed a receive (SEND, WRITE with immediate), hoping
 	// to send it in the same batch as the reply the application is likely
 	// to post: the ACK goes out with the QP's next request packet, behind
-	// any other response, or when the delay ends, whichever comes first.
-	// Other ACKs, NAKs, READ responses and ATOMIC acknowledgements are never
-	// held. Zero sends every ACK at once.
+	// any other response, or when the delay ends, whichever comes first;
+	// a later message acknowledged by the same ACK ends the hold (a stream
+	// awaits no reply). Other ACKs, NAKs, READ responses and ATOMIC
+	// acknowledgements are never held. Zero sends every ACK at once.
 	AckDelay int64
 	// SkipICRC turns off ICRC verification of received packets.
 	SkipICRC bool

@@ -223,6 +223,12 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 		// reply the application is likely to post (Config.AckDelay).
 		if !r.mergeACK(psn) { // queueACK, the common case inlined
 			qp.pushACK(psn, ends && (op == wire.OpSend || info.Imm))
+		} else {
+			// A second message behind a held ACK: a stream, which awaits
+			// no reply. Holding its ACK would only stall the sender's
+			// window (send_bw 4 KiB between two namespaces: 1.1-1.3 against
+			// 3 GB/s when the hold's timer fired late).
+			r.ackDue = 0
 		}
 	}
 }
