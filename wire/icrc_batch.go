@@ -56,6 +56,79 @@ func barrettMu() uint64 {
 	return q
 }
 
+// FourLaneICRC reports whether the processor runs the four-packet pass
+// (Set4, Match4, SetBatch's runs): AVX-512 with VPCLMULQDQ. Without it they
+// fall back to one packet at a time, and a caller gains nothing by grouping
+// packets for them.
+func FourLaneICRC() bool { return haveCLMUL4 }
+
+// Lengths the four-lane pass takes: whole transport packets, BTH to ICRC.
+const (
+	// Lane4MinLen is the shortest packet the pass takes (an ACK, 20 bytes,
+	// is shorter: the tables take it faster alone).
+	Lane4MinLen = 16 + 1 + ICRCLen
+	// Lane4MaxLen is the longest.
+	Lane4MaxLen = foldMax + ICRCLen
+)
+
+// registers4 computes the raw CRC registers of four packets of the flow of
+// one length into out and returns the length hashed, or 0 (out untouched)
+// when the four-lane pass does not take them: not IPv4, no AVX-512, lengths
+// unequal or outside [Lane4MinLen, Lane4MaxLen].
+func (c *FlowICRC) registers4(pkts *[4][]byte, out *[4]uint32) int {
+	n := len(pkts[0]) - ICRCLen
+	if !c.v4 || !haveCLMUL4 || n <= 16 || n > foldMax || len(pkts[1]) != n+ICRCLen || len(pkts[2]) != n+ICRCLen || len(pkts[3]) != n+ICRCLen {
+		return 0
+	}
+	h := c.headers(pkts[0]) // the lengths are equal: so are the headers' registers
+	var v [4]uint64
+	var p [4]*byte
+	for j := range 4 {
+		v[j] = uint64(h) | uint64(^pkts[j][4])<<32
+		p[j] = unsafe.SliceData(pkts[j])
+	}
+	clmulRegister4(&v, &p, n, out)
+	return n
+}
+
+// Set4 writes the ICRC of each of four transport packets of the flow, all of
+// one length, into its last four bytes in one pass, as Set does for each,
+// and reports true; it reports false and writes nothing when the pass does
+// not take them (see FourLaneICRC, Lane4MinLen, Lane4MaxLen, unequal
+// lengths): the caller then seals them one by one.
+func (c *FlowICRC) Set4(pkts *[4][]byte) bool {
+	var out [4]uint32
+	n := c.registers4(pkts, &out)
+	if n == 0 {
+		return false
+	}
+	for j := range 4 {
+		binary.LittleEndian.PutUint32(pkts[j][n:], ^out[j])
+	}
+	return true
+}
+
+// Match4 checks four transport packets received on the flow, all of one
+// length, in one pass: bit j of its result is set when pkts[j]'s ICRC is
+// that of a datagram with IPv4 Identification 0 and DF, what Check reports
+// as 0, true, nil (the common case of a socket sender). A clear bit tells
+// nothing: the packet may be corrupted, carry another Identification, or
+// not be taken by the pass (then all four bits are clear); Check it.
+func (c *FlowICRC) Match4(pkts *[4][]byte) uint8 {
+	var out [4]uint32
+	n := c.registers4(pkts, &out)
+	if n == 0 {
+		return 0
+	}
+	var m uint8
+	for j := range 4 {
+		if ^out[j] == binary.LittleEndian.Uint32(pkts[j][n:]) {
+			m |= 1 << j
+		}
+	}
+	return m
+}
+
 // SetBatch writes the ICRC of each of pkts, transport packets of the flow,
 // into its last four bytes, as Set does for each; runs of four packets of
 // equal length are sealed together, about four times faster where the
@@ -63,24 +136,9 @@ func barrettMu() uint64 {
 // Set would have, the packets before it sealed.
 func (c *FlowICRC) SetBatch(pkts [][]byte) error {
 	for len(pkts) > 0 {
-		if len(pkts) >= 4 && c.v4 && haveCLMUL4 {
-			n := len(pkts[0]) - ICRCLen
-			if n > 16 && n <= foldMax && len(pkts[1]) == n+ICRCLen && len(pkts[2]) == n+ICRCLen && len(pkts[3]) == n+ICRCLen {
-				h := c.headers(pkts[0]) // the lengths are equal: so are the headers' registers
-				var v [4]uint64
-				var out [4]uint32
-				var p [4]*byte
-				for j := range 4 {
-					v[j] = uint64(h) | uint64(^pkts[j][4])<<32
-					p[j] = unsafe.SliceData(pkts[j])
-				}
-				clmulRegister4(&v, &p, n, &out)
-				for j := range 4 {
-					binary.LittleEndian.PutUint32(pkts[j][n:], ^out[j])
-				}
-				pkts = pkts[4:]
-				continue
-			}
+		if len(pkts) >= 4 && c.Set4((*[4][]byte)(pkts)) {
+			pkts = pkts[4:]
+			continue
 		}
 		if err := c.Set(pkts[0]); err != nil {
 			return err

@@ -115,3 +115,76 @@ func BenchmarkICRCBatch(b *testing.B) {
 		}
 	})
 }
+
+// TestSet4Match4: Set4 seals as Set, or reports false and writes nothing;
+// Match4 sets a packet's bit exactly when Check reports Identification 0
+// and DF, over every length, packets corrupted or carrying another
+// Identification among the four.
+func TestSet4Match4(t *testing.T) {
+	r := rand.New(rand.NewPCG(31, 32))
+	var ids ICRCIDCache
+	for _, fl := range []Flow{
+		{Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: 0xC001},
+		{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 0xC002},
+	} {
+		c, err := NewFlowICRC(fl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := 0; n <= foldMax+8; n++ {
+			var pkts [4][]byte
+			for j := range pkts {
+				h := Header{Opcode: RCSendOnly, DestQP: QPN(j), PSN: PSN(r.Uint32() & 0xFFFFFF), PKey: DefaultPKey}
+				payload := make([]byte, n)
+				for k := range payload {
+					payload[k] = byte(r.Uint32())
+				}
+				if pkts[j], err = AppendTransport(nil, &h, payload); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want := [4][]byte{}
+			for j := range pkts {
+				want[j] = append([]byte(nil), pkts[j]...)
+				if err := fl.SetDatagramICRC(want[j]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := [4][]byte{}
+			for j := range pkts {
+				before[j] = append([]byte(nil), pkts[j]...)
+			}
+			ok := c.Set4(&pkts)
+			if ok != (FourLaneICRC() && fl.Src.Is4() && len(pkts[0]) >= Lane4MinLen && len(pkts[0]) <= Lane4MaxLen) {
+				t.Fatalf("%v, %d bytes: Set4 reported %v", fl.Src, len(pkts[0]), ok)
+			}
+			for j := range pkts {
+				if ok && !bytes.Equal(pkts[j], want[j]) || !ok && !bytes.Equal(pkts[j], before[j]) {
+					t.Fatalf("%v, %d bytes, packet %d: Set4 (%v) wrote %x", fl.Src, len(pkts[0]), j, ok, pkts[j])
+				}
+				pkts[j] = want[j]
+			}
+			switch r.IntN(3) {
+			case 0:
+				pkts[r.IntN(4)][r.IntN(len(pkts[0]))] ^= byte(1 << r.IntN(8))
+			case 1:
+				if fl.Src.Is4() {
+					if err := ids.ChangeID(pkts[r.IntN(4)], 0, uint16(1+r.IntN(100))); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			m := c.Match4(&pkts)
+			for j := range pkts {
+				id, df, err := c.Check(pkts[j])
+				zero := err == nil && id == 0 && df
+				if m>>j&1 != 0 && !zero || ok && zero && m>>j&1 == 0 {
+					t.Fatalf("%v, %d bytes, packet %d: Match4 %04b, Check %d %v %v", fl.Src, len(pkts[0]), j, m, id, df, err)
+				}
+			}
+			if !ok && m != 0 {
+				t.Fatalf("%v, %d bytes: Match4 %04b where Set4 refused", fl.Src, len(pkts[0]), m)
+			}
+		}
+	}
+}
