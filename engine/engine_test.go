@@ -16,9 +16,9 @@ import (
 type link struct {
 	a, b    *Engine
 	now     int64
-	drop    func(n int) bool // decides on the n-th packet
-	dup     func() bool      // deliver twice
-	hold    func() bool      // deliver after the next packet (reorder)
+	drop    func(n int) bool      // decides on the n-th packet
+	dup     func() bool           // deliver twice
+	hold    func() bool           // deliver after the next packet (reorder)
 	mangle  func(n int, b []byte) // changes the n-th packet's bytes (not dropped) before delivery
 	held    []heldPkt
 	sent    int
