@@ -1,10 +1,5 @@
 package wire
 
-import (
-	"encoding/binary"
-	"unsafe"
-)
-
 // Four packets at once. clmulRegister's cost on a short packet (a 64-byte
 // WRITE ONLY) is mostly fixed: the call, the tables' sixteen lookups for the
 // last block. With VPCLMULQDQ on 512-bit registers one instruction folds a
@@ -71,23 +66,14 @@ const (
 	Lane4MaxLen = foldMax + ICRCLen
 )
 
-// registers4 computes the raw CRC registers of four packets of the flow of
-// one length into out and returns the length hashed, or 0 (out untouched)
-// when the four-lane pass does not take them: not IPv4, no AVX-512, lengths
+// pass4 returns the length of the four packets' bytes the four-lane pass
+// hashes, or 0 when it does not take them: not IPv4, no AVX-512, lengths
 // unequal or outside [Lane4MinLen, Lane4MaxLen].
-func (c *FlowICRC) registers4(pkts *[4][]byte, out *[4]uint32) int {
+func (c *FlowICRC) pass4(pkts *[4][]byte) int {
 	n := len(pkts[0]) - ICRCLen
 	if !c.v4 || !haveCLMUL4 || n <= 16 || n > foldMax || len(pkts[1]) != n+ICRCLen || len(pkts[2]) != n+ICRCLen || len(pkts[3]) != n+ICRCLen {
 		return 0
 	}
-	h := c.headers(pkts[0]) // the lengths are equal: so are the headers' registers
-	var v [4]uint64
-	var p [4]*byte
-	for j := range 4 {
-		v[j] = uint64(h) | uint64(^pkts[j][4])<<32
-		p[j] = unsafe.SliceData(pkts[j])
-	}
-	clmulRegister4(&v, &p, n, out)
 	return n
 }
 
@@ -97,14 +83,11 @@ func (c *FlowICRC) registers4(pkts *[4][]byte, out *[4]uint32) int {
 // not take them (see FourLaneICRC, Lane4MinLen, Lane4MaxLen, unequal
 // lengths): the caller then seals them one by one.
 func (c *FlowICRC) Set4(pkts *[4][]byte) bool {
-	var out [4]uint32
-	n := c.registers4(pkts, &out)
+	n := c.pass4(pkts)
 	if n == 0 {
 		return false
 	}
-	for j := range 4 {
-		binary.LittleEndian.PutUint32(pkts[j][n:], ^out[j])
-	}
+	icrc4(uint64(c.headers(pkts[0])), pkts, n, false)
 	return true
 }
 
@@ -115,18 +98,11 @@ func (c *FlowICRC) Set4(pkts *[4][]byte) bool {
 // nothing: the packet may be corrupted, carry another Identification, or
 // not be taken by the pass (then all four bits are clear); Check it.
 func (c *FlowICRC) Match4(pkts *[4][]byte) uint8 {
-	var out [4]uint32
-	n := c.registers4(pkts, &out)
+	n := c.pass4(pkts)
 	if n == 0 {
 		return 0
 	}
-	var m uint8
-	for j := range 4 {
-		if ^out[j] == binary.LittleEndian.Uint32(pkts[j][n:]) {
-			m |= 1 << j
-		}
-	}
-	return m
+	return icrc4(uint64(c.headers(pkts[0])), pkts, n, true)
 }
 
 // SetBatch writes the ICRC of each of pkts, transport packets of the flow,
