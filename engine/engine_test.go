@@ -29,7 +29,8 @@ type link struct {
 	// packets than those output. single makes step move one packet at a
 	// time (stepSingle).
 	bufs   [][]byte
-	ports  []uint16 // the source ports of bufs' packets
+	lens   []int    // the lengths of bufs' packets
+	ports  []uint16 // their source ports
 	in     [][]byte
 	inPort []uint16
 	single bool
@@ -66,6 +67,7 @@ func newLink(t testing.TB) *link {
 	for i := range l.bufs {
 		l.bufs[i] = make([]byte, wire.MaxPMTU+128)
 	}
+	l.lens = make([]int, linkBatch)
 	l.ports = make([]uint16, linkBatch)
 	l.in = make([][]byte, 0, 2*linkBatch)
 	l.inPort = make([]uint16, 0, 2*linkBatch)
@@ -98,7 +100,7 @@ func (l *link) step() bool {
 				if dst != to.Local() {
 					panic(fmt.Sprintf("packet to %v", dst))
 				}
-				l.bufs[k], l.ports[k] = l.bufs[k][:n], sport
+				l.lens[k], l.ports[k] = n, sport
 				k++
 			}
 			from.EndOutputBatch()
@@ -106,43 +108,69 @@ func (l *link) step() bool {
 				break
 			}
 			moved = true
-			in, ports := l.bufs[:k], l.ports[:k]
 			if l.capture != nil || l.drop != nil || l.dup != nil || l.mangle != nil || dbgHook != nil {
-				in, ports = l.pass(from, to, in, ports)
-			} else {
-				l.sent += k
+				in, ports := l.pass(from, to, k)
+				l.input(to, src, in, ports)
+				continue
 			}
-			// Runs of four of one length are checked together: bit i of
-			// matched is MatchICRC4's for in[i] (len(in) <= 2*linkBatch).
-			var matched uint64
-			for i := 0; i+4 <= len(in); {
-				n, p := len(in[i]), ports[i]
-				if len(in[i+1]) != n || len(in[i+2]) != n || len(in[i+3]) != n || ports[i+1] != p || ports[i+2] != p || ports[i+3] != p {
-					i++
-					continue
+			// The packets as sent: their slices built where they are used,
+			// not stored (a slice stored in the heap costs a write barrier's
+			// check).
+			l.sent += k
+			lens, ports := l.lens[:k], l.ports[:k]
+			for i := 0; i < k; {
+				b := l.bufs[i][:lens[i]]
+				if i+4 <= k {
+					n, p := lens[i], ports[i]
+					if lens[i+1] == n && lens[i+2] == n && lens[i+3] == n && ports[i+1] == p && ports[i+2] == p && ports[i+3] == p {
+						q := [4][]byte{b, l.bufs[i+1][:n], l.bufs[i+2][:n], l.bufs[i+3][:n]}
+						m := to.MatchICRC4(&q, src, p)
+						for j := range 4 {
+							rx := RxInfo{ICRCMatched: m>>j&1 != 0}
+							to.InputPacket(l.now, q[j], src, p, &rx)
+						}
+						i += 4
+						continue
+					}
 				}
-				m := to.MatchICRC4((*[4][]byte)(in[i:]), src, p)
-				matched |= uint64(m) << i
-				i += 4
-			}
-			var rx RxInfo
-			for i, b := range in {
-				rx.ICRCMatched = matched>>i&1 != 0
+				var rx RxInfo
 				to.InputPacket(l.now, b, src, ports[i], &rx)
-			}
-			for i, b := range l.bufs[:k] {
-				l.bufs[i] = b[:cap(b)]
+				i++
 			}
 		}
 	}
 	return moved
 }
 
+// input inputs packets from src to to as step does: runs of four of one
+// length and port checked together by MatchICRC4 first.
+func (l *link) input(to *Engine, src netip.Addr, in [][]byte, ports []uint16) {
+	// Bit i of matched is MatchICRC4's for in[i] (len(in) <= 2*linkBatch).
+	var matched uint64
+	for i := 0; i+4 <= len(in); {
+		n, p := len(in[i]), ports[i]
+		if len(in[i+1]) != n || len(in[i+2]) != n || len(in[i+3]) != n || ports[i+1] != p || ports[i+2] != p || ports[i+3] != p {
+			i++
+			continue
+		}
+		m := to.MatchICRC4((*[4][]byte)(in[i:]), src, p)
+		matched |= uint64(m) << i
+		i += 4
+	}
+	var rx RxInfo
+	for i, b := range in {
+		rx.ICRCMatched = matched>>i&1 != 0
+		to.InputPacket(l.now, b, src, ports[i], &rx)
+	}
+}
+
 // pass applies the link's capture, loss, duplication and hooks to the
-// packets from sent to to, in order, and returns those to input.
-func (l *link) pass(from, to *Engine, sent [][]byte, sports []uint16) ([][]byte, []uint16) {
+// first k packets of bufs, sent from from to to, in order, and returns
+// those to input and their source ports.
+func (l *link) pass(from, to *Engine, k int) ([][]byte, []uint16) {
 	in, ports := l.in[:0], l.inPort[:0]
-	for i, b := range sent {
+	for i, b := range l.bufs[:k] {
+		b = b[:l.lens[i]]
 		l.sent++
 		if l.capture != nil {
 			l.capture = append(l.capture, captured{append([]byte(nil), b...), from.Local(), to.Local()})
@@ -159,9 +187,9 @@ func (l *link) pass(from, to *Engine, sent [][]byte, sports []uint16) ([][]byte,
 		if dbgHook != nil {
 			dbgHook(l, from, to, b, "")
 		}
-		in, ports = append(in, b), append(ports, sports[i])
+		in, ports = append(in, b), append(ports, l.ports[i])
 		if l.dup != nil && l.dup() {
-			in, ports = append(in, b), append(ports, sports[i])
+			in, ports = append(in, b), append(ports, l.ports[i])
 		}
 	}
 	l.in, l.inPort = in[:0], ports[:0]
