@@ -88,7 +88,7 @@ func (l *link) step() bool {
 	moved := false
 	for _, pair := range [2][2]*Engine{{l.a, l.b}, {l.b, l.a}} {
 		from, to := pair[0], pair[1]
-		src := from.Local()
+		src, local := from.Local(), to.Local()
 		for {
 			k := 0
 			from.BeginOutputBatch()
@@ -97,7 +97,7 @@ func (l *link) step() bool {
 				if !ok {
 					break
 				}
-				if dst != to.Local() {
+				if dst != local {
 					panic(fmt.Sprintf("packet to %v", dst))
 				}
 				l.lens[k], l.ports[k] = n, sport
@@ -118,6 +118,7 @@ func (l *link) step() bool {
 			// check).
 			l.sent += k
 			lens, ports := l.lens[:k], l.ports[:k]
+			var rx RxInfo
 			for i := 0; i < k; {
 				b := l.bufs[i][:lens[i]]
 				if i+4 <= k {
@@ -126,14 +127,14 @@ func (l *link) step() bool {
 						q := [4][]byte{b, l.bufs[i+1][:n], l.bufs[i+2][:n], l.bufs[i+3][:n]}
 						m := to.MatchICRC4(&q, src, p)
 						for j := range 4 {
-							rx := RxInfo{ICRCMatched: m>>j&1 != 0}
+							rx.ICRCMatched = m>>j&1 != 0
 							to.InputPacket(l.now, q[j], src, p, &rx)
 						}
+						rx.ICRCMatched = false
 						i += 4
 						continue
 					}
 				}
-				var rx RxInfo
 				to.InputPacket(l.now, b, src, ports[i], &rx)
 				i++
 			}
