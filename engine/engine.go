@@ -221,24 +221,27 @@ type RxInfo struct {
 // which leaves 26 (see flowSlot.identify). InputPacket with RxInfo.GROSeg
 // checks the packets after the first of a GRO train on all 32.
 func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
-	e.input(now, b, from, fromPort, 0, false, false, 0, false)
+	var rx RxInfo
+	e.input(now, b, from, fromPort, &rx)
 }
 
 // InputIPv4 is Input for a packet whose IPv4 Identification and DF flag the
 // packet path saw (AF_XDP, captures): its ICRC is checked on all 32 bits, so
 // a packet with any bit of those fields flipped is dropped.
 func (e *Engine) InputIPv4(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df bool) {
-	e.input(now, b, from, fromPort, id, df, true, 0, false)
+	rx := RxInfo{IPv4ID: id, IPv4DF: df, SeenIPv4: true}
+	e.input(now, b, from, fromPort, &rx)
 }
 
 // InputPacket is Input with what the packet path learnt of the packet.
 func (e *Engine) InputPacket(now int64, b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) {
+	// Small enough to inline: the RxInfo goes to input whole.
 	e.rxTime = rx.Time
-	e.input(now, b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4, rx.GROSeg, rx.ICRCMatched)
+	e.input(now, b, from, fromPort, rx)
 	e.rxTime = 0
 }
 
-func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16, matched bool) {
+func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) {
 	e.now = now
 	e.stats.RxPackets++
 	e.stats.RxBytes += uint64(len(b))
@@ -249,7 +252,7 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 		return
 	}
 	from = from.Unmap()
-	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, id, df, seen, seg, matched) {
+	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4, rx.GROSeg, rx.ICRCMatched) {
 		return
 	}
 	bth := p.BTH()
