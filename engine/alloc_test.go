@@ -44,8 +44,16 @@ func TestPostPollAllocs(t *testing.T) {
 // BenchmarkPostPoll measures posting and retiring unsignaled-then-signaled
 // WRITEs through the engine, both ends in one goroutine: the in-process
 // post+poll rate, completions stamped as a provider stamps them.
-func BenchmarkPostPoll(b *testing.B) {
+func BenchmarkPostPoll(b *testing.B) { benchPostPoll(b, false) }
+
+// BenchmarkPostPollOneByOne is BenchmarkPostPoll with the link moving one
+// packet at a time (Output, Input), without output batches or MatchICRC4:
+// what the batches gain, in one binary.
+func BenchmarkPostPollOneByOne(b *testing.B) { benchPostPoll(b, true) }
+
+func benchPostPoll(b *testing.B, single bool) {
 	l := newLink(b)
+	l.single = single
 	l.a.cfg.Clock, l.b.cfg.Clock = verbs.Now, verbs.Now
 	x, y := newSide(b, l.a, verbs.QPTRC, 1<<16), newSide(b, l.b, verbs.QPTRC, 1<<16)
 	connectRC(b, x, y, verbs.MTU4096)

@@ -131,6 +131,7 @@ type Engine struct {
 	train     rxTrain // the GRO train being input (RxInfo.GROSeg)
 	gsi       gsi
 	nextQPN   int // index of qps where CreateQP looks first
+	seal      sealQueue
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -204,6 +205,11 @@ type RxInfo struct {
 	// ICRC revealed its Identification, packet j's is known and its ICRC
 	// is checked on all 32 bits (31 for j = 1, which tells up from equal).
 	GROSeg uint16
+	// ICRCMatched says that the packet's ICRC was found to be that of a
+	// datagram with Identification 0 and DF (bit j of MatchICRC4 for the
+	// packet, and only that): the input takes it as Check would and skips
+	// computing it again.
+	ICRCMatched bool
 }
 
 // Input processes one received transport packet (a UDP payload) that came
@@ -216,24 +222,27 @@ type RxInfo struct {
 // which leaves 26 (see flowSlot.identify). InputPacket with RxInfo.GROSeg
 // checks the packets after the first of a GRO train on all 32.
 func (e *Engine) Input(now int64, b []byte, from netip.Addr, fromPort uint16) {
-	e.input(now, b, from, fromPort, 0, false, false, 0)
+	var rx RxInfo
+	e.input(now, b, from, fromPort, &rx)
 }
 
 // InputIPv4 is Input for a packet whose IPv4 Identification and DF flag the
 // packet path saw (AF_XDP, captures): its ICRC is checked on all 32 bits, so
 // a packet with any bit of those fields flipped is dropped.
 func (e *Engine) InputIPv4(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df bool) {
-	e.input(now, b, from, fromPort, id, df, true, 0)
+	rx := RxInfo{IPv4ID: id, IPv4DF: df, SeenIPv4: true}
+	e.input(now, b, from, fromPort, &rx)
 }
 
 // InputPacket is Input with what the packet path learnt of the packet.
 func (e *Engine) InputPacket(now int64, b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) {
+	// Small enough to inline: the RxInfo goes to input whole.
 	e.rxTime = rx.Time
-	e.input(now, b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4, rx.GROSeg)
+	e.input(now, b, from, fromPort, rx)
 	e.rxTime = 0
 }
 
-func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16) {
+func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) {
 	e.now = now
 	e.stats.RxPackets++
 	e.stats.RxBytes += uint64(len(b))
@@ -244,7 +253,7 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 		return
 	}
 	from = from.Unmap()
-	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, id, df, seen, seg) {
+	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4, rx.GROSeg, rx.ICRCMatched) {
 		return
 	}
 	bth := p.BTH()
@@ -292,17 +301,26 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, id
 
 // checkICRC checks a received packet's ICRC: on all 32 bits when the packet
 // path saw its IPv4 Identification and DF (seen) or when its position seg
-// in a GRO train gives them, else solving for them. It counts the check,
-// or the drop and reports false.
-func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16) bool {
+// in a GRO train gives them, else solving for them; matched (MatchICRC4)
+// gives the answer of the flow's Check, Identification 0 and DF, without
+// computing it. It counts the check, or the drop and reports false.
+func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16, matched bool) bool {
 	var cerr error
 	var ctr *uint64
 	s := e.rxFlows.get(from, fromPort)
 	switch {
 	case s != nil && seen:
-		cerr, ctr = s.c.CheckID(b, id, df), &e.stats.ICRCFullChecks
+		ctr = &e.stats.ICRCFullChecks
+		if !matched {
+			cerr = s.c.CheckID(b, id, df)
+		} else if id != 0 || !df {
+			cerr = wire.ErrICRC // CheckID's answer: only Identification 0 and DF explain the ICRC
+		}
 	case s != nil:
-		rid, rdf, err := s.c.Check(b)
+		rid, rdf, err := uint16(0), true, error(nil)
+		if !matched {
+			rid, rdf, err = s.c.Check(b)
+		}
 		cerr, ctr = err, &e.stats.ICRCRecoveredChecks
 		inTrain := seg > 0 && e.train.of(s, seg)
 		switch {
@@ -381,7 +399,8 @@ func (e *Engine) Tick(now int64) {
 
 // finish builds the transport packet described by e.hdr with payload already
 // in place at buf[HeaderLen:], seals its ICRC for a datagram to dst, and
-// returns its length.
+// returns its length. Between BeginOutputBatch and EndOutputBatch it may
+// park the packet unsealed instead (sealQueue).
 func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16) int {
 	info := e.hdr.Opcode.Info()
 	hl := info.HeaderLen
@@ -389,9 +408,97 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	if err != nil {
 		return 0
 	}
-	if s := e.txFlows.get(dst, sport); s == nil || s.c.Set(out) != nil {
+	fc := &e.txFlows
+	var s *flowSlot
+	if fc.lastPort == sport && fc.lastPeer == dst {
+		s = fc.last // flowCache.get's memo, inline
+	} else {
+		if e.seal.n > 0 {
+			e.sealParked() // before getSlow can give their flow's slot to another
+		}
+		s = fc.getSlow(dst, sport)
+	}
+	if s == nil {
+		return 0
+	}
+	q := &e.seal
+	if q.on && len(out) >= wire.Lane4MinLen && len(out) <= wire.Lane4MaxLen {
+		// IPv4 (s is not nil) and a length the pass takes: Set cannot fail
+		// on it, so parking it changes no outcome.
+		if q.n > 0 && len(q.pkts[0]) != len(out) {
+			e.sealParked()
+		}
+		q.pkts[q.n] = out
+		if q.n++; q.n == len(q.pkts) {
+			q.n = 0
+			if !s.c.Set4(&q.pkts) {
+				for _, p := range q.pkts {
+					s.c.Set(p)
+				}
+			}
+		}
+	} else if s.c.Set(out) != nil {
 		return 0
 	}
 	e.lastSport = sport
 	return len(out)
+}
+
+// sealQueue holds the packets finish parked unsealed during an output batch
+// (BeginOutputBatch): up to four of one flow (the one the send flow cache's
+// memo names, flowCache.last) and one length, sealed together by
+// wire.FlowICRC.Set4 when the fourth comes, one by one when a packet of
+// another flow or length comes first or the batch ends.
+type sealQueue struct {
+	on   bool
+	n    int
+	pkts [4][]byte
+}
+
+// sealParked seals the packets parked in e.seal one by one.
+func (e *Engine) sealParked() {
+	q := &e.seal
+	c := &e.txFlows.last.c
+	for i := range q.n {
+		c.Set(q.pkts[i]) // cannot fail: see finish
+		q.pkts[i] = nil
+	}
+	q.n = 0
+}
+
+// BeginOutputBatch starts an output batch: until EndOutputBatch, the
+// packets Output and OutputFrom return may lack their ICRC, which
+// EndOutputBatch writes, so that the packets of one flow and length are
+// sealed four at a time (wire.FlowICRC.Set4). The caller gives each call a
+// buffer of its own, and neither sends nor changes the packets before
+// EndOutputBatch returns. Packets shorter than wire.Lane4MinLen (an ACK)
+// are always sealed at once. Without the processor's four-lane pass
+// (wire.FourLaneICRC) it changes nothing.
+func (e *Engine) BeginOutputBatch() { e.seal.on = wire.FourLaneICRC() }
+
+// EndOutputBatch seals the packets left unsealed since BeginOutputBatch
+// and ends the batch.
+func (e *Engine) EndOutputBatch() {
+	if e.seal.n > 0 {
+		e.sealParked()
+	}
+	e.seal.on = false
+}
+
+// MatchICRC4 checks the ICRCs of four received packets of one length from
+// the same address and UDP port together (wire.FlowICRC.Match4): bit j of
+// its result says that pkts[j]'s ICRC is that of a datagram with
+// Identification 0 and DF, which RxInfo.ICRCMatched then tells InputPacket,
+// sparing it the computation. It returns 0 when the packets cannot be
+// checked so (not IPv4, no four-lane pass, unequal or unsuitable lengths,
+// SkipICRC): they are checked as ever.
+func (e *Engine) MatchICRC4(pkts *[4][]byte, from netip.Addr, fromPort uint16) uint8 {
+	if e.cfg.SkipICRC {
+		return 0
+	}
+	s := e.rxFlows.get(from.Unmap(), fromPort)
+	if s == nil {
+		return 0
+	}
+	return s.c.Match4(pkts)
 }

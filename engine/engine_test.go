@@ -16,14 +16,28 @@ import (
 type link struct {
 	a, b    *Engine
 	now     int64
-	drop    func(n int) bool // decides on the n-th packet
-	dup     func() bool      // deliver twice
-	hold    func() bool      // deliver after the next packet (reorder)
+	drop    func(n int) bool      // decides on the n-th packet
+	dup     func() bool           // deliver twice
+	hold    func() bool           // deliver after the next packet (reorder)
+	mangle  func(n int, b []byte) // changes the n-th packet's bytes (not dropped) before delivery
 	held    []heldPkt
 	sent    int
 	buf     []byte
 	capture []captured
+	// bufs and in are step's batch: the packets output, and those to input
+	// when the link's loss, duplication, hooks or capture pass on other
+	// packets than those output. single makes step move one packet at a
+	// time (stepSingle).
+	bufs   [][]byte
+	lens   []int    // the lengths of bufs' packets
+	ports  []uint16 // their source ports
+	in     [][]byte
+	inPort []uint16
+	single bool
 }
+
+// linkBatch is the most packets step outputs in one batch.
+const linkBatch = 32
 
 var dbgHook func(l *link, from, to *Engine, b []byte, fate string)
 
@@ -31,6 +45,7 @@ type heldPkt struct {
 	b    []byte
 	to   *Engine
 	from *Engine
+	port uint16 // the source port
 }
 
 type captured struct {
@@ -47,16 +62,148 @@ func newLink(t testing.TB) *link {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &link{a: a, b: b, now: 1, buf: make([]byte, wire.MaxPMTU+128)}
+	l := &link{a: a, b: b, now: 1, buf: make([]byte, wire.MaxPMTU+128)}
+	l.bufs = make([][]byte, linkBatch)
+	for i := range l.bufs {
+		l.bufs[i] = make([]byte, wire.MaxPMTU+128)
+	}
+	l.lens = make([]int, linkBatch)
+	l.ports = make([]uint16, linkBatch)
+	l.in = make([][]byte, 0, 2*linkBatch)
+	l.inPort = make([]uint16, 0, 2*linkBatch)
+	return l
 }
 
-// step moves every pending packet once; it reports whether any moved.
+// step moves every pending packet once; it reports whether any moved. It
+// moves them as a driver does, in batches: up to linkBatch packets output
+// between BeginOutputBatch and EndOutputBatch, then input, each run of four
+// of one length checked by MatchICRC4 first. The link's loss, duplication,
+// hooks and capture apply to each packet in the order stepSingle applies
+// them; a link that reorders (hold), whose held packets stepSingle delivers
+// between the outputs, and a link set single, move one packet at a time.
 func (l *link) step() bool {
+	if l.single || l.hold != nil {
+		return l.stepSingle()
+	}
+	moved := false
+	for _, pair := range [2][2]*Engine{{l.a, l.b}, {l.b, l.a}} {
+		from, to := pair[0], pair[1]
+		src, local := from.Local(), to.Local()
+		for {
+			k := 0
+			from.BeginOutputBatch()
+			for k < len(l.bufs) {
+				n, dst, sport, ok := from.OutputFrom(l.now, l.bufs[k])
+				if !ok {
+					break
+				}
+				if dst != local {
+					panic(fmt.Sprintf("packet to %v", dst))
+				}
+				l.lens[k], l.ports[k] = n, sport
+				k++
+			}
+			from.EndOutputBatch()
+			if k == 0 {
+				break
+			}
+			moved = true
+			if l.capture != nil || l.drop != nil || l.dup != nil || l.mangle != nil || dbgHook != nil {
+				in, ports := l.pass(from, to, k)
+				l.input(to, src, in, ports)
+				continue
+			}
+			// The packets as sent: their slices built where they are used,
+			// not stored (a slice stored in the heap costs a write barrier's
+			// check).
+			l.sent += k
+			lens, ports := l.lens[:k], l.ports[:k]
+			var rx RxInfo
+			for i := 0; i < k; {
+				b := l.bufs[i][:lens[i]]
+				if i+4 <= k {
+					n, p := lens[i], ports[i]
+					if lens[i+1] == n && lens[i+2] == n && lens[i+3] == n && ports[i+1] == p && ports[i+2] == p && ports[i+3] == p {
+						q := [4][]byte{b, l.bufs[i+1][:n], l.bufs[i+2][:n], l.bufs[i+3][:n]}
+						m := to.MatchICRC4(&q, src, p)
+						for j := range 4 {
+							rx.ICRCMatched = m>>j&1 != 0
+							to.InputPacket(l.now, q[j], src, p, &rx)
+						}
+						rx.ICRCMatched = false
+						i += 4
+						continue
+					}
+				}
+				to.InputPacket(l.now, b, src, ports[i], &rx)
+				i++
+			}
+		}
+	}
+	return moved
+}
+
+// input inputs packets from src to to as step does: runs of four of one
+// length and port checked together by MatchICRC4 first.
+func (l *link) input(to *Engine, src netip.Addr, in [][]byte, ports []uint16) {
+	// Bit i of matched is MatchICRC4's for in[i] (len(in) <= 2*linkBatch).
+	var matched uint64
+	for i := 0; i+4 <= len(in); {
+		n, p := len(in[i]), ports[i]
+		if len(in[i+1]) != n || len(in[i+2]) != n || len(in[i+3]) != n || ports[i+1] != p || ports[i+2] != p || ports[i+3] != p {
+			i++
+			continue
+		}
+		m := to.MatchICRC4((*[4][]byte)(in[i:]), src, p)
+		matched |= uint64(m) << i
+		i += 4
+	}
+	var rx RxInfo
+	for i, b := range in {
+		rx.ICRCMatched = matched>>i&1 != 0
+		to.InputPacket(l.now, b, src, ports[i], &rx)
+	}
+}
+
+// pass applies the link's capture, loss, duplication and hooks to the
+// first k packets of bufs, sent from from to to, in order, and returns
+// those to input and their source ports.
+func (l *link) pass(from, to *Engine, k int) ([][]byte, []uint16) {
+	in, ports := l.in[:0], l.inPort[:0]
+	for i, b := range l.bufs[:k] {
+		b = b[:l.lens[i]]
+		l.sent++
+		if l.capture != nil {
+			l.capture = append(l.capture, captured{append([]byte(nil), b...), from.Local(), to.Local()})
+		}
+		if l.drop != nil && l.drop(l.sent) {
+			if dbgHook != nil {
+				dbgHook(l, from, to, b, "DROP")
+			}
+			continue
+		}
+		if l.mangle != nil {
+			l.mangle(l.sent, b)
+		}
+		if dbgHook != nil {
+			dbgHook(l, from, to, b, "")
+		}
+		in, ports = append(in, b), append(ports, l.ports[i])
+		if l.dup != nil && l.dup() {
+			in, ports = append(in, b), append(ports, l.ports[i])
+		}
+	}
+	l.in, l.inPort = in[:0], ports[:0]
+	return in, ports
+}
+
+// stepSingle is step one packet at a time: Output, then Input, for each.
+func (l *link) stepSingle() bool {
 	moved := false
 	for _, pair := range [2][2]*Engine{{l.a, l.b}, {l.b, l.a}} {
 		from, to := pair[0], pair[1]
 		for {
-			n, dst, ok := from.Output(l.now, l.buf)
+			n, dst, sport, ok := from.OutputFrom(l.now, l.buf)
 			if !ok {
 				break
 			}
@@ -74,19 +221,22 @@ func (l *link) step() bool {
 				}
 				continue
 			}
+			if l.mangle != nil {
+				l.mangle(l.sent, l.buf[:n])
+			}
 			if dbgHook != nil {
 				dbgHook(l, from, to, l.buf[:n], "")
 			}
 			if l.hold != nil && l.hold() {
-				l.held = append(l.held, heldPkt{append([]byte(nil), l.buf[:n]...), to, from})
+				l.held = append(l.held, heldPkt{append([]byte(nil), l.buf[:n]...), to, from, sport})
 				continue
 			}
-			to.Input(l.now, l.buf[:n], from.Local(), wire.RoCEv2Port)
+			to.Input(l.now, l.buf[:n], from.Local(), sport)
 			if l.dup != nil && l.dup() {
-				to.Input(l.now, l.buf[:n], from.Local(), wire.RoCEv2Port)
+				to.Input(l.now, l.buf[:n], from.Local(), sport)
 			}
 			for _, h := range l.held {
-				h.to.Input(l.now, h.b, h.from.Local(), wire.RoCEv2Port)
+				h.to.Input(l.now, h.b, h.from.Local(), h.port)
 			}
 			l.held = l.held[:0]
 		}

@@ -1,0 +1,195 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// LOAD4 loads the 16 bytes at off of the four packets (SI, DI, R9, R10)
+// into the four 128-bit lanes of Z (X its low lane).
+#define LOAD4(off, Z, X) \
+	VMOVDQU      (SI)(off*1), X \
+	VINSERTI32X4 $1, (DI)(off*1), Z, Z \
+	VINSERTI32X4 $2, (R9)(off*1), Z, Z \
+	VINSERTI32X4 $3, (R10)(off*1), Z, Z
+
+// FOLD4 is the pass over the four packets (SI, DI, R9, R10) of CX bytes, with
+// lane j of Z0 XORed into packet j's first eight bytes, R11 and R12 pointing
+// at foldK and foldShuf: it leaves packet j's register in the third dword of
+// lane j of Z2. It changes CX, R8, R11, R13 and Z0..Z7.
+//
+// The folds are clmulRegister's (one VPCLMULQDQ pair folds block i of all
+// four). Then each lane of Z1 is a block [L | H]: its CRC register from zero
+// is reflect32(M*x^32 mod P), M = L*x^64 + H. Fold L into the 96-bit
+// Z = L*(x^96 mod P) + H*x^32 (bits 32..127 of the lane), then Z's top 32
+// bits into the 64-bit W = Zt*(x^64 mod P) + Zb (high qword), then Barrett:
+// q = floor(floor(W/x^32)*mu/x^32), the register the low 32 bits of W + q*P.
+#define FOLD4 \
+	VPXORQ    Z1, Z1, Z1 \
+	XORQ      R8, R8 \
+	MOVQ      CX, R13 \
+	ANDQ      $15, R13 \
+	JZ        whole4 \
+	LOAD4(R8, Z2, X2) \
+	VPXORQ          Z0, Z2, Z2 \
+	VBROADCASTI32X4 (R12)(R13*1), Z3 \
+	VPSHUFB         Z3, Z2, Z2 \
+	VBROADCASTI32X4 16(R12)(R13*1), Z3 \
+	VPSHUFB         Z3, Z0, Z0 \
+	MOVQ            R13, R8 \
+	SUBQ            R13, CX \
+	VBROADCASTI32X4 (R11)(CX*1), Z4 \
+	VPCLMULQDQ      $0x00, Z4, Z2, Z5 \
+	VPCLMULQDQ      $0x11, Z4, Z2, Z6 \
+	VPXORQ          Z5, Z6, Z1 \
+whole4: \
+	LOAD4(R8, Z2, X2) \
+	VPXORQ Z0, Z2, Z2 \
+loop4: \
+	SUBQ            $16, CX \
+	JZ              last4 \
+	VBROADCASTI32X4 (R11)(CX*1), Z4 \
+	VPCLMULQDQ      $0x00, Z4, Z2, Z5 \
+	VPCLMULQDQ      $0x11, Z4, Z2, Z6 \
+	VPTERNLOGQ      $0x96, Z5, Z6, Z1 \
+	ADDQ            $16, R8 \
+	LOAD4(R8, Z2, X2) \
+	JMP             loop4 \
+last4: \
+	VPXORQ Z2, Z1, Z1 \
+	LEAQ      ·barrett4(SB), R11 \
+	VMOVDQU64 0(R11), Z4 \
+	VMOVDQU64 64(R11), Z5 \
+	VMOVDQU64 128(R11), Z6 \
+	VMOVDQU64 192(R11), Z7 \
+	VPCLMULQDQ $0x00, Z4, Z1, Z2 \
+	VPSRLDQ    $4, Z1, Z3 \
+	VPXORQ     Z3, Z2, Z2 \
+	VPANDQ     Z6, Z2, Z3 \
+	VPCLMULQDQ $0x10, Z4, Z3, Z3 \
+	VPXORQ     Z2, Z3, Z3 \
+	VPANDQ     Z7, Z3, Z2 \
+	VPCLMULQDQ $0x01, Z5, Z2, Z2 \
+	VPSLLQ     $1, Z2, Z2 \
+	VPANDQ     Z6, Z2, Z2 \
+	VPCLMULQDQ $0x10, Z5, Z2, Z2 \
+	VPSRLQ     $31, Z2, Z2 \
+	VPSRLQ     $32, Z3, Z3 \
+	VPXORQ     Z3, Z2, Z2
+
+// func clmulRegister4(v *[4]uint64, p *[4]*byte, n int, out *[4]uint32)
+//
+// clmulRegister on four packets of n bytes at once, packet j in 128-bit lane
+// j: the same folds as clmulRegister (one VPCLMULQDQ pair folds block i of
+// all four), then, instead of the tables, a reduction by carry-less
+// multiplications that takes the four lanes together (see barrett4).
+TEXT ·clmulRegister4(SB), NOSPLIT, $0-32
+	MOVQ v+0(FP), AX
+	MOVQ p+8(FP), BX
+	MOVQ n+16(FP), CX
+	MOVQ out+24(FP), DX
+	MOVQ 0(BX), SI
+	MOVQ 8(BX), DI
+	MOVQ 16(BX), R9
+	MOVQ 24(BX), R10
+	LEAQ ·foldK(SB), R11
+	LEAQ ·foldShuf(SB), R12
+	// v and out go word by word, as the caller wrote them and will read
+	// them: a wide access to narrow ones just stored, or the reverse,
+	// waits for the stores to reach the cache.
+	VMOVQ        0(AX), X0
+	VMOVQ        8(AX), X3
+	VINSERTI32X4 $1, X3, Z0, Z0
+	VMOVQ        16(AX), X3
+	VINSERTI32X4 $2, X3, Z0, Z0
+	VMOVQ        24(AX), X3
+	VINSERTI32X4 $3, X3, Z0, Z0
+	FOLD4
+	VPEXTRD         $2, X2, 0(DX)
+	VEXTRACTI32X4   $1, Z2, X3
+	VPEXTRD         $2, X3, 4(DX)
+	VEXTRACTI32X4   $2, Z2, X3
+	VPEXTRD         $2, X3, 8(DX)
+	VEXTRACTI32X4   $3, Z2, X3
+	VPEXTRD         $2, X3, 12(DX)
+	VZEROUPPER
+	RET
+
+// func icrc4(h uint64, pkts *[4][]byte, n int, check bool) uint8
+//
+// The four-lane pass over four packets of n+4 bytes (BTH to ICRC), v_j the
+// header register h with the complement of packet j's byte 4 above it (as
+// Set and Check build it): without check it writes each ICRC into the
+// packet's last four bytes, with check it compares them and returns bit j
+// set when packet j's matches.
+TEXT ·icrc4(SB), NOSPLIT, $0-33
+	MOVQ pkts+8(FP), BX
+	MOVQ n+16(FP), CX
+	MOVQ 0(BX), SI
+	MOVQ 24(BX), DI
+	MOVQ 48(BX), R9
+	MOVQ 72(BX), R10
+	LEAQ ·foldK(SB), R11
+	LEAQ ·foldShuf(SB), R12
+	MOVQ h+0(FP), DX
+	MOVBLZX 4(SI), AX
+	XORL    $0xFF, AX
+	SHLQ    $32, AX
+	ORQ     DX, AX
+	VMOVQ   AX, X0
+	MOVBLZX 4(DI), AX
+	XORL    $0xFF, AX
+	SHLQ    $32, AX
+	ORQ     DX, AX
+	VMOVQ   AX, X3
+	VINSERTI32X4 $1, X3, Z0, Z0
+	MOVBLZX 4(R9), AX
+	XORL    $0xFF, AX
+	SHLQ    $32, AX
+	ORQ     DX, AX
+	VMOVQ   AX, X3
+	VINSERTI32X4 $2, X3, Z0, Z0
+	MOVBLZX 4(R10), AX
+	XORL    $0xFF, AX
+	SHLQ    $32, AX
+	ORQ     DX, AX
+	VMOVQ   AX, X3
+	VINSERTI32X4 $3, X3, Z0, Z0
+	FOLD4
+	MOVQ    n+16(FP), CX
+	VPEXTRD $2, X2, AX
+	VEXTRACTI32X4 $1, Z2, X3
+	VPEXTRD $2, X3, BX
+	VEXTRACTI32X4 $2, Z2, X3
+	VPEXTRD $2, X3, DX
+	VEXTRACTI32X4 $3, Z2, X3
+	VPEXTRD $2, X3, R8
+	VZEROUPPER
+	NOTL AX
+	NOTL BX
+	NOTL DX
+	NOTL R8
+	CMPB check+24(FP), $0
+	JNE  compare
+	MOVL AX, (SI)(CX*1)
+	MOVL BX, (DI)(CX*1)
+	MOVL DX, (R9)(CX*1)
+	MOVL R8, (R10)(CX*1)
+	MOVB $0, ret+32(FP)
+	RET
+
+compare:
+	XORL R11, R11
+	CMPL AX, (SI)(CX*1)
+	SETEQ R11B
+	XORL R12, R12
+	CMPL BX, (DI)(CX*1)
+	SETEQ R12B
+	LEAL (R11)(R12*2), R11
+	XORL R12, R12
+	CMPL DX, (R9)(CX*1)
+	SETEQ R12B
+	LEAL (R11)(R12*4), R11
+	XORL R12, R12
+	CMPL R8, (R10)(CX*1)
+	SETEQ R12B
+	LEAL (R11)(R12*8), R11
+	MOVB R11B, ret+32(FP)
+	RET
