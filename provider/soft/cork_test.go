@@ -112,7 +112,22 @@ func TestCorkReleasedByPosts(t *testing.T) {
 	if got := receive(1, 5*time.Second); len(got) != 1 || got[0] != 100 {
 		t.Fatalf("first WRITE: PSNs %v, want [100]", got)
 	}
-	time.Sleep(20 * time.Millisecond) // the driver settles in Receive
+	// The driver settles in Receive, until the retransmission timer: only
+	// a round of its own could send the corked posts. Asleep at two looks
+	// 5 ms apart, it is blocked, not between the short polls of a round.
+	asleep := func() bool { return da.sleeping.Load() && da.sleepUntil.Load() != 0 }
+	for settle := time.Now().Add(5 * time.Second); ; {
+		if asleep() {
+			time.Sleep(5 * time.Millisecond)
+			if asleep() {
+				break
+			}
+		}
+		if time.Now().After(settle) {
+			t.Fatal("the driver did not go to sleep with the retransmission timer armed")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	corked := da.opts.Batch*3/4 - 1
 	before := ca.Stats()
 	for i := 1; i <= corked; i++ {
