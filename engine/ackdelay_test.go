@@ -22,16 +22,25 @@ func outputAll(e *Engine, now int64, buf []byte, deliver *Engine) []wire.Opcode 
 	}
 }
 
+// ackDelay is the responder's Config.AckDelay in the AckDelay tests.
+const ackDelay = 5000
+
+// ackDelayLink connects x on l.a to y on l.b, whose responder holds ACKs
+// back for ackDelay.
+func ackDelayLink(t *testing.T) (*link, *side, *side) {
+	l := newLink(t)
+	l.b.cfg.AckDelay = ackDelay
+	x, y := newSide(t, l.a, verbs.QPTRC, 1<<12), newSide(t, l.b, verbs.QPTRC, 1<<12)
+	connectRC(t, x, y, verbs.MTU1024)
+	return l, x, y
+}
+
 // TestAckDelay: with Config.AckDelay the ACK of a SEND waits for the
 // responder's own next request (and goes out just before it) or for the
 // delay to end, whichever is first; the deadline says when; ACKs of plain
 // WRITEs are never held.
 func TestAckDelay(t *testing.T) {
-	const delay = 5000
-	l := newLink(t)
-	l.b.cfg.AckDelay = delay
-	x, y := newSide(t, l.a, verbs.QPTRC, 1<<12), newSide(t, l.b, verbs.QPTRC, 1<<12)
-	connectRC(t, x, y, verbs.MTU1024)
+	l, x, y := ackDelayLink(t)
 	recv := func(s *side) {
 		if _, err := s.qp.PostRecv([]verbs.RecvWR{{WRID: 9, SGList: s.sge(2048, 64)}}); err != nil {
 			t.Fatal(err)
@@ -56,8 +65,8 @@ func TestAckDelay(t *testing.T) {
 	if ops := outputAll(l.b, l.now, l.buf, nil); len(ops) != 0 {
 		t.Fatalf("y sent %v at once, want its ACK held", ops)
 	}
-	if d := l.b.NextDeadline(); d != l.now+delay {
-		t.Fatalf("y's deadline %d, want %d", d, l.now+delay)
+	if d := l.b.NextDeadline(); d != l.now+ackDelay {
+		t.Fatalf("y's deadline %d, want %d", d, l.now+ackDelay)
 	}
 	// y's reply releases the ACK, ahead of the reply.
 	recv(x)
@@ -83,14 +92,14 @@ func TestAckDelay(t *testing.T) {
 	})
 
 	// With no reply the ACK goes out when the delay ends, not before.
-	l.now += 10 * delay
+	l.now += 10 * ackDelay
 	recv(y)
 	send(x, verbs.WRSend)
 	outputAll(l.a, l.now, l.buf, l.b)
-	if ops := outputAll(l.b, l.now+delay-1, l.buf, nil); len(ops) != 0 {
+	if ops := outputAll(l.b, l.now+ackDelay-1, l.buf, nil); len(ops) != 0 {
 		t.Fatalf("y sent %v before the delay ended", ops)
 	}
-	if ops := outputAll(l.b, l.now+delay, l.buf, l.a); len(ops) != 1 || ops[0] != wire.RCAcknowledge {
+	if ops := outputAll(l.b, l.now+ackDelay, l.buf, l.a); len(ops) != 1 || ops[0] != wire.RCAcknowledge {
 		t.Fatalf("y sent %v when the delay ended, want the ACK", ops)
 	}
 
@@ -106,11 +115,7 @@ func TestAckDelay(t *testing.T) {
 // anything are a stream, not a request awaiting its reply: their ACK goes
 // out at once, not after the delay.
 func TestAckDelayStream(t *testing.T) {
-	const delay = 5000
-	l := newLink(t)
-	l.b.cfg.AckDelay = delay
-	x, y := newSide(t, l.a, verbs.QPTRC, 1<<12), newSide(t, l.b, verbs.QPTRC, 1<<12)
-	connectRC(t, x, y, verbs.MTU1024)
+	l, x, y := ackDelayLink(t)
 	rwr := verbs.RecvWR{WRID: 9, SGList: y.sge(2048, 64)}
 	if _, err := y.qp.PostRecv([]verbs.RecvWR{rwr, rwr}); err != nil {
 		t.Fatal(err)
@@ -126,7 +131,7 @@ func TestAckDelayStream(t *testing.T) {
 	if len(ops) != 1 || ops[0] != wire.RCAcknowledge {
 		t.Fatalf("y sent %v, want one ACK at once", ops)
 	}
-	if d := l.b.NextDeadline(); d != 0 && d <= l.now+delay {
+	if d := l.b.NextDeadline(); d != 0 && d <= l.now+ackDelay {
 		t.Errorf("y's deadline %d: an ACK still held", d)
 	}
 	if w := x.poll(x.scq); len(w) != 0 {

@@ -14,7 +14,7 @@ package wire
 // messages, or of full-MTU segments, gives.
 
 // barrett4 holds, repeated in the four lanes, the constants of
-// clmulRegister4's reduction, in the reflected order of foldK: [x^95 mod P,
+// icrc4's reduction, in the reflected order of foldK: [x^95 mod P,
 // x^63 mod P] (the folds to 96 and 64 bits), [mu, P] (mu = floor(x^64 /
 // P)), and the masks [high 32 bits, 0] and [0, low 32 bits].
 var barrett4 = func() (t [4][8]uint64) {

@@ -3,7 +3,6 @@ package wire
 import (
 	"bytes"
 	"math/rand/v2"
-	"net/netip"
 	"testing"
 )
 
@@ -13,11 +12,7 @@ import (
 // pass takes and beyond, over IPv4 and IPv6.
 func TestSetBatch(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))
-	for _, fl := range []Flow{
-		{Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: 0xC001},
-		{Src: addr4(192, 168, 7, 9), Dst: addr4(10, 99, 0, 1), SrcPort: 4791, DstPort: 4791},
-		{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 0xC002},
-	} {
+	for _, fl := range icrcTestFlows {
 		c, err := NewFlowICRC(fl)
 		if err != nil {
 			t.Fatal(err)
@@ -123,10 +118,7 @@ func BenchmarkICRCBatch(b *testing.B) {
 func TestSet4Match4(t *testing.T) {
 	r := rand.New(rand.NewPCG(31, 32))
 	var ids ICRCIDCache
-	for _, fl := range []Flow{
-		{Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: 0xC001},
-		{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 0xC002},
-	} {
+	for _, fl := range icrcTestFlows {
 		c, err := NewFlowICRC(fl)
 		if err != nil {
 			t.Fatal(err)

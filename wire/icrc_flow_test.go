@@ -8,16 +8,20 @@ import (
 	"testing"
 )
 
+// icrcTestFlows are the flows the FlowICRC tests run over: two IPv4 flows
+// (a kernel-picked and the RoCEv2 source port) and an IPv6 one.
+var icrcTestFlows = []Flow{
+	{Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: 0xC001},
+	{Src: addr4(192, 168, 7, 9), Dst: addr4(10, 99, 0, 1), SrcPort: 4791, DstPort: 4791},
+	{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 0xC002},
+}
+
 // TestFlowICRC: FlowICRC agrees with Flow.SetDatagramICRC and
 // CheckDatagramICRC at every length, over IPv4 and IPv6, recovers unknown
 // Identifications and catches flipped bits.
 func TestFlowICRC(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, fl := range []Flow{
-		{Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: 0xC001},
-		{Src: addr4(192, 168, 7, 9), Dst: addr4(10, 99, 0, 1), SrcPort: 4791, DstPort: 4791},
-		{Src: netip.MustParseAddr("fd00::1"), Dst: netip.MustParseAddr("fd00::2"), SrcPort: 0xC002},
-	} {
+	for _, fl := range icrcTestFlows {
 		c, err := NewFlowICRC(fl)
 		if err != nil {
 			t.Fatal(err)

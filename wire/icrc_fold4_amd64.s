@@ -74,44 +74,6 @@ last4: \
 	VPSRLQ     $32, Z3, Z3 \
 	VPXORQ     Z3, Z2, Z2
 
-// func clmulRegister4(v *[4]uint64, p *[4]*byte, n int, out *[4]uint32)
-//
-// clmulRegister on four packets of n bytes at once, packet j in 128-bit lane
-// j: the same folds as clmulRegister (one VPCLMULQDQ pair folds block i of
-// all four), then, instead of the tables, a reduction by carry-less
-// multiplications that takes the four lanes together (see barrett4).
-TEXT ·clmulRegister4(SB), NOSPLIT, $0-32
-	MOVQ v+0(FP), AX
-	MOVQ p+8(FP), BX
-	MOVQ n+16(FP), CX
-	MOVQ out+24(FP), DX
-	MOVQ 0(BX), SI
-	MOVQ 8(BX), DI
-	MOVQ 16(BX), R9
-	MOVQ 24(BX), R10
-	LEAQ ·foldK(SB), R11
-	LEAQ ·foldShuf(SB), R12
-	// v and out go word by word, as the caller wrote them and will read
-	// them: a wide access to narrow ones just stored, or the reverse,
-	// waits for the stores to reach the cache.
-	VMOVQ        0(AX), X0
-	VMOVQ        8(AX), X3
-	VINSERTI32X4 $1, X3, Z0, Z0
-	VMOVQ        16(AX), X3
-	VINSERTI32X4 $2, X3, Z0, Z0
-	VMOVQ        24(AX), X3
-	VINSERTI32X4 $3, X3, Z0, Z0
-	FOLD4
-	VPEXTRD         $2, X2, 0(DX)
-	VEXTRACTI32X4   $1, Z2, X3
-	VPEXTRD         $2, X3, 4(DX)
-	VEXTRACTI32X4   $2, Z2, X3
-	VPEXTRD         $2, X3, 8(DX)
-	VEXTRACTI32X4   $3, Z2, X3
-	VPEXTRD         $2, X3, 12(DX)
-	VZEROUPPER
-	RET
-
 // func icrc4(h uint64, pkts *[4][]byte, n int, check bool) uint8
 //
 // The four-lane pass over four packets of n+4 bytes (BTH to ICRC), v_j the
