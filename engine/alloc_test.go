@@ -47,7 +47,7 @@ func TestPostPollAllocs(t *testing.T) {
 func BenchmarkPostPoll(b *testing.B) { benchPostPoll(b, false) }
 
 // BenchmarkPostPollOneByOne is BenchmarkPostPoll with the link moving one
-// packet at a time (Output, Input), without output batches or MatchICRC4:
+// packet at a time (Output, Input), without output batches or DiffICRC4:
 // what the batches gain, in one binary.
 func BenchmarkPostPollOneByOne(b *testing.B) { benchPostPoll(b, true) }
 

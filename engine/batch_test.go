@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -130,7 +131,7 @@ func compareRuns(t *testing.T, single, batch batchRun) {
 }
 
 // TestBatchStepSame: moving packets in batches (BeginOutputBatch and
-// EndOutputBatch around the outputs, MatchICRC4 over runs of four on
+// EndOutputBatch around the outputs, DiffICRC4 over runs of four on
 // input) sends the same bytes, counts the same and completes the same as
 // moving them one at a time, over mixed flows, lengths and counts; and a
 // packet corrupted inside a run of four is dropped for its ICRC alone.
@@ -154,12 +155,12 @@ func TestBatchStepSame(t *testing.T) {
 	}
 }
 
-// TestMatchICRC4Input: inputting packets with MatchICRC4's answers
-// (RxInfo.ICRCMatched) counts and drops exactly as inputting them alone:
-// GRO trains whose Identifications go up from 0 or stay 0, seen and unseen
-// Identifications, corrupted packets inside runs of four, mixed sources,
-// ports and lengths.
-func TestMatchICRC4Input(t *testing.T) {
+// TestDiffICRC4Input: inputting packets with DiffICRC4's answers
+// (RxInfo.ICRCDiff) counts and drops exactly as inputting them alone: GRO
+// trains whose Identifications go up from 0 or from elsewhere, with DF or
+// without, or stay 0, seen and unseen Identifications, corrupted packets
+// inside runs of four, mixed sources, ports and lengths.
+func TestDiffICRC4Input(t *testing.T) {
 	local := netip.MustParseAddr("10.0.0.2")
 	peers := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.3")}
 	type in struct {
@@ -171,37 +172,47 @@ func TestMatchICRC4Input(t *testing.T) {
 	var ins []in
 	var ids wire.ICRCIDCache
 	psn := wire.PSN(0)
-	add := func(peer int, port uint16, n int, id uint16, seg uint16, seen, bad bool) {
+	add := func(peer int, port uint16, n int, id uint16, df bool, seg uint16, seen, bad bool) {
 		fl := wire.Flow{Src: peers[peer], Dst: local, SrcPort: port}
 		pkt, err := wire.AppendTransport(nil, &wire.Header{Opcode: wire.RCSendOnly, DestQP: 0x99, PKey: wire.DefaultPKey, PSN: psn}, make([]byte, n))
 		must(t, err)
 		psn++
 		must(t, fl.SetDatagramICRC(pkt))
-		must(t, ids.ChangeID(pkt, 0, id))
+		icrc := pkt[len(pkt)-wire.ICRCLen:]
+		binary.LittleEndian.PutUint32(icrc, binary.LittleEndian.Uint32(icrc)^ids.Deltas(len(pkt)).Of(id, df))
 		if bad {
 			pkt[14] ^= 1
 		}
-		ins = append(ins, in{pkt, peers[peer], port, RxInfo{IPv4ID: id, IPv4DF: true, SeenIPv4: seen, GROSeg: seg}})
+		ins = append(ins, in{pkt, peers[peer], port, RxInfo{IPv4ID: id, IPv4DF: df, SeenIPv4: seen, GROSeg: seg}})
 	}
 	for round := range 6 {
 		// A GRO train of 7 going up from Identification 0, one of 6
 		// staying at 0 (a sender that does not count), 5 alone with 0.
 		for k := range uint16(7) {
-			add(0, 0xC000, 64, k, k, false, round == 2 && k == 2)
+			add(0, 0xC000, 64, k, true, k, false, round == 2 && k == 2)
 		}
 		for k := range uint16(6) {
-			add(0, 0xC000, 64, 0, k, false, round == 3 && k == 1)
+			add(0, 0xC000, 64, 0, true, k, false, round == 3 && k == 1)
+		}
+		// Trains counting up from elsewhere (rdma_rxe's), across a wrap,
+		// with DF and without; one claims an Identification off by one.
+		for k := range uint16(8) {
+			id := 0xFFFC + uint16(round)*0x1111 + k
+			if round == 5 && k == 5 {
+				id++
+			}
+			add(1, 0xC003, 80, id, round%2 == 0, k, false, false)
 		}
 		for k := range 5 {
-			add(1, 0xC001, 100+round%2, 0, 0, false, round == 4 && k == 3)
+			add(1, 0xC001, 100+round%2, 0, true, 0, false, round == 4 && k == 3)
 		}
-		// Seen Identifications: 0 (matched), and not.
+		// Seen Identifications: 0 (matched), and not, with DF and without.
 		for k := range uint16(4) {
-			add(1, 0xC002, 48, k%2*9, 0, true, round == 1 && k == 0)
+			add(1, 0xC002, 48, k%2*9, k != 3, 0, true, round == 1 && k == 0)
 		}
 		// Mixed ports and lengths in one burst.
 		for k := range 9 {
-			add(k%2, 0xC000+uint16(k%3), 40+k%2*8, 0, 0, false, false)
+			add(k%2, 0xC000+uint16(k%3), 40+k%2*8, 0, true, 0, false, false)
 		}
 	}
 	newE := func() *Engine {
@@ -218,11 +229,12 @@ func TestMatchICRC4Input(t *testing.T) {
 		x := ins[i]
 		if i+4 <= len(ins) && ins[i+1].from == x.from && ins[i+2].from == x.from && ins[i+3].from == x.from &&
 			ins[i+1].port == x.port && ins[i+2].port == x.port && ins[i+3].port == x.port {
-			m := four.MatchICRC4(&[4][]byte{x.b, ins[i+1].b, ins[i+2].b, ins[i+3].b}, x.from, x.port)
+			var d [4]uint32
+			known := four.DiffICRC4(&[4][]byte{x.b, ins[i+1].b, ins[i+2].b, ins[i+3].b}, x.from, x.port, &d)
 			for j := range 4 {
 				rx := ins[i+j].rx
-				rx.ICRCMatched = m>>j&1 != 0
-				if rx.ICRCMatched {
+				rx.ICRCDiff, rx.ICRCDiffKnown = d[j], known
+				if known {
 					matched++
 				}
 				four.InputPacket(1, ins[i+j].b, ins[i+j].from, ins[i+j].port, &rx)
@@ -234,13 +246,20 @@ func TestMatchICRC4Input(t *testing.T) {
 		i++
 	}
 	if one.Stats() != four.Stats() {
-		t.Fatalf("stats differ:\n alone       %+v\n by MatchICRC4 %+v", one.Stats(), four.Stats())
+		t.Fatalf("stats differ:\n alone       %+v\n by DiffICRC4 %+v", one.Stats(), four.Stats())
 	}
 	s := four.Stats()
+	// Each round's trains check their packets after the first, but one
+	// corrupted or off by one, which is dropped while the train goes on:
+	// the up train's 6 (round 2: 5), the fixed one's 5 (round 3: 4), the
+	// other's 7 (round 5: 6).
+	if want := uint64(6*6 - 1 + 6*5 - 1 + 6*7 - 1); s.ICRCTrainChecks != want {
+		t.Errorf("%d packets checked as in a train, want %d", s.ICRCTrainChecks, want)
+	}
 	if s.ICRCDrops == 0 || s.ICRCTrainChecks == 0 || s.ICRCFullChecks == 0 {
 		t.Fatalf("the cases were not all exercised: %+v", s)
 	}
 	if wire.FourLaneICRC() && matched == 0 {
-		t.Fatal("MatchICRC4 matched nothing")
+		t.Fatal("DiffICRC4 took nothing")
 	}
 }

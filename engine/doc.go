@@ -32,7 +32,7 @@
 //   - engine.go: Config, Stats, the Engine, Input (parse, ICRC, dispatch to
 //     the QP), timers (NextDeadline, Tick) and finish, which seals a packet,
 //     or in an output batch (BeginOutputBatch) parks it to seal four packets
-//     of a flow together; MatchICRC4 checks four received ones together.
+//     of a flow together; DiffICRC4 checks four received ones together.
 //   - qp.go: the QP: creation, Modify and its state machine, posting
 //     (PostSend, PostRecv), flush; and the output arbiter: Output and
 //     OutputFrom pick, round-robin over the active QPs, the QP that sends

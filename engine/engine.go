@@ -129,6 +129,7 @@ type Engine struct {
 	lastSport uint16
 	rxFlows   flowCache
 	train     rxTrain // the GRO train being input (RxInfo.GROSeg)
+	rxIDs     wire.ICRCIDCache // what Identifications and DF change in received packets' ICRCs, by length
 	gsi       gsi
 	nextQPN   int // index of qps where CreateQP looks first
 	seal      sealQueue
@@ -205,11 +206,11 @@ type RxInfo struct {
 	// ICRC revealed its Identification, packet j's is known and its ICRC
 	// is checked on all 32 bits (31 for j = 1, which tells up from equal).
 	GROSeg uint16
-	// ICRCMatched says that the packet's ICRC was found to be that of a
-	// datagram with Identification 0 and DF (bit j of MatchICRC4 for the
-	// packet, and only that): the input takes it as Check would and skips
-	// computing it again.
-	ICRCMatched bool
+	// ICRCDiff, when ICRCDiffKnown, is the packet's wire.FlowICRC.Diff on
+	// its flow (d[j] of DiffICRC4 for the packet, and only that): the input
+	// checks the ICRC with it instead of computing it again.
+	ICRCDiff      uint32
+	ICRCDiffKnown bool
 }
 
 // Input processes one received transport packet (a UDP payload) that came
@@ -253,7 +254,7 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx
 		return
 	}
 	from = from.Unmap()
-	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, rx.IPv4ID, rx.IPv4DF, rx.SeenIPv4, rx.GROSeg, rx.ICRCMatched) {
+	if !e.cfg.SkipICRC && !e.checkICRC(b, from, fromPort, rx) {
 		return
 	}
 	bth := p.BTH()
@@ -300,41 +301,56 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx
 }
 
 // checkICRC checks a received packet's ICRC: on all 32 bits when the packet
-// path saw its IPv4 Identification and DF (seen) or when its position seg
-// in a GRO train gives them, else solving for them; matched (MatchICRC4)
-// gives the answer of the flow's Check, Identification 0 and DF, without
-// computing it. It counts the check, or the drop and reports false.
-func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16, df, seen bool, seg uint16, matched bool) bool {
+// path saw its IPv4 Identification and DF (rx.SeenIPv4) or when its
+// position in a GRO train gives them, else solving for them; a known Diff
+// (rx.ICRCDiffKnown, DiffICRC4) is not computed again. It counts the
+// check, or the drop and reports false.
+func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInfo) bool {
 	var cerr error
 	var ctr *uint64
 	s := e.rxFlows.get(from, fromPort)
+	if s == nil {
+		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
+		rid, rdf, err := fl.CheckDatagramICRC(b)
+		if cerr = err; err == nil && rx.SeenIPv4 && from.Is4() && (rid != rx.IPv4ID || rdf != rx.IPv4DF) {
+			cerr = wire.ErrICRC
+		}
+		ctr = &e.stats.ICRCRecoveredChecks
+		if rx.SeenIPv4 {
+			ctr = &e.stats.ICRCFullChecks
+		}
+		return e.countICRC(cerr, ctr)
+	}
+	d := rx.ICRCDiff
+	if !rx.ICRCDiffKnown {
+		var err error
+		if d, err = s.c.Diff(b); err != nil {
+			return e.countICRC(err, nil)
+		}
+	}
+	seg := rx.GROSeg
 	switch {
-	case s != nil && seen:
+	case rx.SeenIPv4:
+		// The Identification and DF that make d are unique: compare.
 		ctr = &e.stats.ICRCFullChecks
-		if !matched {
-			cerr = s.c.CheckID(b, id, df)
-		} else if id != 0 || !df {
-			cerr = wire.ErrICRC // CheckID's answer: only Identification 0 and DF explain the ICRC
-		}
-	case s != nil:
-		rid, rdf, err := uint16(0), true, error(nil)
-		if !matched {
-			rid, rdf, err = s.c.Check(b)
-		}
-		cerr, ctr = err, &e.stats.ICRCRecoveredChecks
-		inTrain := seg > 0 && e.train.of(s, seg)
-		switch {
-		case !inTrain:
-			e.train.slot = nil
-			if err == nil {
-				if cerr = s.identify(rid, rdf); cerr == nil && s.lowID {
-					e.stats.ICRCLowIDChecks++
-				}
+		if d != 0 || rx.IPv4ID != 0 || !rx.IPv4DF {
+			if d != e.rxIDs.Deltas(len(b)).Of(rx.IPv4ID, rx.IPv4DF) {
+				cerr = wire.ErrICRC
 			}
-		case err == nil:
-			cerr, ctr = e.train.check(rid, rdf, seg), &e.stats.ICRCTrainChecks
-		default:
-			e.train.last = seg // corrupted beyond any Identification: the train goes on
+		}
+	case seg > 0 && e.train.of(s, seg):
+		cerr, ctr = e.train.check(d, e.rxIDs.Deltas(len(b)), seg), &e.stats.ICRCTrainChecks
+	default:
+		e.train.slot = nil
+		ctr = &e.stats.ICRCRecoveredChecks
+		rid, rdf := uint16(0), true
+		if d != 0 {
+			rid, rdf, cerr = wire.RecoverID(d, len(b))
+		}
+		if cerr == nil {
+			if cerr = s.identify(rid, rdf); cerr == nil && s.lowID {
+				e.stats.ICRCLowIDChecks++
+			}
 		}
 		if seg == 0 && cerr == nil {
 			// Field by field: a composite literal is built on the stack and
@@ -342,17 +358,12 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, id uint16
 			t := &e.train
 			t.slot, t.addrs, t.port, t.base, t.df, t.mode, t.last = s, s.addrs, s.port, rid, rdf, trainUnknown, 0
 		}
-	default:
-		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
-		rid, rdf, err := fl.CheckDatagramICRC(b)
-		if cerr = err; err == nil && seen && from.Is4() && (rid != id || rdf != df) {
-			cerr = wire.ErrICRC
-		}
-		ctr = &e.stats.ICRCRecoveredChecks
-		if seen {
-			ctr = &e.stats.ICRCFullChecks
-		}
 	}
+	return e.countICRC(cerr, ctr)
+}
+
+// countICRC counts a check that passed (cerr nil, in ctr) or the drop.
+func (e *Engine) countICRC(cerr error, ctr *uint64) bool {
 	switch {
 	case cerr == nil:
 		*ctr++
@@ -485,20 +496,19 @@ func (e *Engine) EndOutputBatch() {
 	e.seal.on = false
 }
 
-// MatchICRC4 checks the ICRCs of four received packets of one length from
-// the same address and UDP port together (wire.FlowICRC.Match4): bit j of
-// its result says that pkts[j]'s ICRC is that of a datagram with
-// Identification 0 and DF, which RxInfo.ICRCMatched then tells InputPacket,
-// sparing it the computation. It returns 0 when the packets cannot be
-// checked so (not IPv4, no four-lane pass, unequal or unsuitable lengths,
-// SkipICRC): they are checked as ever.
-func (e *Engine) MatchICRC4(pkts *[4][]byte, from netip.Addr, fromPort uint16) uint8 {
+// DiffICRC4 computes the ICRC differences (wire.FlowICRC.Diff) of four
+// received packets of one length from the same address and UDP port
+// together (wire.FlowICRC.Diff4), which RxInfo.ICRCDiff then gives
+// InputPacket, sparing it the computation. It reports false and sets
+// nothing when the packets cannot be checked so (not IPv4, no four-lane
+// pass, unequal or unsuitable lengths, SkipICRC): they are checked as ever.
+func (e *Engine) DiffICRC4(pkts *[4][]byte, from netip.Addr, fromPort uint16, d *[4]uint32) bool {
 	if e.cfg.SkipICRC {
-		return 0
+		return false
 	}
 	s := e.rxFlows.get(from.Unmap(), fromPort)
 	if s == nil {
-		return 0
+		return false
 	}
-	return s.c.Match4(pkts)
+	return s.c.Diff4(pkts, d)
 }

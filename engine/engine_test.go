@@ -77,7 +77,7 @@ func newLink(t testing.TB) *link {
 // step moves every pending packet once; it reports whether any moved. It
 // moves them as a driver does, in batches: up to linkBatch packets output
 // between BeginOutputBatch and EndOutputBatch, then input, each run of four
-// of one length checked by MatchICRC4 first. The link's loss, duplication,
+// of one length checked by DiffICRC4 first. The link's loss, duplication,
 // hooks and capture apply to each packet in the order stepSingle applies
 // them; a link that reorders (hold), whose held packets stepSingle delivers
 // between the outputs, and a link set single, move one packet at a time.
@@ -125,12 +125,13 @@ func (l *link) step() bool {
 					n, p := lens[i], ports[i]
 					if lens[i+1] == n && lens[i+2] == n && lens[i+3] == n && ports[i+1] == p && ports[i+2] == p && ports[i+3] == p {
 						q := [4][]byte{b, l.bufs[i+1][:n], l.bufs[i+2][:n], l.bufs[i+3][:n]}
-						m := to.MatchICRC4(&q, src, p)
+						var d [4]uint32
+						rx.ICRCDiffKnown = to.DiffICRC4(&q, src, p, &d)
 						for j := range 4 {
-							rx.ICRCMatched = m>>j&1 != 0
+							rx.ICRCDiff = d[j]
 							to.InputPacket(l.now, q[j], src, p, &rx)
 						}
-						rx.ICRCMatched = false
+						rx.ICRCDiffKnown = false
 						i += 4
 						continue
 					}
@@ -144,24 +145,27 @@ func (l *link) step() bool {
 }
 
 // input inputs packets from src to to as step does: runs of four of one
-// length and port checked together by MatchICRC4 first.
+// length and port checked together by DiffICRC4 first.
 func (l *link) input(to *Engine, src netip.Addr, in [][]byte, ports []uint16) {
-	// Bit i of matched is MatchICRC4's for in[i] (len(in) <= 2*linkBatch).
-	var matched uint64
-	for i := 0; i+4 <= len(in); {
-		n, p := len(in[i]), ports[i]
-		if len(in[i+1]) != n || len(in[i+2]) != n || len(in[i+3]) != n || ports[i+1] != p || ports[i+2] != p || ports[i+3] != p {
-			i++
-			continue
-		}
-		m := to.MatchICRC4((*[4][]byte)(in[i:]), src, p)
-		matched |= uint64(m) << i
-		i += 4
-	}
 	var rx RxInfo
-	for i, b := range in {
-		rx.ICRCMatched = matched>>i&1 != 0
-		to.InputPacket(l.now, b, src, ports[i], &rx)
+	for i := 0; i < len(in); {
+		if i+4 <= len(in) {
+			n, p := len(in[i]), ports[i]
+			var d [4]uint32
+			if len(in[i+1]) == n && len(in[i+2]) == n && len(in[i+3]) == n && ports[i+1] == p && ports[i+2] == p && ports[i+3] == p &&
+				to.DiffICRC4((*[4][]byte)(in[i:]), src, p, &d) {
+				rx.ICRCDiffKnown = true
+				for j := range 4 {
+					rx.ICRCDiff = d[j]
+					to.InputPacket(l.now, in[i+j], src, p, &rx)
+				}
+				rx.ICRCDiffKnown = false
+				i += 4
+				continue
+			}
+		}
+		to.InputPacket(l.now, in[i], src, ports[i], &rx)
+		i++
 	}
 }
 

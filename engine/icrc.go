@@ -118,20 +118,21 @@ func (t *rxTrain) of(s *flowSlot, seg uint16) bool {
 	return t.slot == s && t.addrs == s.addrs && t.port == s.port && seg == t.last+1
 }
 
-// check takes the Identification and DF that explain the ICRC of the
-// train's packet seg (seg > 0), and returns wire.ErrICRC unless they are
-// what the kernel allows in one GRO train: DF as the first's, and the
-// Identification the first's plus seg, or (with DF) equal to the first's;
-// the second packet decides which, and the others are held to it.
-func (t *rxTrain) check(id uint16, df bool, seg uint16) error {
+// check takes the ICRC difference d (wire.FlowICRC.Diff) of the train's
+// packet seg (seg > 0) and the deltas of its length, and returns
+// wire.ErrICRC unless d is that of what the kernel allows in one GRO train:
+// DF as the first's, and the Identification the first's plus seg, or (with
+// DF) equal to the first's; the second packet decides which, and the others
+// are held to it. Neither needs solving for the Identification.
+func (t *rxTrain) check(d uint32, deltas *wire.ICRCIDDeltas, seg uint16) error {
 	t.last = seg
-	up, fixed := df == t.df && id == t.base+seg, df && t.df && id == t.base
+	up := t.mode != trainFixed && d == deltas.Of(t.base+seg, t.df)
+	fixed := !up && t.mode != trainUp && t.df && d == deltas.Of(t.base, true)
 	switch {
-	case t.mode == trainUnknown && up:
+	case up:
 		t.mode = trainUp
-	case t.mode == trainUnknown && fixed:
+	case fixed:
 		t.mode = trainFixed
-	case t.mode == trainUp && up, t.mode == trainFixed && fixed:
 	default:
 		return wire.ErrICRC
 	}

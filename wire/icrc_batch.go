@@ -87,7 +87,20 @@ func (c *FlowICRC) Set4(pkts *[4][]byte) bool {
 	if n == 0 {
 		return false
 	}
-	icrc4(uint64(c.headers(pkts[0])), pkts, n, false)
+	icrc4(uint64(c.headers(pkts[0])), pkts, n, nil)
+	return true
+}
+
+// Diff4 computes Diff for four transport packets received on the flow, all
+// of one length, in one pass: d[j] is pkts[j]'s. It reports false and sets
+// nothing when the pass does not take them (as Set4); the caller then
+// checks them one by one.
+func (c *FlowICRC) Diff4(pkts *[4][]byte, d *[4]uint32) bool {
+	n := c.pass4(pkts)
+	if n == 0 {
+		return false
+	}
+	icrc4(uint64(c.headers(pkts[0])), pkts, n, d)
 	return true
 }
 
@@ -98,11 +111,17 @@ func (c *FlowICRC) Set4(pkts *[4][]byte) bool {
 // nothing: the packet may be corrupted, carry another Identification, or
 // not be taken by the pass (then all four bits are clear); Check it.
 func (c *FlowICRC) Match4(pkts *[4][]byte) uint8 {
-	n := c.pass4(pkts)
-	if n == 0 {
+	var d [4]uint32
+	if !c.Diff4(pkts, &d) {
 		return 0
 	}
-	return icrc4(uint64(c.headers(pkts[0])), pkts, n, true)
+	var m uint8
+	for j, v := range d {
+		if v == 0 {
+			m |= 1 << j
+		}
+	}
+	return m
 }
 
 // SetBatch writes the ICRC of each of pkts, transport packets of the flow,

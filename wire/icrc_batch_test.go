@@ -167,6 +167,15 @@ func TestSet4Match4(t *testing.T) {
 				}
 			}
 			m := c.Match4(&pkts)
+			var d [4]uint32
+			if c.Diff4(&pkts, &d) != ok {
+				t.Fatalf("%v, %d bytes: Diff4 and Set4 disagree on taking the packets", fl.Src, len(pkts[0]))
+			}
+			for j := range pkts {
+				if one, err := c.Diff(pkts[j]); ok && (err != nil || one != d[j]) {
+					t.Fatalf("%v, %d bytes, packet %d: Diff4 %#x, Diff %#x %v", fl.Src, len(pkts[0]), j, d[j], one, err)
+				}
+			}
 			for j := range pkts {
 				id, df, err := c.Check(pkts[j])
 				zero := err == nil && id == 0 && df

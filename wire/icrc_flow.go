@@ -116,23 +116,43 @@ func (c *FlowICRC) Set(pkt []byte) error {
 // Check verifies the ICRC of pkt received on the flow (Src the sender), as
 // Flow.CheckDatagramICRC.
 func (c *FlowICRC) Check(pkt []byte) (id uint16, df bool, err error) {
-	var d uint32
+	if !c.v4 {
+		return c.fl.CheckDatagramICRC(pkt)
+	}
+	d, err := c.Diff(pkt)
+	if err != nil || d == 0 { // Identification 0 and DF, the common case: RecoverID's answer without its call
+		return 0, err == nil, err
+	}
+	return RecoverID(d, len(pkt))
+}
+
+// Diff returns pkt's ICRC as computed for a datagram of the flow with IPv4
+// Identification 0 and DF (what Set writes) XOR pkt's ICRC as received
+// (both as stored, little-endian): 0 when they match. Over IPv4 another
+// Identification or a clear DF changes it by ICRCIDDeltas.Of, linearly, so
+// a receiver that knows what they should be compares Diff with that on all
+// 32 bits, and one that does not solves for them (RecoverID). Over IPv6
+// any value but 0 is a mismatch.
+func (c *FlowICRC) Diff(pkt []byte) (uint32, error) {
+	le := binary.LittleEndian
 	if n := len(pkt) - ICRCLen; c.v4 && haveCLMUL && n > 16 && n <= foldMax {
-		d = ^clmulRegister(uint64(c.headers(pkt))|uint64(^pkt[4])<<32, pkt[:n]) ^ binary.LittleEndian.Uint32(pkt[n:])
+		return ^clmulRegister(uint64(c.headers(pkt))|uint64(^pkt[4])<<32, pkt[:n]) ^ le.Uint32(pkt[n:]), nil
+	}
+	var crc uint32
+	var err error
+	if c.v4 {
+		crc, err = c.compute(pkt)
 	} else {
-		if !c.v4 {
-			return c.fl.CheckDatagramICRC(pkt)
+		var h [IPv6UDPLen]byte
+		var hdr []byte
+		if hdr, err = c.fl.PseudoHeader(h[:0], len(pkt)); err == nil {
+			crc, err = ComputeICRC(hdr, pkt)
 		}
-		crc, err := c.compute(pkt)
-		if err != nil {
-			return 0, false, err
-		}
-		d = crc ^ binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:])
 	}
-	if d == 0 { // Identification 0 and DF, the common case: recoverID's answer without its call
-		return 0, true, nil
+	if err != nil {
+		return 0, err
 	}
-	return recoverID(d, len(pkt))
+	return crc ^ le.Uint32(pkt[len(pkt)-ICRCLen:]), nil
 }
 
 // CheckID verifies the ICRC of pkt received on the flow in a datagram whose

@@ -137,6 +137,10 @@ func TestFlowICRCCheckID(t *testing.T) {
 		if err := c.CheckID(pkt, tc.id, tc.df); err != nil {
 			t.Errorf("id %#x df %v: the packet's own Identification and DF fail: %v", tc.id, tc.df, err)
 		}
+		deltas := NewICRCIDDeltas(len(pkt))
+		if d, err := c.Diff(pkt); err != nil || d != deltas.Of(tc.id, tc.df) {
+			t.Errorf("id %#x df %v: Diff %#x %v, ICRCIDDeltas.Of %#x", tc.id, tc.df, d, err, deltas.Of(tc.id, tc.df))
+		}
 		for bit := range 16 {
 			if err := c.CheckID(pkt, tc.id^1<<bit, tc.df); !errors.Is(err, ErrICRC) {
 				t.Errorf("id %#x df %v: Identification bit %d flipped: %v, want ErrICRC", tc.id, tc.df, bit, err)
@@ -148,6 +152,59 @@ func TestFlowICRCCheckID(t *testing.T) {
 		pkt[BTHLen] ^= 1
 		if err := c.CheckID(pkt, tc.id, tc.df); !errors.Is(err, ErrICRC) {
 			t.Errorf("id %#x df %v: payload bit flipped: %v, want ErrICRC", tc.id, tc.df, err)
+		}
+	}
+}
+
+// TestDiffOf: over packet lengths from the shortest to a jumbo frame's and
+// random Identifications and DF flags, FlowICRC.Diff of an intact packet is
+// ICRCIDDeltas.Of for what it was sent with, RecoverID finds them again, and
+// a flipped bit anywhere makes Diff differ.
+func TestDiffOf(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	var ids ICRCIDCache
+	for n := 0; n <= 9000; n += 1 + n/7 {
+		id, df := uint16(r.Uint32()), r.IntN(3) != 0
+		fl := Flow{Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: uint16(r.Uint32()), ID: id}
+		payload := make([]byte, n)
+		for k := range payload {
+			payload[k] = byte(r.Uint32())
+		}
+		h := Header{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 3, PSN: PSN(n)}
+		frame, err := AppendFrame(nil, &fl, &h, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f Frame
+		if err := ParseFrame(frame, &f); err != nil {
+			t.Fatal(err)
+		}
+		if !df {
+			f.IPv4()[6] &^= 0x40
+			if err := SetICRC(f.IPUDP(), f.Buf[f.L4+UDPLen:]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pkt := f.Buf[f.L4+UDPLen:]
+		c, err := NewFlowICRC(Flow{Src: fl.Src, Dst: fl.Dst, SrcPort: fl.SrcPort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ids.Deltas(len(pkt)).Of(id, df)
+		d, err := c.Diff(pkt)
+		if err != nil || d != want {
+			t.Fatalf("%d bytes, id %#x df %v: Diff %#x %v, want %#x", len(pkt), id, df, d, err, want)
+		}
+		if rid, rdf, err := RecoverID(d, len(pkt)); err != nil || rid != id || rdf != df {
+			t.Fatalf("%d bytes, id %#x df %v: RecoverID %#x %v %v", len(pkt), id, df, rid, rdf, err)
+		}
+		bit := r.IntN(8 * len(pkt))
+		if bit/8 == 4 {
+			bit += 8 // FECN, BECN, resv6a: masked out of the ICRC
+		}
+		pkt[bit/8] ^= 1 << (bit % 8)
+		if d, err := c.Diff(pkt); err == nil && d == want {
+			t.Fatalf("%d bytes, bit %d flipped: Diff still %#x", len(pkt), bit, d)
 		}
 	}
 }

@@ -11,9 +11,10 @@ var haveCLMUL4 = haveCLMUL && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW && cpu.X
 // icrc4 is the four-lane pass over four transport packets of n+ICRCLen
 // bytes each (16 < n <= foldMax), the register before each the headers'
 // register h (the lengths are equal: so are the headers) and the packet's
-// masked byte 4, as Set and Check build it: without check it writes each
-// packet's ICRC into its last four bytes, as Set; with check it writes
-// nothing and returns bit j set when packet j's ICRC is the one computed.
+// masked byte 4, as Set and Check build it: with diff nil it writes each
+// packet's ICRC into its last four bytes, as Set; else it writes nothing in
+// the packets and sets diff[j] to packet j's ICRC as computed XOR as
+// received (Diff's answer for it).
 //
 //go:noescape
-func icrc4(h uint64, pkts *[4][]byte, n int, check bool) uint8
+func icrc4(h uint64, pkts *[4][]byte, n int, diff *[4]uint32)

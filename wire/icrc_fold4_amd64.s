@@ -74,14 +74,14 @@ last4: \
 	VPSRLQ     $32, Z3, Z3 \
 	VPXORQ     Z3, Z2, Z2
 
-// func icrc4(h uint64, pkts *[4][]byte, n int, check bool) uint8
+// func icrc4(h uint64, pkts *[4][]byte, n int, diff *[4]uint32)
 //
 // The four-lane pass over four packets of n+4 bytes (BTH to ICRC), v_j the
 // header register h with the complement of packet j's byte 4 above it (as
-// Set and Check build it): without check it writes each ICRC into the
-// packet's last four bytes, with check it compares them and returns bit j
-// set when packet j's matches.
-TEXT ·icrc4(SB), NOSPLIT, $0-33
+// Set and Check build it): with diff nil it writes each ICRC into the
+// packet's last four bytes, else it writes into diff[j] the XOR of packet
+// j's ICRC as computed and as received.
+TEXT ·icrc4(SB), NOSPLIT, $0-32
 	MOVQ pkts+8(FP), BX
 	MOVQ n+16(FP), CX
 	MOVQ 0(BX), SI
@@ -128,30 +128,22 @@ TEXT ·icrc4(SB), NOSPLIT, $0-33
 	NOTL BX
 	NOTL DX
 	NOTL R8
-	CMPB check+24(FP), $0
+	MOVQ diff+24(FP), R11
+	TESTQ R11, R11
 	JNE  compare
 	MOVL AX, (SI)(CX*1)
 	MOVL BX, (DI)(CX*1)
 	MOVL DX, (R9)(CX*1)
 	MOVL R8, (R10)(CX*1)
-	MOVB $0, ret+32(FP)
 	RET
 
 compare:
-	XORL R11, R11
-	CMPL AX, (SI)(CX*1)
-	SETEQ R11B
-	XORL R12, R12
-	CMPL BX, (DI)(CX*1)
-	SETEQ R12B
-	LEAL (R11)(R12*2), R11
-	XORL R12, R12
-	CMPL DX, (R9)(CX*1)
-	SETEQ R12B
-	LEAL (R11)(R12*4), R11
-	XORL R12, R12
-	CMPL R8, (R10)(CX*1)
-	SETEQ R12B
-	LEAL (R11)(R12*8), R11
-	MOVB R11B, ret+32(FP)
+	XORL (SI)(CX*1), AX
+	MOVL AX, 0(R11)
+	XORL (DI)(CX*1), BX
+	MOVL BX, 4(R11)
+	XORL (R9)(CX*1), DX
+	MOVL DX, 8(R11)
+	XORL (R10)(CX*1), R8
+	MOVL R8, 12(R11)
 	RET

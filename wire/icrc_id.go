@@ -30,11 +30,11 @@ import "encoding/binary"
 const GSOMaxSegments = 64
 
 // ICRCIDDeltas is, for transport packets of one length sent over IPv4, what
-// each bit of the IPv4 Identification changes in the ICRC (DF and every
-// other field unchanged).
+// each bit of the IPv4 Identification, and the DF flag, change in the ICRC
+// (every other field unchanged).
 type ICRCIDDeltas struct {
 	n int        // transport packet length, BTH to ICRC; 0: not computed
-	d [16]uint32 // d[i]: the ICRC change (as stored, little-endian) of Identification bit i
+	d [17]uint32 // d[i]: the ICRC change (as stored, little-endian) of Identification bit i; d[16]: of DF
 }
 
 // xPow8 holds x^(8 * 2^j) modulo the CRC polynomial for j = 0..15 (reflected
@@ -83,9 +83,10 @@ func NewICRCIDDeltas(n int) ICRCIDDeltas {
 			s = mulmod(s, xPow8[j])
 		}
 	}
-	for i := range t.d {
+	for i := range 16 {
 		t.d[i] = mulmod(idBasis[i], s)
 	}
+	t.d[16] = mulmod(regStep(0x40), s) // DF: bit 0x40 of the flags byte, the last before the m bytes
 	return t
 }
 
@@ -100,6 +101,17 @@ func (t *ICRCIDDeltas) Delta(x uint16) uint32 {
 	var d uint32
 	for i := 0; x != 0; i, x = i+1, x>>1 {
 		d ^= t.d[i] & -uint32(x&1)
+	}
+	return d
+}
+
+// Of returns the ICRC change from a datagram with Identification 0 and DF
+// to one with Identification id and DF flag df: what FlowICRC.Diff reports
+// for an intact packet of t's length sent so.
+func (t *ICRCIDDeltas) Of(id uint16, df bool) uint32 {
+	d := t.Delta(id)
+	if !df {
+		d ^= t.d[16]
 	}
 	return d
 }

@@ -148,13 +148,14 @@ func checkUnknownID(h *[IPv4UDPLen]byte, pkt []byte) (id uint16, df bool, err er
 	if err != nil {
 		return 0, false, err
 	}
-	return recoverID(c0^binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]), len(pkt))
+	return RecoverID(c0^binary.LittleEndian.Uint32(pkt[len(pkt)-ICRCLen:]), len(pkt))
 }
 
-// recoverID finds the Identification and DF bit that explain the difference
-// d between the ICRC computed with Identification 0 and DF set and the one
-// received on a transport packet of n bytes, or returns ErrICRC.
-func recoverID(d uint32, n int) (id uint16, df bool, err error) {
+// RecoverID finds the IPv4 Identification and DF bit that explain the
+// difference d between the ICRC computed with Identification 0 and DF set
+// and the one received on a transport packet of n bytes (FlowICRC.Diff),
+// or returns ErrICRC when none do. The answer is unique when it exists.
+func RecoverID(d uint32, n int) (id uint16, df bool, err error) {
 	if d == 0 {
 		return 0, true, nil
 	}

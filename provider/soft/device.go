@@ -349,11 +349,11 @@ func (d *Device) input(pkts []packetio.Packet) {
 	d.mu.Lock()
 	now := d.now()
 	// Four packets in a row from one source with one length (a burst of
-	// equal-sized messages) have their ICRCs checked together
-	// (MatchICRC4): bit j of matched is the engine's answer for the j-th
-	// packet from i on, while left > j.
-	var matched uint8
-	left := 0
+	// equal-sized messages, a GRO train) have their ICRCs computed together
+	// (DiffICRC4): diff[j] is the engine's answer for the j-th packet from
+	// i on, while left > j.
+	var diff [4]uint32
+	left, at := 0, 0
 	for i := range pkts {
 		p := &pkts[i]
 		if left == 0 && i+4 <= len(pkts) {
@@ -361,15 +361,15 @@ func (d *Device) input(pkts []packetio.Packet) {
 			n := len(p.Buf)
 			if len(q[0].Buf) == n && len(q[1].Buf) == n && len(q[2].Buf) == n &&
 				q[0].Port == p.Port && q[1].Port == p.Port && q[2].Port == p.Port &&
-				q[0].Addr == p.Addr && q[1].Addr == p.Addr && q[2].Addr == p.Addr {
-				matched = d.eng.MatchICRC4(&[4][]byte{p.Buf, q[0].Buf, q[1].Buf, q[2].Buf}, p.Addr, p.Port)
-				left = 4
+				q[0].Addr == p.Addr && q[1].Addr == p.Addr && q[2].Addr == p.Addr &&
+				d.eng.DiffICRC4(&[4][]byte{p.Buf, q[0].Buf, q[1].Buf, q[2].Buf}, p.Addr, p.Port, &diff) {
+				left, at = 4, 0
 			}
 		}
 		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime, GROSeg: p.GROSeg}
 		if left > 0 {
-			rx.ICRCMatched = matched&1 != 0
-			matched >>= 1
+			rx.ICRCDiff, rx.ICRCDiffKnown = diff[at], true
+			at++
 			left--
 		}
 		d.eng.InputPacket(now, p.Buf, p.Addr, p.Port, &rx)
