@@ -11,6 +11,12 @@ import "hash/crc32"
 // four 128-bit lanes into one, takes the last blocks (a partial one shifted
 // as clmulRegister does) and reduces the 128 bits left by Barrett's method
 // (barrett4's first lane).
+//
+// go test ./wire -bench CRCUpdate (benchstat, eight interleaved runs) on a
+// Zen 5 class processor: 79 against 165 ns at 4 KiB (48 against 23 GiB/s),
+// 1.24 against 2.39 us at 64 KiB, 30 against 57 ns at 1 KiB, and 12-15%
+// less from 64 to 256 bytes. Eight accumulators (512 bytes a step) were no
+// faster at 4 or 64 KiB: four already keep the carry-less multiplier busy.
 
 // crcFoldMin is the shortest run crcUpdate hands to crcFold512, which needs
 // 64 bytes; shorter ones go to hash/crc32. go test ./wire -bench CRCFoldMin
