@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"encoding/binary"
-	"hash/crc32"
-)
+import "encoding/binary"
 
 // Folding. hash/crc32 has a fixed cost per call of 15-20 ns on buffers of a
 // few cache lines (its dispatch, then a carry-less-multiply loop that folds
@@ -21,7 +18,9 @@ import (
 // one block left goes through the slicing-by-16 tables. A packet of one
 // block (an ACK) goes through the tables alone. Beyond foldMax bytes, and
 // where the instructions are missing (or off amd64, or with the purego build
-// tag), the BTH goes through the tables and the rest through hash/crc32.
+// tag), the BTH goes through the tables and the rest through crcUpdate
+// (hash/crc32's CRC, folded with four 512-bit accumulators where the
+// processor has them: crc.go).
 //
 // Measured with go test ./wire -bench ICRCBody (transportRegister against
 // the tables plus hash/crc32, fastest of 10 runs): 6.6 against 18 ns for an
@@ -59,8 +58,7 @@ var foldK = func() (k [foldMax / 16][2]uint64) {
 }()
 
 // foldMax is the longest run clmulRegister takes (foldK's reach); longer ones
-// go to hash/crc32, whose fixed cost is small beside them and which uses
-// AVX-512 from 1 KiB on.
+// go to crcUpdate, whose fixed cost is small beside them.
 const foldMax = 512
 
 // foldShuf holds PSHUFB masks: the 16 bytes at o shift a block up by 16-o
@@ -111,7 +109,7 @@ func transportRegister(r uint32, p []byte) uint32 {
 	return tableRegister(r, p)
 }
 
-// tableRegister is transportRegister by the tables and hash/crc32: for a
+// tableRegister is transportRegister by the tables and crcUpdate: for a
 // packet of one block (an ACK), which the tables take faster, one longer than
 // foldMax, or without clmulRegister.
 func tableRegister(r uint32, p []byte) uint32 {
@@ -124,5 +122,5 @@ func tableRegister(r uint32, p []byte) uint32 {
 	if len(p) == BTHLen {
 		return r
 	}
-	return ^crc32.Update(^r, crc32.IEEETable, p[BTHLen:])
+	return ^crcUpdate(^r, p[BTHLen:])
 }
