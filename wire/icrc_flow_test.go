@@ -114,26 +114,7 @@ func TestFlowICRCCheckID(t *testing.T) {
 		df bool
 	}{{0, true}, {0x2345, true}, {0xFFFF, false}, {7, false}} {
 		fl := Flow{Src: netip.MustParseAddr("10.0.0.1"), Dst: netip.MustParseAddr("10.0.0.2"), SrcPort: 0xC001, ID: tc.id}
-		h := Header{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 3, PSN: 9}
-		frame, err := AppendFrame(nil, &fl, &h, []byte("seen identification"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f Frame
-		if err := ParseFrame(frame, &f); err != nil {
-			t.Fatal(err)
-		}
-		if !tc.df { // AppendFrame sets DF: clear it and recompute the ICRC
-			f.IPv4()[6] &^= 0x40
-			if err := SetICRC(f.IPUDP(), f.Buf[f.L4+UDPLen:]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		pkt := f.Buf[f.L4+UDPLen:]
-		c, err := NewFlowICRC(Flow{Src: fl.Src, Dst: fl.Dst, SrcPort: fl.SrcPort})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pkt, c := sentWith(t, fl, tc.df, 9, []byte("seen identification"))
 		if err := c.CheckID(pkt, tc.id, tc.df); err != nil {
 			t.Errorf("id %#x df %v: the packet's own Identification and DF fail: %v", tc.id, tc.df, err)
 		}
@@ -156,6 +137,26 @@ func TestFlowICRCCheckID(t *testing.T) {
 	}
 }
 
+// sentWith returns a SEND ONLY transport packet of the payload as sent over
+// fl with fl.ID and the DF flag df (its ICRC computed for them), and the
+// FlowICRC of fl's addresses and port.
+func sentWith(t *testing.T, fl Flow, df bool, psn PSN, payload []byte) ([]byte, FlowICRC) {
+	t.Helper()
+	h := Header{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 3, PSN: psn}
+	f := builtFrame(t, &fl, &h, payload)
+	if !df { // AppendFrame sets DF: clear it and compute the ICRC again
+		f.IPv4()[6] &^= 0x40
+		if err := SetICRC(f.IPUDP(), f.Buf[f.L4+UDPLen:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := NewFlowICRC(Flow{Src: fl.Src, Dst: fl.Dst, SrcPort: fl.SrcPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.Buf[f.L4+UDPLen:], c
+}
+
 // TestDiffOf: over packet lengths from the shortest to a jumbo frame's and
 // random Identifications and DF flags, FlowICRC.Diff of an intact packet is
 // ICRCIDDeltas.Of for what it was sent with, RecoverID finds them again, and
@@ -170,26 +171,7 @@ func TestDiffOf(t *testing.T) {
 		for k := range payload {
 			payload[k] = byte(r.Uint32())
 		}
-		h := Header{Opcode: RCSendOnly, PKey: DefaultPKey, DestQP: 3, PSN: PSN(n)}
-		frame, err := AppendFrame(nil, &fl, &h, payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f Frame
-		if err := ParseFrame(frame, &f); err != nil {
-			t.Fatal(err)
-		}
-		if !df {
-			f.IPv4()[6] &^= 0x40
-			if err := SetICRC(f.IPUDP(), f.Buf[f.L4+UDPLen:]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		pkt := f.Buf[f.L4+UDPLen:]
-		c, err := NewFlowICRC(Flow{Src: fl.Src, Dst: fl.Dst, SrcPort: fl.SrcPort})
-		if err != nil {
-			t.Fatal(err)
-		}
+		pkt, c := sentWith(t, fl, df, PSN(n), payload)
 		want := ids.Deltas(len(pkt)).Of(id, df)
 		d, err := c.Diff(pkt)
 		if err != nil || d != want {

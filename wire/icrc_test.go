@@ -44,14 +44,7 @@ func TestICRCMatchesReference(t *testing.T) {
 		if i%2 == 1 {
 			fl.Src, fl.Dst, fl.FlowLabel = addr6(1), addr6(2), r.Uint32()&0xFFFFF
 		}
-		frame, err := AppendFrame(nil, &fl, &h, payload)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f Frame
-		if err := ParseFrame(frame, &f); err != nil {
-			t.Fatal(err)
-		}
+		f := builtFrame(t, &fl, &h, payload)
 		got, _ := ComputeICRC(f.IPUDP(), f.Transport())
 		if want := icrcReference(f.IPUDP(), f.Transport()); got != want {
 			t.Fatalf("payload %d v%d: ICRC %08x, reference %08x", n, f.IPVersion, got, want)
