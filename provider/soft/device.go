@@ -348,9 +348,9 @@ func (d *Device) input(pkts []packetio.Packet) {
 	}
 	d.mu.Lock()
 	now := d.now()
-	// Four packets in a row from one source with one length (a burst of
-	// equal-sized messages, a GRO train) have their ICRCs computed together
-	// (DiffICRC4): diff[j] is the engine's answer for the j-th packet from
+	// Four packets in a row from one source with one length that the
+	// four-lane pass takes (a burst of equal-sized small messages, a GRO
+	// train of them) have their ICRCs computed together (DiffICRC4): diff[j] is the engine's answer for the j-th packet from
 	// i on, while left > j.
 	var diff [4]uint32
 	left, at := 0, 0
@@ -359,7 +359,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 		if left == 0 && i+4 <= len(pkts) {
 			q := pkts[i+1 : i+4 : i+4]
 			n := len(p.Buf)
-			if len(q[0].Buf) == n && len(q[1].Buf) == n && len(q[2].Buf) == n &&
+			if n >= wire.Lane4MinLen && n <= wire.Lane4MaxLen && len(q[0].Buf) == n && len(q[1].Buf) == n && len(q[2].Buf) == n &&
 				q[0].Port == p.Port && q[1].Port == p.Port && q[2].Port == p.Port &&
 				q[0].Addr == p.Addr && q[1].Addr == p.Addr && q[2].Addr == p.Addr &&
 				d.eng.DiffICRC4(&[4][]byte{p.Buf, q[0].Buf, q[1].Buf, q[2].Buf}, p.Addr, p.Port, &diff) {
