@@ -128,7 +128,7 @@ type Engine struct {
 	// lastSport is the source port of the last packet finish built.
 	lastSport uint16
 	rxFlows   flowCache
-	train     rxTrain // the GRO train being input (RxInfo.GROSeg)
+	train     rxTrain          // the GRO train being input (RxInfo.GROSeg)
 	rxIDs     wire.ICRCIDCache // what Identifications and DF change in received packets' ICRCs, by length
 	gsi       gsi
 	nextQPN   int // index of qps where CreateQP looks first
