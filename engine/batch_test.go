@@ -155,44 +155,97 @@ func TestBatchStepSame(t *testing.T) {
 	}
 }
 
+// icrcInput is a received packet of the ICRC input tests: its bytes,
+// source and what the packet path learnt of it.
+type icrcInput struct {
+	b    []byte
+	from netip.Addr
+	port uint16
+	rx   RxInfo
+}
+
+var (
+	icrcLocal = netip.MustParseAddr("10.0.0.2")
+	icrcPeers = [2]netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.3")}
+)
+
+// icrcInputs builds SEND ONLY packets to QP 0x99 of an engine at icrcLocal.
+type icrcInputs struct {
+	ins []icrcInput
+	ids wire.ICRCIDCache
+	psn wire.PSN
+}
+
+// add appends a packet of n payload bytes from icrcPeers[peer] and port,
+// its ICRC that of a datagram with Identification id and DF flag df, at
+// place seg of a GRO train, its Identification seen by the packet path or
+// not, and with a bit flipped after its ICRC was computed when bad.
+func (s *icrcInputs) add(t testing.TB, peer int, port uint16, n int, id uint16, df bool, seg uint16, seen, bad bool) {
+	fl := wire.Flow{Src: icrcPeers[peer], Dst: icrcLocal, SrcPort: port}
+	pkt, err := wire.AppendTransport(nil, &wire.Header{Opcode: wire.RCSendOnly, DestQP: 0x99, PKey: wire.DefaultPKey, PSN: s.psn}, make([]byte, n))
+	must(t, err)
+	s.psn++
+	must(t, fl.SetDatagramICRC(pkt))
+	icrc := pkt[len(pkt)-wire.ICRCLen:]
+	binary.LittleEndian.PutUint32(icrc, binary.LittleEndian.Uint32(icrc)^s.ids.Deltas(len(pkt)).Of(id, df))
+	if bad {
+		pkt[14] ^= 1
+	}
+	s.ins = append(s.ins, icrcInput{pkt, icrcPeers[peer], port, RxInfo{IPv4ID: id, IPv4DF: df, SeenIPv4: seen, GROSeg: seg}})
+}
+
+// inputAloneAndByFour inputs ins into two new engines, into one a packet
+// at a time and into the other with DiffICRC4's answers for runs of four
+// from one source, as the soft device does, and returns both engines'
+// stats and how many packets DiffICRC4 took.
+func inputAloneAndByFour(t testing.TB, ins []icrcInput) (alone, four Stats, took int) {
+	newE := func() *Engine {
+		e, err := New(Config{Local: icrcLocal})
+		must(t, err)
+		return e
+	}
+	one, by4 := newE(), newE()
+	for i := range ins {
+		one.InputPacket(1, ins[i].b, ins[i].from, ins[i].port, &ins[i].rx)
+	}
+	for i := 0; i < len(ins); {
+		x := ins[i]
+		if i+4 <= len(ins) && ins[i+1].from == x.from && ins[i+2].from == x.from && ins[i+3].from == x.from &&
+			ins[i+1].port == x.port && ins[i+2].port == x.port && ins[i+3].port == x.port {
+			var d [4]uint32
+			known := by4.DiffICRC4(&[4][]byte{x.b, ins[i+1].b, ins[i+2].b, ins[i+3].b}, x.from, x.port, &d)
+			for j := range 4 {
+				rx := ins[i+j].rx
+				rx.ICRCDiff, rx.ICRCDiffKnown = d[j], known
+				if known {
+					took++
+				}
+				by4.InputPacket(1, ins[i+j].b, ins[i+j].from, ins[i+j].port, &rx)
+			}
+			i += 4
+			continue
+		}
+		by4.InputPacket(1, x.b, x.from, x.port, &x.rx)
+		i++
+	}
+	return one.Stats(), by4.Stats(), took
+}
+
 // TestDiffICRC4Input: inputting packets with DiffICRC4's answers
 // (RxInfo.ICRCDiff) counts and drops exactly as inputting them alone: GRO
 // trains whose Identifications go up from 0 or from elsewhere, with DF or
 // without, or stay 0, seen and unseen Identifications, corrupted packets
 // inside runs of four, mixed sources, ports and lengths.
 func TestDiffICRC4Input(t *testing.T) {
-	local := netip.MustParseAddr("10.0.0.2")
-	peers := []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.3")}
-	type in struct {
-		b    []byte
-		from netip.Addr
-		port uint16
-		rx   RxInfo
-	}
-	var ins []in
-	var ids wire.ICRCIDCache
-	psn := wire.PSN(0)
-	add := func(peer int, port uint16, n int, id uint16, df bool, seg uint16, seen, bad bool) {
-		fl := wire.Flow{Src: peers[peer], Dst: local, SrcPort: port}
-		pkt, err := wire.AppendTransport(nil, &wire.Header{Opcode: wire.RCSendOnly, DestQP: 0x99, PKey: wire.DefaultPKey, PSN: psn}, make([]byte, n))
-		must(t, err)
-		psn++
-		must(t, fl.SetDatagramICRC(pkt))
-		icrc := pkt[len(pkt)-wire.ICRCLen:]
-		binary.LittleEndian.PutUint32(icrc, binary.LittleEndian.Uint32(icrc)^ids.Deltas(len(pkt)).Of(id, df))
-		if bad {
-			pkt[14] ^= 1
-		}
-		ins = append(ins, in{pkt, peers[peer], port, RxInfo{IPv4ID: id, IPv4DF: df, SeenIPv4: seen, GROSeg: seg}})
-	}
+	var in icrcInputs
 	for round := range 6 {
 		// A GRO train of 7 going up from Identification 0, one of 6
 		// staying at 0 (a sender that does not count), 5 alone with 0.
 		for k := range uint16(7) {
-			add(0, 0xC000, 64, k, true, k, false, round == 2 && k == 2)
+			in.add(t, 0, 0xC000, 64, k, true, k, false, round == 2 && k == 2)
 		}
 		for k := range uint16(6) {
-			add(0, 0xC000, 64, 0, true, k, false, round == 3 && k == 1)
+			in.add(t, 0, 0xC000, 64, 0, true, k, false, round == 3 && k == 1)
 		}
 		// Trains counting up from elsewhere (rdma_rxe's), across a wrap,
 		// with DF and without; one claims an Identification off by one.
@@ -201,54 +254,24 @@ func TestDiffICRC4Input(t *testing.T) {
 			if round == 5 && k == 5 {
 				id++
 			}
-			add(1, 0xC003, 80, id, round%2 == 0, k, false, false)
+			in.add(t, 1, 0xC003, 80, id, round%2 == 0, k, false, false)
 		}
 		for k := range 5 {
-			add(1, 0xC001, 100+round%2, 0, true, 0, false, round == 4 && k == 3)
+			in.add(t, 1, 0xC001, 100+round%2, 0, true, 0, false, round == 4 && k == 3)
 		}
 		// Seen Identifications: 0 (matched), and not, with DF and without.
 		for k := range uint16(4) {
-			add(1, 0xC002, 48, k%2*9, k != 3, 0, true, round == 1 && k == 0)
+			in.add(t, 1, 0xC002, 48, k%2*9, k != 3, 0, true, round == 1 && k == 0)
 		}
 		// Mixed ports and lengths in one burst.
 		for k := range 9 {
-			add(k%2, 0xC000+uint16(k%3), 40+k%2*8, 0, true, 0, false, false)
+			in.add(t, k%2, 0xC000+uint16(k%3), 40+k%2*8, 0, true, 0, false, false)
 		}
 	}
-	newE := func() *Engine {
-		e, err := New(Config{Local: local})
-		must(t, err)
-		return e
+	alone, s, took := inputAloneAndByFour(t, in.ins)
+	if alone != s {
+		t.Fatalf("stats differ:\n alone       %+v\n by DiffICRC4 %+v", alone, s)
 	}
-	one, four := newE(), newE()
-	for i := range ins {
-		one.InputPacket(1, ins[i].b, ins[i].from, ins[i].port, &ins[i].rx)
-	}
-	matched := 0
-	for i := 0; i < len(ins); {
-		x := ins[i]
-		if i+4 <= len(ins) && ins[i+1].from == x.from && ins[i+2].from == x.from && ins[i+3].from == x.from &&
-			ins[i+1].port == x.port && ins[i+2].port == x.port && ins[i+3].port == x.port {
-			var d [4]uint32
-			known := four.DiffICRC4(&[4][]byte{x.b, ins[i+1].b, ins[i+2].b, ins[i+3].b}, x.from, x.port, &d)
-			for j := range 4 {
-				rx := ins[i+j].rx
-				rx.ICRCDiff, rx.ICRCDiffKnown = d[j], known
-				if known {
-					matched++
-				}
-				four.InputPacket(1, ins[i+j].b, ins[i+j].from, ins[i+j].port, &rx)
-			}
-			i += 4
-			continue
-		}
-		four.InputPacket(1, x.b, x.from, x.port, &x.rx)
-		i++
-	}
-	if one.Stats() != four.Stats() {
-		t.Fatalf("stats differ:\n alone       %+v\n by DiffICRC4 %+v", one.Stats(), four.Stats())
-	}
-	s := four.Stats()
 	// Each round's trains check their packets after the first, but one
 	// corrupted or off by one, which is dropped while the train goes on:
 	// the up train's 6 (round 2: 5), the fixed one's 5 (round 3: 4), the
@@ -259,7 +282,49 @@ func TestDiffICRC4Input(t *testing.T) {
 	if s.ICRCDrops == 0 || s.ICRCTrainChecks == 0 || s.ICRCFullChecks == 0 {
 		t.Fatalf("the cases were not all exercised: %+v", s)
 	}
-	if wire.FourLaneICRC() && matched == 0 {
+	if wire.FourLaneICRC() && took == 0 {
 		t.Fatal("DiffICRC4 took nothing")
 	}
+}
+
+// FuzzDiffICRC4Input: sequences of received packets the fuzzer describes,
+// three bytes each (source and length; Identification; how it follows the
+// packet before: in its GRO train or not, counting up or not, DF, seen,
+// corrupted), count and drop exactly the same input alone and with
+// DiffICRC4's answers, and nothing panics.
+func FuzzDiffICRC4Input(f *testing.F) {
+	f.Add([]byte{0x00, 0, 0x00, 0x00, 0, 0x03, 0x00, 0, 0x03, 0x00, 0, 0x03, 0x00, 0, 0x03})
+	f.Add([]byte{0x0B, 0xFC, 0x20, 0x0B, 0, 0x23, 0x0B, 0, 0x23, 0x0B, 0, 0x23, 0x0B, 0, 0x63, 0x0B, 0, 0x23})
+	f.Add([]byte{0x12, 9, 0x08, 0x12, 0, 0x0C, 0x12, 3, 0x10, 0x12, 0, 0x18})
+	lens := [8]int{0, 36, 44, 64, 100, 480, 600, 1100}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var in icrcInputs
+		var id uint16
+		var seg uint16
+		for len(data) >= 3 && len(in.ins) < 64 {
+			src, idb, how := data[0], data[1], data[2]
+			data = data[3:]
+			peer, port, n := int(src&1), 0xC000+uint16(src>>1&3), lens[src>>3&7]
+			follows, up, df, seen, bad := how&1 != 0, how&2 != 0, how&4 == 0, how&8 != 0, how&16 != 0
+			if follows && len(in.ins) > 0 {
+				seg++
+				if up {
+					id++
+				}
+				id ^= uint16(idb) << 8 // 0 keeps the train's rule
+				prev := in.ins[len(in.ins)-1]
+				peer, port, n = 0, prev.port, len(prev.b)-wire.BTHLen-wire.ICRCLen
+				if prev.from == icrcPeers[1] {
+					peer = 1
+				}
+			} else {
+				seg, id = 0, uint16(idb)|uint16(how>>5)<<13
+			}
+			in.add(t, peer, port, n, id, df, seg, seen, bad)
+		}
+		alone, four, _ := inputAloneAndByFour(t, in.ins)
+		if alone != four {
+			t.Fatalf("stats differ:\n alone       %+v\n by DiffICRC4 %+v", alone, four)
+		}
+	})
 }
