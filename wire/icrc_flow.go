@@ -56,8 +56,10 @@ func (c *FlowICRC) Is(src, dst netip.Addr, srcPort, dstPort uint16) bool {
 
 // lenTables[i][b] is the CRC register change, after the 28 bytes of the
 // IPv4 and UDP headers, made by byte b at header offset 2, 3, 24 and 25:
-// the two bytes of the IPv4 total length and of the UDP length.
-var lenTables = func() (t [4][256]uint32) {
+// the two bytes of the IPv4 total length and of the UDP length. idTables
+// is the same for offsets 4 and 5, the Identification, and 6, the flags
+// (DF is 0x40).
+var lenTables, idTables = func() (l [4][256]uint32, id [3][256]uint32) {
 	var deep [26][256]uint32
 	deep[0] = *crc32.IEEETable
 	for j := 1; j < len(deep); j++ {
@@ -67,9 +69,12 @@ var lenTables = func() (t [4][256]uint32) {
 		}
 	}
 	for i, off := range [4]int{2, 3, 24, 25} {
-		t[i] = deep[IPv4UDPLen-1-off]
+		l[i] = deep[IPv4UDPLen-1-off]
 	}
-	return t
+	for i, off := range [3]int{4, 5, 6} {
+		id[i] = deep[IPv4UDPLen-1-off]
+	}
+	return l, id
 }()
 
 // headers returns the raw CRC register after the masked headers of a
@@ -80,15 +85,16 @@ func (c *FlowICRC) headers(pkt []byte) uint32 {
 	return c.base ^ t[0][ip>>8&0xFF] ^ t[1][ip&0xFF] ^ t[2][udp>>8&0xFF] ^ t[3][udp&0xFF]
 }
 
-// compute returns the ICRC of pkt over IPv4.
-func (c *FlowICRC) compute(pkt []byte) (uint32, error) {
+// compute returns the ICRC of pkt over IPv4, the headers' register
+// changed by x (0: Identification 0 and DF).
+func (c *FlowICRC) compute(pkt []byte, x uint32) (uint32, error) {
 	if len(pkt) < MinPacketLen {
 		return 0, ErrTruncatedICRC
 	}
 	if IPv4UDPLen+len(pkt) > 0xFFFF {
 		return 0, ErrBuildTooLong
 	}
-	return ^transportRegister(c.headers(pkt), pkt[:len(pkt)-ICRCLen]), nil
+	return ^transportRegister(c.headers(pkt)^x, pkt[:len(pkt)-ICRCLen]), nil
 }
 
 // Set and Check take the common case (IPv4, a packet clmulRegister takes,
@@ -105,7 +111,7 @@ func (c *FlowICRC) Set(pkt []byte) error {
 	if !c.v4 {
 		return c.fl.SetDatagramICRC(pkt)
 	}
-	crc, err := c.compute(pkt)
+	crc, err := c.compute(pkt, 0)
 	if err != nil {
 		return err
 	}
@@ -133,15 +139,32 @@ func (c *FlowICRC) Check(pkt []byte) (id uint16, df bool, err error) {
 // a receiver that knows what they should be compares Diff with that on all
 // 32 bits, and one that does not solves for them (RecoverID). Over IPv6
 // any value but 0 is a mismatch.
-func (c *FlowICRC) Diff(pkt []byte) (uint32, error) {
+func (c *FlowICRC) Diff(pkt []byte) (uint32, error) { return c.diff(pkt, 0) }
+
+// DiffID is Diff for a datagram sent with IPv4 Identification id and DF
+// flag df, which the receiver saw: 0 when pkt's ICRC is that of such a
+// datagram of the flow, all 32 bits checked. It costs what Diff costs: the
+// Identification and DF go into the headers' register by table lookups.
+// Over IPv6, which has neither, it is Diff.
+func (c *FlowICRC) DiffID(pkt []byte, id uint16, df bool) (uint32, error) {
+	t := &idTables
+	x := t[0][id>>8] ^ t[1][id&0xFF]
+	if !df {
+		x ^= t[2][0x40]
+	}
+	return c.diff(pkt, x)
+}
+
+// diff is Diff with the headers' register changed by x (IPv4 only).
+func (c *FlowICRC) diff(pkt []byte, x uint32) (uint32, error) {
 	le := binary.LittleEndian
 	if n := len(pkt) - ICRCLen; c.v4 && haveCLMUL && n > 16 && n <= foldMax {
-		return ^clmulRegister(uint64(c.headers(pkt))|uint64(^pkt[4])<<32, pkt[:n]) ^ le.Uint32(pkt[n:]), nil
+		return ^clmulRegister(uint64(c.headers(pkt)^x)|uint64(^pkt[4])<<32, pkt[:n]) ^ le.Uint32(pkt[n:]), nil
 	}
 	var crc uint32
 	var err error
 	if c.v4 {
-		crc, err = c.compute(pkt)
+		crc, err = c.compute(pkt, x)
 	} else {
 		var h [IPv6UDPLen]byte
 		var hdr []byte
@@ -157,15 +180,13 @@ func (c *FlowICRC) Diff(pkt []byte) (uint32, error) {
 
 // CheckID verifies the ICRC of pkt received on the flow in a datagram whose
 // IPv4 Identification and DF flag the receiver saw (a whole frame): all 32
-// bits of the ICRC count. The Identification and DF that explain the ICRC
-// are unique when they exist (the CRC is linear and injective on those 17
-// bits), so the check is Check's recovery compared with what was seen.
+// bits of the ICRC count (DiffID is 0).
 func (c *FlowICRC) CheckID(pkt []byte, id uint16, df bool) error {
-	rid, rdf, err := c.Check(pkt)
-	if err != nil || !c.v4 {
-		return err // IPv6 has no Identification: Check was the full check
+	d, err := c.DiffID(pkt, id, df)
+	if err != nil {
+		return err
 	}
-	if rid != id || rdf != df {
+	if d != 0 {
 		return ErrICRC
 	}
 	return nil

@@ -180,6 +180,17 @@ func TestDiffOf(t *testing.T) {
 		if rid, rdf, err := RecoverID(d, len(pkt)); err != nil || rid != id || rdf != df {
 			t.Fatalf("%d bytes, id %#x df %v: RecoverID %#x %v %v", len(pkt), id, df, rid, rdf, err)
 		}
+		if d, err := c.DiffID(pkt, id, df); err != nil || d != 0 {
+			t.Fatalf("%d bytes, id %#x df %v: DiffID %#x %v, want 0", len(pkt), id, df, d, err)
+		}
+		for _, x := range [...]struct {
+			id uint16
+			df bool
+		}{{id ^ 1<<r.IntN(16), df}, {id, !df}} {
+			if d, err := c.DiffID(pkt, x.id, x.df); err != nil || d != ids.Deltas(len(pkt)).Of(x.id^id, x.df == df) {
+				t.Fatalf("%d bytes, sent with id %#x df %v: DiffID for %#x %v is %#x %v", len(pkt), id, df, x.id, x.df, d, err)
+			}
+		}
 		bit := r.IntN(8 * len(pkt))
 		if bit/8 == 4 {
 			bit += 8 // FECN, BECN, resv6a: masked out of the ICRC

@@ -118,19 +118,28 @@ func (t *ICRCIDDeltas) Of(id uint16, df bool) uint32 {
 
 // ICRCIDCache keeps the ICRCIDDeltas of the last few packet lengths (a GSO
 // train has one, and a shorter last segment), so that changing the
-// Identification an ICRC was computed for costs a few XORs. The zero value
-// is ready to use; it is not safe for concurrent use.
+// Identification an ICRC was computed for costs a few XORs. Computing the
+// deltas of a length costs about a microsecond, so the cache is two-way:
+// two lengths that share a set (lengths/4 modulo 4) both stay. The zero
+// value is ready to use; it is not safe for concurrent use.
 type ICRCIDCache struct {
-	e [4]ICRCIDDeltas
+	e    [8]ICRCIDDeltas // set k: e[2k], e[2k+1]
+	next [4]uint8        // the way of set k to replace next
 }
 
 // Deltas returns the deltas of transport packets of n bytes, computing them
 // when not cached. The pointer is valid until the next call.
 func (c *ICRCIDCache) Deltas(n int) *ICRCIDDeltas {
-	e := &c.e[uint(n>>2)%uint(len(c.e))] // lengths are mostly multiples of 4
-	if e.n != n {
-		*e = NewICRCIDDeltas(n)
+	k := uint(n>>2) % uint(len(c.next)) // lengths are mostly multiples of 4
+	if e := &c.e[2*k]; e.n == n {
+		return e
 	}
+	if e := &c.e[2*k+1]; e.n == n {
+		return e
+	}
+	e := &c.e[2*k+uint(c.next[k])]
+	c.next[k] ^= 1
+	*e = NewICRCIDDeltas(n)
 	return e
 }
 

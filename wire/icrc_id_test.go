@@ -138,3 +138,30 @@ func BenchmarkICRCRecompute(b *testing.B) {
 		SetICRC(h, pkt)
 	}
 }
+
+// TestICRCIDCacheTwoWay: two lengths of one set both stay cached (the
+// same entry comes back), a third replaces the one cached first, and
+// every answer is NewICRCIDDeltas's.
+func TestICRCIDCacheTwoWay(t *testing.T) {
+	var c ICRCIDCache
+	a, b, x := 64, 64+16, 64+32 // lengths/4 16, 20, 24: one set of four
+	pa := c.Deltas(a)
+	pb := c.Deltas(b)
+	if pa == pb {
+		t.Fatal("two lengths share an entry")
+	}
+	if c.Deltas(a) != pa || c.Deltas(b) != pb {
+		t.Fatal("a length of the set was computed again")
+	}
+	if px := c.Deltas(x); px != pa {
+		t.Fatal("the third length did not replace the first")
+	}
+	if c.Deltas(b) != pb {
+		t.Fatal("the second length was replaced")
+	}
+	for _, n := range []int{a, b, x, 20, 4124, 1056} {
+		if got, want := *c.Deltas(n), NewICRCIDDeltas(n); got != want {
+			t.Fatalf("%d bytes: cached %+v, computed %+v", n, got, want)
+		}
+	}
+}
