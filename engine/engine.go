@@ -321,11 +321,15 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInf
 		}
 		return e.countICRC(cerr, ctr)
 	}
-	if rx.SeenIPv4 && (rx.IPv4ID != 0 || !rx.IPv4DF) {
-		// A known Diff is for Identification 0 and DF: compute the ICRC
-		// for the ones seen instead (as cheap as Diff, where turning d
-		// into theirs would take the deltas of the packet's length).
-		d, err := s.c.DiffID(b, rx.IPv4ID, rx.IPv4DF)
+	if rx.SeenIPv4 {
+		// The Identification and DF seen: all 32 bits. A known Diff is for
+		// Identification 0 and DF; for others, compute the ICRC with them
+		// (as cheap as Diff, where turning d into theirs would take the
+		// deltas of the packet's length).
+		d, err := rx.ICRCDiff, error(nil)
+		if !rx.ICRCDiffKnown || rx.IPv4ID != 0 || !rx.IPv4DF {
+			d, err = s.c.DiffID(b, rx.IPv4ID, rx.IPv4DF)
+		}
 		if err == nil && d != 0 {
 			err = wire.ErrICRC
 		}
@@ -340,12 +344,6 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInf
 	}
 	seg := rx.GROSeg
 	switch {
-	case rx.SeenIPv4:
-		// Identification 0 and DF, seen: d must be 0 on all 32 bits.
-		ctr = &e.stats.ICRCFullChecks
-		if d != 0 {
-			cerr = wire.ErrICRC
-		}
 	case seg > 0 && e.train.of(s, seg):
 		cerr, ctr = e.train.check(d, e.rxIDs.Deltas(len(b)), seg), &e.stats.ICRCTrainChecks
 	default:

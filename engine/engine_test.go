@@ -312,6 +312,15 @@ func newSide(t testing.TB, e *Engine, typ verbs.QPType, size int) *side {
 
 func connectRC(t testing.TB, a, b *side, mtu verbs.MTU) { connectRCRetry(t, a, b, mtu, 7) }
 
+// rcLink returns a new link and an RC QP on each of its engines, with 64 KiB
+// of memory each, connected at path MTU 1024.
+func rcLink(t testing.TB) (*link, *side, *side) {
+	l := newLink(t)
+	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	connectRC(t, a, b, verbs.MTU1024)
+	return l, a, b
+}
+
 // connectRCRetry is connectRC with a's rnr_retry (b's stays 7, infinite).
 func connectRCRetry(t testing.TB, a, b *side, mtu verbs.MTU, rnrRetry uint8) {
 	for _, p := range [2][2]*side{{a, b}, {b, a}} {

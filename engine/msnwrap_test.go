@@ -14,9 +14,7 @@ import (
 // counts a message (SEND, WRITE with immediate, READ, atomic) crosses the
 // wrap here, and every ACK's MSN is checked.
 func TestMSNWraps(t *testing.T) {
-	l := newLink(t)
-	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
-	connectRC(t, a, b, verbs.MTU1024)
+	l, a, b := rcLink(t)
 	b.qp.resp.msn = wire.MSNMask - 2
 	l.capture = []captured{}
 	wrs := []verbs.SendWR{

@@ -10,9 +10,7 @@ import (
 // packets, as their number times the packets of the last one, and falls as they
 // leave.
 func TestUnsent(t *testing.T) {
-	l := newLink(t)
-	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
-	connectRC(t, a, b, verbs.MTU1024)
+	l, a, b := rcLink(t)
 	if w, n := a.qp.Unsent(); w != 0 || n != 0 {
 		t.Fatalf("idle QP: Unsent %d, %d", w, n)
 	}

@@ -5,10 +5,9 @@ package wire
 import "golang.org/x/sys/cpu"
 
 // haveCRCFold512 says whether the processor (and operating system) has
-// what crcFold512 uses: carry-less multiplication on 512-bit registers,
-// AVX-512BW byte masks on 128-bit registers (VL), and the 128-bit forms.
-var haveCRCFold512 = cpu.X86.HasPCLMULQDQ && cpu.X86.HasAVX512F && cpu.X86.HasAVX512BW &&
-	cpu.X86.HasAVX512VL && cpu.X86.HasAVX512VPCLMULQDQ
+// what crcFold512 uses: icrc4's (haveCLMUL4) and AVX-512BW byte masks on
+// 128-bit registers (VL).
+var haveCRCFold512 = haveCLMUL4 && cpu.X86.HasAVX512VL
 
 // crcFold512 returns the raw CRC register (no inversions) run from r over p,
 // len(p) >= 64.

@@ -52,7 +52,7 @@ func barrettMu() uint64 {
 }
 
 // FourLaneICRC reports whether the processor runs the four-packet pass
-// (Set4, Match4, SetBatch's runs): AVX-512 with VPCLMULQDQ. Without it they
+// (Set4, Diff4, SetBatch's runs): AVX-512 with VPCLMULQDQ. Without it they
 // fall back to one packet at a time, and a caller gains nothing by grouping
 // packets for them.
 func FourLaneICRC() bool { return haveCLMUL4 }
@@ -102,26 +102,6 @@ func (c *FlowICRC) Diff4(pkts *[4][]byte, d *[4]uint32) bool {
 	}
 	icrc4(uint64(c.headers(pkts[0])), pkts, n, d)
 	return true
-}
-
-// Match4 checks four transport packets received on the flow, all of one
-// length, in one pass: bit j of its result is set when pkts[j]'s ICRC is
-// that of a datagram with IPv4 Identification 0 and DF, what Check reports
-// as 0, true, nil (the common case of a socket sender). A clear bit tells
-// nothing: the packet may be corrupted, carry another Identification, or
-// not be taken by the pass (then all four bits are clear); Check it.
-func (c *FlowICRC) Match4(pkts *[4][]byte) uint8 {
-	var d [4]uint32
-	if !c.Diff4(pkts, &d) {
-		return 0
-	}
-	var m uint8
-	for j, v := range d {
-		if v == 0 {
-			m |= 1 << j
-		}
-	}
-	return m
 }
 
 // SetBatch writes the ICRC of each of pkts, transport packets of the flow,

@@ -33,7 +33,7 @@ import "encoding/binary"
 // (VPCLMULQDQ on 512-bit registers) was no faster on a 64-byte WRITE and
 // made the engine's BenchmarkPostPoll 2% slower; it was dropped. Four
 // packets at once, one in each 128-bit lane, are another matter (Set4,
-// Match4: icrc_batch.go).
+// Diff4: icrc_batch.go).
 
 // foldK[d] holds the constants that move a 16-byte block d blocks (128*d
 // bits) forward: a block is read as a polynomial of degree < 128 in the

@@ -2,7 +2,7 @@
 
 package wire
 
-// haveCLMUL4 is false: Set4, Diff4 and Match4 refuse every group, and SetBatch
+// haveCLMUL4 is false: Set4 and Diff4 refuse every group, and SetBatch
 // seals each packet as Set does.
 const haveCLMUL4 = false
 

@@ -350,8 +350,8 @@ func (d *Device) input(pkts []packetio.Packet) {
 	now := d.now()
 	// Four packets in a row from one source with one length that the
 	// four-lane pass takes (a burst of equal-sized small messages, a GRO
-	// train of them) have their ICRCs computed together (DiffICRC4): diff[j] is the engine's answer for the j-th packet from
-	// i on, while left > j.
+	// train of them) have their ICRCs computed together (DiffICRC4):
+	// diff[at] is the engine's answer for packet i while left > 0.
 	var diff [4]uint32
 	left, at := 0, 0
 	for i := range pkts {
