@@ -149,6 +149,15 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 		t.Errorf("the sides disagree on the addresses:\nperftest local  %s\ngoroce remote   %s\ngoroce local    %s\nperftest remote %s", g.local, o.remote, o.local, g.remote)
 	}
 	lat := strings.HasSuffix(c.test, "_lat")
+	// perftest times with the processor's cycle counter, whose frequency it
+	// measures first; under emulation that measurement can fail ("Correlation
+	// coefficient r^2: ... < 0.9", which -F lets it go on from), and then
+	// every figure it derives from cycles prints as 0. Its row still has to
+	// be there, with the size and the iterations.
+	noClock := strings.Contains(r.guestOut, "Correlation coefficient r^2")
+	if noClock {
+		t.Logf("perftest could not measure the guest's cycle frequency: its figures are 0 and not checked")
+	}
 	for _, x := range []struct {
 		name string
 		p    perfReport
@@ -179,7 +188,7 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 			// ib_send_bw's server, which it does not compute for short
 			// runs, and a bandwidth too small for two decimals.
 			zeroOK := lat && i == 4 || !lat && i == 0 && x.name == "perftest" && c.test == "send_bw" && !goroceServer ||
-				!lat && i < 2 && tinyBW
+				!lat && i < 2 && tinyBW || x.name == "perftest" && noClock
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0 || f == 0 && !zeroOK {
 				t.Errorf("%s: column %d of %q is not a positive number", x.name, i+3, row)
