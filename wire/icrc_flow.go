@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"net/netip"
 )
@@ -79,8 +80,11 @@ var lenTables, idTables = func() (l [4][256]uint32, id [3][256]uint32) {
 
 // headers returns the raw CRC register after the masked headers of a
 // datagram carrying the transport packet pkt.
-func (c *FlowICRC) headers(pkt []byte) uint32 {
-	ip, udp := IPv4UDPLen+len(pkt), UDPLen+len(pkt)
+func (c *FlowICRC) headers(pkt []byte) uint32 { return c.headersLen(len(pkt)) }
+
+// headersLen is headers for a transport packet of n bytes.
+func (c *FlowICRC) headersLen(n int) uint32 {
+	ip, udp := IPv4UDPLen+n, UDPLen+n
 	t := &lenTables
 	return c.base ^ t[0][ip>>8&0xFF] ^ t[1][ip&0xFF] ^ t[2][udp>>8&0xFF] ^ t[3][udp&0xFF]
 }
@@ -116,6 +120,36 @@ func (c *FlowICRC) Set(pkt []byte) error {
 		return err
 	}
 	binary.LittleEndian.PutUint32(pkt[len(pkt)-ICRCLen:], crc)
+	return nil
+}
+
+// ErrSetVFlow is SetV's answer for a flow that is not IPv4.
+var ErrSetVFlow = errors.New("wire: FlowICRC.SetV: the flow is not IPv4")
+
+// SetV is Set for a packet in three pieces, hdr ++ payload ++ tail, that a
+// sender gathers into one datagram without copying them together (a large
+// payload sent from where it lies): hdr is the BTH and extension headers,
+// tail the pad bytes and the four ICRC bytes, which SetV writes. The ICRC is
+// the one Set writes into the packet joined. It takes IPv4 flows only
+// (ErrSetVFlow), checks the lengths as Set does (ErrTruncatedICRC for an
+// hdr shorter than a BTH or a tail shorter than an ICRC, ErrBuildTooLong)
+// and does not allocate.
+func (c *FlowICRC) SetV(hdr, payload, tail []byte) error {
+	if !c.v4 {
+		return ErrSetVFlow
+	}
+	if len(hdr) < BTHLen || len(tail) < ICRCLen {
+		return ErrTruncatedICRC
+	}
+	n := len(hdr) + len(payload) + len(tail)
+	if IPv4UDPLen+n > 0xFFFF {
+		return ErrBuildTooLong
+	}
+	// tableRegister takes the BTH's masked byte and the rest of the
+	// headers; the payload and pad go on through crcUpdate.
+	crc := crcUpdate(^tableRegister(c.headersLen(n), hdr), payload)
+	crc = crcUpdate(crc, tail[:len(tail)-ICRCLen])
+	binary.LittleEndian.PutUint32(tail[len(tail)-ICRCLen:], crc)
 	return nil
 }
 

@@ -201,3 +201,72 @@ func TestDiffOf(t *testing.T) {
 		}
 	}
 }
+
+// TestFlowICRCSetV: the ICRC SetV writes into the tail of a packet in three
+// pieces is the one Set writes into the packet joined, for every opcode
+// family's header sizes, payload lengths with every pad count and up to 9000
+// bytes, and pieces that are not adjacent in memory; bad pieces and an IPv6
+// flow are refused, and it does not allocate.
+func TestFlowICRCSetV(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	ops := []Opcode{RCSendOnly, RCWriteFirst, RCWriteMiddle, RCWriteOnlyImm, RCReadResponseFirst, RCReadResponseMiddle, RCSendLastImm}
+	for _, fl := range icrcTestFlows[:2] {
+		c, err := NewFlowICRC(fl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 400; i++ {
+			n := r.IntN(9001)
+			if i < 32 {
+				n = i // short payloads, every pad count
+			}
+			h := Header{Opcode: ops[r.IntN(len(ops))], DestQP: QPN(r.Uint32() & 0xFFFFFF), PSN: PSN(r.Uint32() & 0xFFFFFF), PKey: DefaultPKey, AckReq: i%2 == 0, Imm: r.Uint32(), RETH: RETHFields{VA: r.Uint64(), RKey: r.Uint32(), DMALen: uint32(n) + 1}}
+			payload := make([]byte, n)
+			for j := range payload {
+				payload[j] = byte(r.Uint32())
+			}
+			pkt, err := AppendTransport(nil, &h, payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hl := h.Opcode.Info().HeaderLen
+			pkt[4] |= 0xC0 // masked either way
+			if err := c.Set(pkt); err != nil {
+				t.Fatal(err)
+			}
+			hdr := append([]byte(nil), pkt[:hl]...)
+			tail := make([]byte, len(pkt)-hl-n) // pad and a wrong ICRC
+			for j := range tail {
+				tail[j] = 0xEE
+			}
+			copy(tail, pkt[hl+n:len(pkt)-ICRCLen])
+			if err := c.SetV(hdr, payload, tail); err != nil {
+				t.Fatal(err)
+			}
+			if joined := append(append(hdr, payload...), tail...); !bytes.Equal(joined, pkt) {
+				t.Fatalf("%v %v, %d-byte payload: SetV and Set differ", fl.Src, h.Opcode, n)
+			}
+		}
+		hdr, tail := make([]byte, BTHLen), make([]byte, ICRCLen)
+		for _, bad := range []struct {
+			hdr, payload, tail []byte
+			want               error
+		}{
+			{hdr[:BTHLen-1], nil, tail, ErrTruncatedICRC},
+			{hdr, nil, tail[:ICRCLen-1], ErrTruncatedICRC},
+			{hdr, make([]byte, 0xFFFF), tail, ErrBuildTooLong},
+		} {
+			if err := c.SetV(bad.hdr, bad.payload, bad.tail); !errors.Is(err, bad.want) {
+				t.Errorf("%d+%d+%d bytes: %v, want %v", len(bad.hdr), len(bad.payload), len(bad.tail), err, bad.want)
+			}
+		}
+		payload := make([]byte, 4096)
+		if a := testing.AllocsPerRun(100, func() { c.SetV(hdr, payload, tail) }); a != 0 {
+			t.Errorf("%v allocations per SetV", a)
+		}
+	}
+	c6, _ := NewFlowICRC(icrcTestFlows[2])
+	if err := c6.SetV(make([]byte, BTHLen), nil, make([]byte, ICRCLen)); !errors.Is(err, ErrSetVFlow) {
+		t.Errorf("IPv6 flow: %v, want ErrSetVFlow", err)
+	}
+}

@@ -150,17 +150,26 @@ func (c *ICRCIDCache) Deltas(n int) *ICRCIDDeltas {
 // than MinPacketLen and ErrBuildTooLong for one no IPv4 datagram carries. It
 // does not allocate.
 func (c *ICRCIDCache) ChangeID(pkt []byte, from, to uint16) error {
-	if len(pkt) < MinPacketLen {
+	if len(pkt) < ICRCLen {
 		return ErrTruncatedICRC
 	}
-	if IPv4UDPLen+len(pkt) > 0xFFFF {
+	return c.ChangeIDOf(pkt[len(pkt)-ICRCLen:], len(pkt), from, to)
+}
+
+// ChangeIDOf is ChangeID for a packet of n bytes whose ICRC is the four
+// bytes icrc (the end of the last piece of a packet sent in pieces: see
+// FlowICRC.SetV).
+func (c *ICRCIDCache) ChangeIDOf(icrc []byte, n int, from, to uint16) error {
+	if n < MinPacketLen || len(icrc) != ICRCLen {
+		return ErrTruncatedICRC
+	}
+	if IPv4UDPLen+n > 0xFFFF {
 		return ErrBuildTooLong
 	}
 	if from == to {
 		return nil
 	}
-	f := pkt[len(pkt)-ICRCLen:]
 	le := binary.LittleEndian
-	le.PutUint32(f, le.Uint32(f)^c.Deltas(len(pkt)).Delta(from^to))
+	le.PutUint32(icrc, le.Uint32(icrc)^c.Deltas(n).Delta(from^to))
 	return nil
 }

@@ -66,11 +66,15 @@ func TestICRCChangeID(t *testing.T) {
 				t.Fatalf("len %d id %d: solver found %d %v %v", n, id, gid, gdf, err)
 			}
 			// And between two non-zero Identifications.
+			// (By ChangeIDOf, on a copy of the ICRC alone, as a sender of
+			// a packet in pieces does.)
 			to := id ^ uint16(r.Uint32())
 			binary.BigEndian.PutUint16(hk[4:], to)
-			if err := c.ChangeID(pkt, id, to); err != nil {
+			icrc := append([]byte(nil), pkt[len(pkt)-ICRCLen:]...)
+			if err := c.ChangeIDOf(icrc, len(pkt), id, to); err != nil {
 				t.Fatal(err)
 			}
+			copy(pkt[len(pkt)-ICRCLen:], icrc)
 			if err := CheckICRC(hk, pkt); err != nil {
 				t.Fatalf("len %d id %d -> %d: %v", n, id, to, err)
 			}
@@ -85,6 +89,12 @@ func TestICRCChangeIDErrors(t *testing.T) {
 	}
 	if err := c.ChangeID(make([]byte, 0xFFFF-IPv4UDPLen+1), 0, 1); err != ErrBuildTooLong {
 		t.Errorf("long packet: %v", err)
+	}
+	if err := c.ChangeIDOf(make([]byte, ICRCLen-1), 100, 0, 1); err != ErrTruncatedICRC {
+		t.Errorf("short ICRC: %v", err)
+	}
+	if err := c.ChangeIDOf(make([]byte, ICRCLen), MinPacketLen-1, 0, 1); err != ErrTruncatedICRC {
+		t.Errorf("short packet by ChangeIDOf: %v", err)
 	}
 	d := NewICRCIDDeltas(3)
 	if d.Delta(0xFFFF) != 0 {
