@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ type benchConfig struct {
 	rdmaCM   bool
 	events   bool // -e: wait on completion channels, not busily
 	timeout  time.Duration
+	cpuProf  string // --cpuprofile: write a CPU profile of the run here
 	soft     devinfo.Soft
 	stderr   io.Writer
 }
@@ -113,6 +115,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.timeout, "timeout", 0, "give up after this long (default: never, as perftest)")
 	fs.BoolVar(&c.events, "e", false, "sleep on CQ events: latency tests then arm the CQ and wait on its completion channel after 50 µs without a completion, and the soft device's driver blocks when idle (default for latency tests: poll busily, a processor per side, as perftest)")
 	fs.BoolVar(&c.events, "events", false, "same as -e")
+	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile of this side's run to `file` (go tool pprof reads it; scripts/pgo-profile.sh merges such profiles into the build's default.pgo)")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
 		fs.PrintDefaults()
@@ -199,6 +202,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		// 64 KiB.
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	}
+	if c.cpuProf != "" {
+		stop, err := startCPUProfile(c.cpuProf)
+		if err != nil {
+			fmt.Fprintf(stderr, "goroce %s: %v\n", name, err)
+			return 1
+		}
+		defer stop()
+	}
 	var err2 error
 	if c.loopback {
 		err2 = runBenchLoopback(&c, stdout)
@@ -213,6 +224,23 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startCPUProfile starts writing a CPU profile to path and returns what
+// stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func (c *benchConfig) context() (context.Context, context.CancelFunc) {
