@@ -133,6 +133,11 @@ type Engine struct {
 	gsi       gsi
 	nextQPN   int // index of qps where CreateQP looks first
 	seal      sealQueue
+	// gather is set during OutputGather: a payload of GatherMin bytes or
+	// more from one memory region is left where it lies, in ext, for
+	// finish to seal in place (finishGather).
+	gather bool
+	ext    []byte
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -419,6 +424,10 @@ func (e *Engine) Tick(now int64) {
 // returns its length. Between BeginOutputBatch and EndOutputBatch it may
 // park the packet unsealed instead (sealQueue).
 func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16) int {
+	// A payload left aside (OutputGather) is this packet's only: taken
+	// here, and put back by finishGather once the packet is built.
+	ext := e.ext
+	e.ext = nil
 	info := e.hdr.Opcode.Info()
 	hl := info.HeaderLen
 	out, err := wire.AppendTransport(buf[:0], &e.hdr, buf[hl:hl+payloadLen])
@@ -437,6 +446,11 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	}
 	if s == nil {
 		return 0
+	}
+	if ext != nil {
+		n := e.finishGather(out, hl, ext, s)
+		e.lastSport = sport
+		return n
 	}
 	q := &e.seal
 	if q.on && len(out) >= wire.Lane4MinLen && len(out) <= wire.Lane4MaxLen {
@@ -459,6 +473,30 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	}
 	e.lastSport = sport
 	return len(out)
+}
+
+// GatherMin is the least payload OutputGather leaves where it lies: shorter
+// ones are copied into the packet, which costs less than the extra pieces
+// the packet path then gathers.
+const GatherMin = 1024
+
+// finishGather seals the packet out, which AppendTransport built with its
+// payload's room (out[hl:hl+len(ext)]) unfilled, for the payload ext that
+// stays where it lies: the pad and ICRC move up to follow the headers, ext
+// goes in e.ext for OutputGather, and it returns the length of headers, pad
+// and ICRC together. Were the flow not IPv4 (FlowICRC.SetV's answer; the
+// engine's flows are), it would copy the payload in and seal it whole.
+func (e *Engine) finishGather(out []byte, hl int, ext []byte, s *flowSlot) int {
+	tail := out[hl+len(ext):]
+	if s.c.SetV(out[:hl], ext, tail) != nil {
+		copy(out[hl:], ext)
+		if s.c.Set(out) != nil {
+			return 0
+		}
+		return len(out)
+	}
+	e.ext = ext
+	return hl + copy(out[hl:], tail)
 }
 
 // sealQueue holds the packets finish parked unsealed during an output batch

@@ -34,6 +34,9 @@ type link struct {
 	in     [][]byte
 	inPort []uint16
 	single bool
+	// gather, when set, makes step move packets one at a time through
+	// OutputGather (stepGather), counting those sent in pieces.
+	gather *gatherStats
 }
 
 // linkBatch is the most packets step outputs in one batch.
@@ -82,6 +85,9 @@ func newLink(t testing.TB) *link {
 // them; a link that reorders (hold), whose held packets stepSingle delivers
 // between the outputs, and a link set single, move one packet at a time.
 func (l *link) step() bool {
+	if l.gather != nil {
+		return l.stepGather()
+	}
 	if l.single || l.hold != nil {
 		return l.stepSingle()
 	}

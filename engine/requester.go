@@ -179,7 +179,11 @@ func (qp *QP) reqPacket(s *sendSlot, st *sendState, buf []byte) (payload int, la
 			if len(s.sges) == 1 && wr.Flags&verbs.SendInline == 0 {
 				// One SGE, the common case: gather's work without its call.
 				b := sgeBytes(qp.e.MRs.lookup(s.sges[0].LKey), qp.pd, s.sges[0], off)
-				gathered = b != nil && copy(dst, b) == len(dst)
+				if qp.e.gather && payload >= GatherMin && len(b) >= payload {
+					qp.e.ext, gathered = b[:payload], true // left where it lies (OutputGather)
+				} else {
+					gathered = b != nil && copy(dst, b) == len(dst)
+				}
 			} else {
 				gathered = qp.gather(s, off, dst)
 			}

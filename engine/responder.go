@@ -471,7 +471,11 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 		off := int(k) * qp.mtu
 		payload = min(qp.mtu, len(it.data)-off)
 		hl := h.Opcode.Info().HeaderLen
-		copy(buf[hl:hl+payload], it.data[off:])
+		if qp.e.gather && payload >= GatherMin {
+			qp.e.ext = it.data[off : off+payload] // left where it lies (OutputGather)
+		} else {
+			copy(buf[hl:hl+payload], it.data[off:])
+		}
 		it.sent++
 		done = it.sent == it.npkts
 	}
