@@ -60,6 +60,25 @@ type Packet struct {
 	// learnt the first's Identification knows the others'. Paths without
 	// GRO leave it 0. Ignored on send.
 	GROSeg uint16
+	// Ext is, on send, bytes the datagram carries between Buf[:ExtAt] and
+	// Buf[ExtAt:] without being copied into Buf: a large payload sent from
+	// where it lies (engine.Engine.OutputGather), which must stay unchanged
+	// until Transmit returns. Only a Conn that implements Gatherer and
+	// reports true sends it; any other refuses a packet with Ext set
+	// (ErrNoGather). Buf[ExtAt:] must hold at least the ICRC, 4 bytes
+	// (ErrExtAt); the datagram is len(Buf)+len(Ext) bytes, which MaxPacket
+	// bounds. TxBatch lends packets with Ext nil. Ignored on receive.
+	Ext   []byte
+	ExtAt int
+}
+
+// Gatherer is implemented by a Conn that may send a packet in pieces: Buf
+// with Packet.Ext inserted at Packet.ExtAt, the kernel gathering them (a
+// sendmmsg iovec each), so that a large payload is not copied into Buf
+// first.
+type Gatherer interface {
+	// Gathers reports whether Transmit sends Packet.Ext.
+	Gathers() bool
 }
 
 // PollDeadline returns a Receive deadline that has long passed, so that

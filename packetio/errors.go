@@ -24,6 +24,12 @@ var (
 	// ErrNoRoute is the cause of a packet not sent because no peer has its
 	// destination address (in-memory paths).
 	ErrNoRoute = errors.New("packetio: no route to destination")
+	// ErrNoGather is the cause of a packet not sent because it has
+	// Packet.Ext set and the Conn does not send it (see Gatherer).
+	ErrNoGather = errors.New("packetio: Packet.Ext set, but this Conn does not send a packet in pieces (Gatherer)")
+	// ErrExtAt is the cause of a packet not sent because its Packet.ExtAt
+	// is negative or leaves less than the ICRC's 4 bytes of Buf after Ext.
+	ErrExtAt = errors.New("packetio: Packet.ExtAt outside Buf, or fewer than 4 bytes (the ICRC) after it")
 )
 
 // TransmitError reports the packets of a Transmit that were not sent. The

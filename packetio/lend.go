@@ -65,13 +65,32 @@ func (l *TxLender) Take(closed bool, n int) error {
 
 // TxDest returns the destination of p, unmapped, for a Conn that sends to
 // IPv4 addresses: ErrAddress when it is not a unicast IPv4 address,
-// ErrTooLarge when p is longer than maxPacket.
+// ErrNoGather when it has Packet.Ext set, ErrTooLarge when p is longer
+// than maxPacket.
 func TxDest(p *Packet, maxPacket int) (netip.Addr, error) {
 	a := p.Addr.Unmap()
 	switch {
 	case !a.Is4() || a.IsUnspecified():
 		return a, ErrAddress
+	case p.Ext != nil:
+		return a, ErrNoGather
 	case len(p.Buf) > maxPacket:
+		return a, ErrTooLarge
+	}
+	return a, nil
+}
+
+// TxDestGather is TxDest for a Conn that sends Packet.Ext (Gatherer): it
+// checks ExtAt (ErrExtAt) and bounds the datagram, Buf and Ext together, by
+// maxPacket.
+func TxDestGather(p *Packet, maxPacket int) (netip.Addr, error) {
+	a := p.Addr.Unmap()
+	switch {
+	case !a.Is4() || a.IsUnspecified():
+		return a, ErrAddress
+	case p.Ext != nil && (p.ExtAt < 0 || p.ExtAt > len(p.Buf)-4):
+		return a, ErrExtAt
+	case len(p.Buf)+len(p.Ext) > maxPacket:
 		return a, ErrTooLarge
 	}
 	return a, nil

@@ -33,6 +33,7 @@ func Run(t *testing.T, newPair NewPair) {
 		{"TxBatchLending", testTxBatchLending},
 		{"TransmitErrors", testTransmitErrors},
 		{"NoAllocs", testNoAllocs},
+		{"Gather", testGather},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -373,6 +374,73 @@ func testTransmitErrors(t *testing.T, a, b packetio.Conn) {
 	after := a.Stats()
 	if after.TxErrors-before.TxErrors != 1 || after.PacketsOut-before.PacketsOut != 3 {
 		t.Errorf("stats after a failed packet: before %+v after %+v", before, after)
+	}
+}
+
+// testGather: a Conn that reports Gathers sends each packet with its Ext
+// inserted at ExtAt, datagrams of every size up to MaxPacket, beside
+// packets without Ext, and refuses an ExtAt outside Buf's last ICRC
+// (ErrExtAt) and a datagram larger than MaxPacket; any other Conn refuses
+// every packet with Ext (ErrNoGather) and sends the rest.
+func testGather(t *testing.T, a, b packetio.Conn) {
+	g, ok := a.(packetio.Gatherer)
+	gathers := ok && g.Gathers()
+	sizes := []int{12 + 4, 64, 1000, a.MaxPacket()}
+	batch := a.TxBatch(2 * len(sizes))
+	if len(batch) != 2*len(sizes) {
+		t.Skipf("TxBatch lends %d packets at a time", len(batch))
+	}
+	want := make([][]byte, len(batch))
+	for i := range batch {
+		size := sizes[i/2]
+		want[i] = payload(nil, i, size)
+		p := &batch[i]
+		p.Addr = b.LocalAddr()
+		if i%2 == 0 {
+			p.Buf = append(p.Buf[:0], want[i]...)
+			continue
+		}
+		// Headers up to at, then Ext, then the rest (at least 4 bytes).
+		at := min(size-4, 12+i)
+		ext := max(0, size-at-4-(i%3))
+		p.Buf = append(append(p.Buf[:0], want[i][:at]...), want[i][at+ext:]...)
+		p.Ext, p.ExtAt = want[i][at:at+ext], at
+	}
+	n, err := a.Transmit(batch)
+	if !gathers {
+		if n != len(sizes) || !errors.Is(err, packetio.ErrNoGather) {
+			t.Fatalf("Transmit of %d packets, %d with Ext, on a Conn that does not gather = %d, %v; want %d and ErrNoGather", len(batch), len(sizes), n, err, len(sizes))
+		}
+		got := Recv(t, b, len(sizes), 5*time.Second)
+		for i, p := range got {
+			if !bytes.Equal(p.Buf, want[2*i]) {
+				t.Fatalf("packet %d: % x..., want % x...", 2*i, head(p.Buf), head(want[2*i]))
+			}
+		}
+		return
+	}
+	if n != len(batch) || err != nil {
+		t.Fatalf("Transmit of %d packets, half with Ext = %d, %v", len(batch), n, err)
+	}
+	got := Recv(t, b, len(batch), 5*time.Second)
+	for i, p := range got {
+		if !bytes.Equal(p.Buf, want[i]) {
+			t.Fatalf("packet %d (%d bytes, Ext %v): % x..., want % x... (%d bytes)", i, len(p.Buf), i%2 == 1, head(p.Buf), head(want[i]), len(want[i]))
+		}
+	}
+	bad := a.TxBatch(3)
+	for i := range bad {
+		bad[i].Buf = append(bad[i].Buf[:0], make([]byte, 64)...)
+		bad[i].Addr = b.LocalAddr()
+		bad[i].Ext = make([]byte, 100)
+	}
+	bad[0].ExtAt = 61                             // 3 bytes after it
+	bad[1].ExtAt = -1                             //
+	bad[2].Ext = make([]byte, a.MaxPacket()-64+1) // one byte too many
+	n, err = a.Transmit(bad)
+	var te *packetio.TransmitError
+	if n != 0 || !errors.As(err, &te) || te.Failed != 3 || !errors.Is(err, packetio.ErrExtAt) {
+		t.Fatalf("Transmit of bad Ext packets = %d, %v; want 0 and ErrExtAt for the first", n, err)
 	}
 }
 

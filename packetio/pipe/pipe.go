@@ -173,6 +173,10 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 // its Packet.Port gave (packetio.SourcePorts).
 func (c *Conn) PerPacketSourcePort() bool { return true }
 
+// Gathers implements packetio.Gatherer: a packet's Ext is copied into the
+// peer's queue with the rest.
+func (c *Conn) Gathers() bool { return true }
+
 // Transmit implements packetio.Conn. The packets are copied into the peer's
 // queue before it returns.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
@@ -194,7 +198,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		pk := &pkts[i]
 		var err error
 		switch {
-		case len(pk.Buf) > c.maxPacket:
+		case pk.Ext != nil && (pk.ExtAt < 0 || pk.ExtAt > len(pk.Buf)-4):
+			err = packetio.ErrExtAt
+		case len(pk.Buf)+len(pk.Ext) > c.maxPacket:
 			err = packetio.ErrTooLarge
 		case pk.Addr.Unmap() != p.local.Unmap():
 			err = packetio.ErrNoRoute
@@ -204,14 +210,18 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			continue
 		}
 		sent++
-		bytes += uint64(len(pk.Buf))
+		bytes += uint64(len(pk.Buf) + len(pk.Ext))
 		switch {
 		case peerClosed:
 		case p.count == len(p.slots):
 			drops++
 		default:
 			s := &p.slots[(p.head+p.count)%len(p.slots)]
-			s.buf = append(s.buf[:0], pk.Buf...)
+			if pk.Ext != nil {
+				s.buf = append(append(append(s.buf[:0], pk.Buf[:pk.ExtAt]...), pk.Ext...), pk.Buf[pk.ExtAt:]...)
+			} else {
+				s.buf = append(s.buf[:0], pk.Buf...)
+			}
 			s.from, s.port = c.local, pk.Port
 			if s.port == 0 {
 				s.port = wire.RoCEv2Port
