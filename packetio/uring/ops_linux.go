@@ -36,6 +36,7 @@ func prepRecvmsgMultishot(s *sqe, fd int, msg *unix.Msghdr, bgid uint16, ud uint
 	s.addr = uint64(uintptr(unsafe.Pointer(msg)))
 	s.len = 1
 	s.ioprio = recvMultishot
+	s.opFlags = unix.MSG_TRUNC // recvmsgOut.payloadlen: the whole length, also of a train cut short
 	s.flags = sqeBufSelect
 	s.bufIndex = bgid
 	s.userData = ud
