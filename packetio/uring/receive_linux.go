@@ -232,7 +232,9 @@ func (c *Conn) harvest() ([]packetio.Packet, error) {
 				bytes += uint64(len(p.Buf))
 			}
 			k += made
-			bufs++
+			if made > 0 {
+				bufs++ // c.rx has room for a batch of trains
+			}
 		}
 		if err != nil {
 			break
