@@ -35,7 +35,7 @@ type Conn struct {
 	rxIovs    []unix.Iovec
 	rxNames   []sockaddrInet4
 	rxControl []byte
-	rxBuf     int                   // bytes per receive buffer: MaxPacket, or groBuffer with GRO
+	rxBuf     int                   // bytes per receive buffer: MaxPacket, or udpsock.GROBuffer with GRO
 	recvFn    func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
 	rxN       int                   // recv's results
 	rxErrno   unix.Errno
@@ -129,7 +129,7 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 		return nil, err
 	}
 	c.initRx(o.Batch)
-	c.groIDs = groKeepsIDs()
+	c.groIDs = udpsock.GROKeepsIDs()
 	tx := o.Batch
 	if c.gso.Load() {
 		// Room for a whole GSO message: one sendmmsg entry then carries as
@@ -154,7 +154,7 @@ type txGroup struct {
 func (c *Conn) initRx(batch int) {
 	mp, segs := c.maxPacket, 1
 	if c.gro {
-		mp, segs = groBuffer, groMaxSegments
+		mp, segs = udpsock.GROBuffer, udpsock.GROMaxSegments
 	}
 	c.rxBuf = mp
 	c.rx = make([]packetio.Packet, batch*segs)
@@ -182,7 +182,7 @@ func (c *Conn) initTx(batch int) {
 	c.txIovs = make([]unix.Iovec, batch)
 	c.txAddr = make([][4]byte, batch)
 	c.txNames = make([]sockaddrInet4, batch)
-	c.txCtl = make([]byte, batch*gsoCmsgSpace)
+	c.txCtl = make([]byte, batch*udpsock.GSOCmsgSpace)
 	c.txIdx = make([]int, batch)
 	c.txGroupOf = make([]int, batch)
 	c.txGroups = make([]txGroup, 0, batch+1)
@@ -427,7 +427,7 @@ func (c *Conn) sendMsgs(raw syscall.RawConn, ms *txMsgs, off, end int, pkts []pa
 				c.ctr.AsyncErrors.Add(1)
 				retried = off
 				continue
-			case ms.n[off] > 1 && gsoRefused(c.txErrno):
+			case ms.n[off] > 1 && udpsock.GSORefused(c.txErrno):
 				s, b := c.gsoFallback(raw, off, c.txErrno, pkts, fail)
 				sent += s
 				bytes += b

@@ -12,14 +12,6 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// maxGSOBytes is the most UDP payload bytes one GSO message carries: the
-// largest IPv4 UDP datagram's (65535 - 20 - 8).
-const maxGSOBytes = 0xFFFF - wire.IPv4UDPLen
-
-// gsoCmsgSpace is the control buffer of one GSO message: a UDP_SEGMENT
-// cmsg carrying the segment size as a uint16.
-var gsoCmsgSpace = unix.CmsgSpace(2)
-
 // Offloads reports whether the Conn uses GSO and GRO, and why not when it
 // does not. GSO may turn off while the Conn runs (a device that cannot
 // checksum in hardware makes the kernel refuse GSO with EIO before Linux
@@ -82,7 +74,7 @@ func newTxMsgs(n int) txMsgs {
 // gsoRun returns how many packets from iovec k on (at most end) go in one
 // GSO message: packets to the same address (txAddr), all of the first's
 // size but the last, which may be shorter, at most wire.GSOMaxSegments and
-// maxGSOBytes in all. It returns 1 when GSO is off.
+// udpsock.MaxGSOBytes in all. It returns 1 when GSO is off.
 func (c *Conn) gsoRun(k, end int) int {
 	if !c.gso.Load() {
 		return 1
@@ -91,7 +83,7 @@ func (c *Conn) gsoRun(k, end int) int {
 	total, n := size, 1
 	for k+n < end && n < wire.GSOMaxSegments {
 		l := int(c.txIovs[k+n].Len)
-		if c.txAddr[k+n] != c.txAddr[k] || l > size || total+l > maxGSOBytes || l < wire.MinPacketLen {
+		if c.txAddr[k+n] != c.txAddr[k] || l > size || total+l > udpsock.MaxGSOBytes || l < wire.MinPacketLen {
 			break
 		}
 		total += l
@@ -117,8 +109,8 @@ func (c *Conn) buildMsgs(m, k, end int) int {
 		h.hdr.SetIovlen(n)
 		h.hdr.Control, h.hdr.Controllen = nil, 0
 		if n > 1 {
-			ctl := c.txCtl[m*gsoCmsgSpace : (m+1)*gsoCmsgSpace]
-			putSegmentCmsg(ctl, uint16(c.txIovs[k].Len))
+			ctl := c.txCtl[m*udpsock.GSOCmsgSpace : (m+1)*udpsock.GSOCmsgSpace]
+			udpsock.PutSegmentCmsg(ctl, uint16(c.txIovs[k].Len))
 			h.setControl(ctl)
 			for j := 1; j < n; j++ {
 				c.ids.ChangeID(c.txBuf(k+j), 0, uint16(j))
@@ -134,22 +126,6 @@ func (c *Conn) buildMsgs(m, k, end int) int {
 // txBuf returns the packet iovec k points at.
 func (c *Conn) txBuf(k int) []byte {
 	return unsafe.Slice(c.txIovs[k].Base, c.txIovs[k].Len)
-}
-
-// putSegmentCmsg writes a UDP_SEGMENT cmsg with segment size size into b.
-func putSegmentCmsg(b []byte, size uint16) {
-	h := (*unix.Cmsghdr)(unsafe.Pointer(unsafe.SliceData(b)))
-	h.Level, h.Type = unix.SOL_UDP, unix.UDP_SEGMENT
-	h.SetLen(unix.CmsgLen(2))
-	*(*uint16)(unsafe.Pointer(&b[unix.CmsgLen(0)])) = size
-}
-
-// gsoRefused tells the errors with which the kernel refuses a GSO message
-// whose packets it would take one datagram each: EINVAL (a segment larger
-// than the path MTU, SO_NO_CHECK, too many segments), EMSGSIZE (too
-// large), EIO (no checksum offload on the device, before Linux 6.11).
-func gsoRefused(e unix.Errno) bool {
-	return e == unix.EINVAL || e == unix.EMSGSIZE || e == unix.EIO
 }
 
 // gsoFallback sends the packets of the GSO message m that the kernel
@@ -180,15 +156,6 @@ func (c *Conn) gsoFallback(raw syscall.RawConn, m int, errno unix.Errno, pkts []
 	return c.sendMsgs(raw, fb, 0, n, pkts, fail)
 }
 
-// groBuffer is the receive buffer of one message with UDP GRO: the largest
-// IPv4 UDP payload, rounded up. A smaller one would lose the rest of a
-// coalesced buffer (MSG_TRUNC).
-const groBuffer = 64 << 10
-
-// groMaxSegments is the most datagrams Linux coalesces into one GRO buffer
-// (UDP_GRO_CNT_MAX).
-const groMaxSegments = 64
-
 // split turns the GRO buffer buf of segments of size seg into packets
 // c.rx[k:], the first (already holding the buffer's address, ports and
 // metadata) copied into the others, each a slice of buf with its position
@@ -217,21 +184,4 @@ func (c *Conn) split(k int, buf []byte, seg int) (made int, drops uint64) {
 		c.ctr.GROSegments.Add(uint64(j))
 	}
 	return made, drops
-}
-
-// groKeepsIDs reports whether the running kernel's UDP GRO coalesces only
-// datagrams whose IPv4 Identifications go up by one (or, with DF, stay
-// equal): Linux 6.10 and later check them for UDP as for TCP. Before, UDP
-// GRO ignored the Identification, so a train's position says nothing of it
-// and Packet.GROSeg stays 0.
-func groKeepsIDs() bool {
-	var u unix.Utsname
-	if unix.Uname(&u) != nil {
-		return false
-	}
-	var major, minor int
-	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &major, &minor); err != nil {
-		return false
-	}
-	return major > 6 || major == 6 && minor >= 10
 }

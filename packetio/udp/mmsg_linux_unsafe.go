@@ -79,4 +79,4 @@ func setBuf(iov *unix.Iovec, b []byte) {
 
 // controlSpace is the receive control buffer per message, in bytes:
 // udpsock's and a UDP_GRO cmsg (CmsgSpace(4): 24 bytes on 64-bit).
-const controlSpace = udpsock.ControlSpace + 24
+const controlSpace = udpsock.ControlSpace + udpsock.GROCmsgSpace

@@ -14,6 +14,7 @@ import (
 
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
+	"github.com/goroce/goroce/wire"
 )
 
 // ErrWrongThread is returned (wrapped) by Receive and Transmit of a Conn
@@ -24,11 +25,14 @@ var ErrWrongThread = errors.New("packetio/uring: single-issuer ring used from an
 // Layout of a receive slot: the recvmsgOut a multishot RECVMSG writes, the
 // source address, the control messages, then the payload. Single-shot
 // RECVMSGs use the same offsets, so a packet's bytes are always at
-// slotPayload.
+// slotPayload. The control room holds a UDP_GRO cmsg beside udpsock's
+// (the kernel writes it before IP_PKTINFO and IP_TOS, which a smaller room
+// would cut off).
 const (
-	slotName    = int(sizeofRecvmsgOut)
-	slotControl = slotName + int(udpsock.SizeofSockaddrInet4)
-	slotPayload = slotControl + udpsock.ControlSpace
+	slotName     = int(sizeofRecvmsgOut)
+	slotControl  = slotName + int(udpsock.SizeofSockaddrInet4)
+	controlSpace = udpsock.ControlSpace + udpsock.GROCmsgSpace
+	slotPayload  = slotControl + controlSpace
 )
 
 // bgid is the provided-buffer group of the receive slots.
@@ -49,6 +53,7 @@ const (
 type disable struct {
 	multishot bool        // use batched single-shot RECVMSG
 	mode      taskrunMode // task-run mode unless Options say otherwise
+	groRoom   int         // payload room of a slot with GRO, if not 0 (tests of truncated trains)
 }
 
 // Conn is a UDP socket for RoCEv2 over IPv4 driven through io_uring. It
@@ -69,9 +74,11 @@ type Conn struct {
 
 	// Receive side. rxMem holds nSlots slots of slotSize bytes, then the
 	// eventfd's 8-byte read buffer; kernel-written memory is kept out of
-	// the Go heap.
+	// the Go heap. A slot has room for rxRoom bytes of payload: MaxPacket,
+	// or a GRO train.
 	rxMem      []byte
 	slotSize   int
+	rxRoom     int
 	nSlots     int
 	bufs       *bufRing // multishot: the slots, lent to the kernel
 	msHdr      unix.Msghdr
@@ -92,16 +99,38 @@ type Conn struct {
 	ts         unix.Timespec
 	singleshot bool
 
-	// Send side.
+	// Send side (transmit_linux.go). txIovs[k] points at the k-th packet
+	// Transmit sends, txIdx[k] is its index in pkts. A send entry j is
+	// either a message (j < txCap: txHdrs[j], to txNames[j], the packets
+	// txIovs[msgK[j]:msgK[j]+msgN[j]], with txCtl's j-th UDP_SEGMENT cmsg
+	// when it has several) or, j = txCap+k, packet k alone (fbHdrs[k], a
+	// refused GSO message's packet sent again). txRes, txDone and txTries
+	// are per send entry.
 	txl     packetio.TxLender
+	txCap   int
 	txHdrs  []unix.Msghdr
-	txIovs  []unix.Iovec
 	txNames []udpsock.SockaddrInet4
-	txIdx   []int   // txHdrs index -> index in Transmit's pkts
-	txRes   []int32 // completion result per txHdrs index
+	txCtl   []byte
+	msgK    []int
+	msgN    []int
+	fbHdrs  []unix.Msghdr
+	txIovs  []unix.Iovec
+	txIdx   []int
+	txRes   []int32
 	txDone  []bool
-	retry   []int // txHdrs indexes to send again (asynchronous error)
+	txTries []uint8
+	retry   []int // send entries to send (again)
+	again   []int // the next round's, swapped with retry
 	gen     uint32
+
+	// Offloads: gso is read by Transmit and cleared when the kernel refuses
+	// GSO for good (EIO); offMu guards the reasons.
+	gso            atomic.Bool
+	gro            bool
+	groIDs         bool // the kernel's UDP GRO keeps Identifications in order: GROSeg is set
+	ids            wire.ICRCIDCache
+	offMu          sync.Mutex
+	gsoWhy, groWhy string
 
 	one    [8]byte // the eventfd increment Wake writes
 	waking atomic.Bool
@@ -163,7 +192,7 @@ func listen(local netip.Addr, opts Options, dis disable) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Conn{sock: -1, probe: -1, efd: -1, maxPacket: o.MaxPacket, batch: o.Batch, nSlots: o.RxBuffers}
+	c := &Conn{sock: -1, probe: -1, efd: -1, maxPacket: o.MaxPacket, batch: o.Batch}
 	c.one[0] = 1 // little-endian 1; the eventfd only needs non-zero
 	if err := c.open(local, o, dis); err != nil {
 		c.free(true)
@@ -180,7 +209,31 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 	if o.SingleIssuer {
 		mode = taskrunDefer
 	}
-	sqEntries := pow2(max(o.Batch, 8) + 8)
+
+	fd, port, err := udpsock.Open("packetio/uring", local, udpsock.Config{
+		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS,
+		// Blocking: io_uring tries each operation without waiting and
+		// arms a poll when it would block; on an O_NONBLOCK socket some
+		// kernels return EAGAIN instead.
+		NonBlock: false,
+		Checksum: o.GSO != OffloadOff,
+	})
+	if err != nil {
+		return err
+	}
+	c.sock = fd
+	if err := c.probeOffloads(fd, o); err != nil {
+		return err
+	}
+	c.groIDs = c.gro && udpsock.GROKeepsIDs()
+	c.nSlots = o.rxBuffers(c.gro)
+	c.txCap = o.Batch
+	if c.gso.Load() {
+		// Room for a whole GSO message, as package udp lends.
+		c.txCap = max(c.txCap, wire.GSOMaxSegments)
+	}
+
+	sqEntries := pow2(max(c.txCap, 8) + 8)
 	cqEntries := pow2(c.nSlots + sqEntries + 16)
 	r, err := newRing(uint32(sqEntries), uint32(cqEntries), mode)
 	if err != nil {
@@ -199,17 +252,6 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 		return fmt.Errorf("packetio/uring: the kernel gave %d SQ entries for a batch of %d", c.r.sq.entries, o.Batch)
 	}
 
-	fd, port, err := udpsock.Open("packetio/uring", local, udpsock.Config{
-		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS,
-		// Blocking: io_uring tries each operation without waiting and
-		// arms a poll when it would block; on an O_NONBLOCK socket some
-		// kernels return EAGAIN instead.
-		NonBlock: false,
-	})
-	if err != nil {
-		return err
-	}
-	c.sock = fd
 	if c.probe, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP); err != nil {
 		return fmt.Errorf("packetio/uring: socket: %w", err)
 	}
@@ -234,7 +276,15 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 }
 
 func (c *Conn) initRx(dis disable) error {
-	c.slotSize = (slotPayload + c.maxPacket + 63) &^ 63
+	c.rxRoom = c.maxPacket
+	segs := 1
+	if c.gro {
+		c.rxRoom, segs = udpsock.GROBuffer, udpsock.GROMaxSegments
+		if dis.groRoom > 0 {
+			c.rxRoom = dis.groRoom
+		}
+	}
+	c.slotSize = (slotPayload + c.rxRoom + 63) &^ 63
 	size := c.nSlots*c.slotSize + 64
 	// MAP_POPULATE: mapped now, not one fault at a time inside the first
 	// receives (see packetio.Prefault).
@@ -243,7 +293,9 @@ func (c *Conn) initRx(dis disable) error {
 		return fmt.Errorf("packetio/uring: mmap receive buffers: %w", err)
 	}
 	c.rxMem = mem
-	c.rx = make([]packetio.Packet, c.batch)
+	// A completion gives up to segs packets (a GRO train), and Receive
+	// reaps up to a batch of completions.
+	c.rx = make([]packetio.Packet, c.batch*segs)
 	c.rxSlots = make([]uint16, 0, c.batch)
 	c.pend = make([]cqe, pow2(c.nSlots+c.batch+16))
 	c.arg.ts = uint64(uintptr(unsafe.Pointer(&c.ts)))
@@ -259,7 +311,7 @@ func (c *Conn) initRx(dis disable) error {
 		}
 		c.bufs.publish()
 		c.msHdr.Namelen = uint32(udpsock.SizeofSockaddrInet4)
-		c.msHdr.SetControllen(udpsock.ControlSpace)
+		c.msHdr.SetControllen(controlSpace)
 		c.features.Multishot, c.features.BufRing = true, true
 		return nil
 	}
@@ -281,7 +333,7 @@ func (c *Conn) toSingleshot() {
 	for i := range c.nSlots {
 		base := i * c.slotSize
 		c.ssIovs[i].Base = &c.rxMem[base+slotPayload]
-		c.ssIovs[i].SetLen(c.maxPacket)
+		c.ssIovs[i].SetLen(c.rxRoom)
 		h := &c.ssHdrs[i]
 		h.Name = &c.rxMem[base+slotName]
 		h.Iov = &c.ssIovs[i]
@@ -292,22 +344,30 @@ func (c *Conn) toSingleshot() {
 }
 
 func (c *Conn) initTx() {
-	b := c.batch
+	b := c.txCap
 	c.txl = packetio.NewTxLender(b, c.maxPacket)
 	c.txHdrs = make([]unix.Msghdr, b)
-	c.txIovs = make([]unix.Iovec, b)
 	c.txNames = make([]udpsock.SockaddrInet4, b)
+	c.txCtl = make([]byte, b*udpsock.GSOCmsgSpace)
+	c.msgK = make([]int, b)
+	c.msgN = make([]int, b)
+	c.fbHdrs = make([]unix.Msghdr, b)
+	c.txIovs = make([]unix.Iovec, b)
 	c.txIdx = make([]int, b)
-	c.txRes = make([]int32, b)
-	c.txDone = make([]bool, b)
+	c.txRes = make([]int32, 2*b)
+	c.txDone = make([]bool, 2*b)
+	c.txTries = make([]uint8, 2*b)
 	c.retry = make([]int, 0, b)
+	c.again = make([]int, 0, b)
 	for i := range b {
 		c.txNames[i] = udpsock.SockaddrInet4{Family: unix.AF_INET, Port: c.dstPort}
 		h := &c.txHdrs[i]
 		h.Name = (*byte)(unsafe.Pointer(&c.txNames[i]))
 		h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
-		h.Iov = &c.txIovs[i]
-		h.SetIovlen(1)
+		f := &c.fbHdrs[i]
+		f.Namelen = uint32(udpsock.SizeofSockaddrInet4)
+		f.Iov = &c.txIovs[i]
+		f.SetIovlen(1)
 	}
 }
 

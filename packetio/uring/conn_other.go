@@ -69,3 +69,8 @@ func (c *Conn) Stats() packetio.Stats { return packetio.Stats{} }
 
 // Close implements packetio.Conn.
 func (c *Conn) Close() error { return packetio.ErrClosed }
+
+// Offloads reports that the Conn uses neither GSO nor GRO.
+func (c *Conn) Offloads() OffloadStatus {
+	return OffloadStatus{GSOReason: "Linux only", GROReason: "Linux only"}
+}

@@ -19,10 +19,12 @@
 // shared setup): unconnected, IPv4, bound to the local address and port 4791
 // (Options.Port overrides it), with IP_MTU_DISCOVER=IP_PMTUDISC_DO (DF set
 // and IPv4 Identification 0, which the ICRC covers), IP_PKTINFO and
-// IP_RECVTOS for each packet's local address and TOS, SO_NO_CHECK, large
-// socket buffers and the TOS of transmitted packets. Options has the same
-// fields as udp.Options, and Listen the same signature, so the two paths
-// are interchangeable.
+// IP_RECVTOS for each packet's local address and TOS, SO_NO_CHECK only
+// when GSO is off (see Segmentation offloads), UDP_GRO when GRO is on,
+// large socket buffers and the TOS of transmitted packets. Options has the
+// fields of udp.Options that do not concern extra source ports, with the
+// same meaning, and Listen the same signature, so the two paths are
+// interchangeable.
 //
 // # The ring
 //
@@ -58,10 +60,57 @@
 // Receive wakes; like udp's Wake it costs only an atomic flag when nobody
 // waits.
 //
-// Transmit queues one SENDMSG per packet and submits the batch with one
-// io_uring_enter, which also waits for the batch's completions so that each
-// packet's fate (EMSGSIZE, ...) is reported as package udp reports it;
-// receive completions met meanwhile are set aside for Receive.
+// Transmit queues one SENDMSG per packet, or per GSO message (below), and
+// submits the batch with one io_uring_enter, which also waits for the
+// batch's completions so that each packet's fate (EMSGSIZE, ...) is
+// reported as package udp reports it; receive completions met meanwhile
+// are set aside for Receive.
+//
+// # Segmentation offloads
+//
+// Options.GSO and Options.GRO, and Offloads, mean what they mean in package
+// udp (see its documentation): Listen probes UDP_SEGMENT with getsockopt
+// and sets UDP_GRO, each on unless turned off (OffloadRequire fails Listen
+// without it), and the socket keeps its UDP checksum unless GSO is off.
+//
+// With GSO, Transmit makes each run of consecutive packets to one
+// destination, of equal size but the last, which may be shorter, at most
+// wire.GSOMaxSegments (64) and 65507 bytes, one SENDMSG whose msghdr has
+// one iovec per packet (no copy) and a UDP_SEGMENT cmsg with the size; the
+// kernel (or the NIC) cuts it into datagrams, segment k with IPv4
+// Identification k and DF, so Transmit first rewrites segment k's ICRC for
+// k (wire.ICRCIDCache.ChangeID; packets come sealed for Identification 0).
+// A message the kernel refuses (EINVAL, EMSGSIZE, EIO) has its ICRCs
+// restored and its packets sent again one SENDMSG each in a second
+// submission, each packet's fate reported, counted in
+// Stats().GSOFallbacks; EIO turns GSO off. Unlike package udp, whose
+// sendmmsg stops at the refused message, the SENDMSGs after it were
+// already submitted, so a refused message's packets leave after the rest
+// of the batch (the kernel refuses GSO for a misconfiguration, a segment
+// beyond the path MTU or a device without checksum offload, not in steady
+// state). With GSO a TxBatch lends up to 64 packets whatever Options.Batch.
+//
+// With GRO each receive slot holds a 64 KiB payload (a whole train) and
+// room for the UDP_GRO cmsg, which the kernel writes before IP_PKTINFO and
+// IP_TOS. Receive reads the segment size from the control messages (after
+// the io_uring_recvmsg_out header of a multishot receive, or through the
+// msghdr of a single-shot one) and splits the train into packets, slices
+// of the slot with the train's Addr, Port, Local, TOS and RxTime, each with
+// its position in Packet.GROSeg (Linux 6.10 and later, which coalesce only
+// datagrams whose Identifications count up); a Receive then returns up to
+// a batch of trains, more packets than Options.Batch. Slots that large
+// make fewer worth having: by default 2 x Batch, at least 64 (about 4
+// MiB, the size of the socket's default receive buffer; each holds up to
+// 64 datagrams), where without GRO 8 x Batch, at least 256, of MaxPacket
+// bytes each (about 1 MiB) are kept; Options.RxBuffers sets the number
+// either way. Datagrams that arrive uncoalesced (senders without GSO,
+// devices without GRO) take a whole slot each, so the slots run out sooner
+// and the multishot receive is armed again more often. The receives ask
+// for MSG_TRUNC, so that a train longer than its slot (a device whose
+// gro_max_size exceeds 64 KiB) is known by its whole length: the segments
+// that lie whole in the slot are returned and the rest counted in
+// Stats().RxDrops, none returned in part. Stats().GROBuffers and
+// GROSegments count the trains.
 //
 // Every packet leaves from the socket's own port: Packet.Port is ignored on
 // send and the Conn does not implement packetio.SourcePorts, so a soft
@@ -127,14 +176,17 @@
 // The tests run package packetiotest's contract suite on every receive
 // path (multishot, single-shot, without COOP_TASKRUN) over loopback
 // (127.0.7.x) and between two network namespaces over veth (10.79.7.0/24,
-// root only), the ring code on its own (full SQ, wrap-around, CQ overflow
+// root only), GSO and GRO on loopback and between namespaces whose veths
+// cut GSO messages and coalesce them again, with the frames captured and
+// their Identifications and ICRCs checked, the ring code on its own (full SQ, wrap-around, CQ overflow
 // backlog, buffer-ring tail), a stress run, the refusal of io_uring by a
 // seccomp filter, and RC WRITE, READ and SEND between two soft devices over
-// io_uring Conns, with the frames captured and, when GOROCE_WIRE_CHECK names
-// wire-check's check-pcap.sh, judged by it. The benchmarks measure packets
-// per second at 64 B and 1 KiB and the 64 B round trip, on loopback and
-// between namespaces, and soft-device WRITE goodput and SEND round trip,
-// each beside package udp in the same invocation:
+// io_uring Conns, with GSO and GRO and without, with the frames captured
+// and, when GOROCE_WIRE_CHECK names wire-check's check-pcap.sh, judged by
+// it. The benchmarks measure packets per second at 64 B and 1 KiB and the
+// 64 B round trip, on loopback and between namespaces, and soft-device
+// WRITE goodput (with GSO and GRO on and off) and SEND round trip, each
+// beside package udp in the same invocation:
 //
 //	go test ./packetio/uring -run - -bench . -count 6 | tee out.txt
 //	benchstat -col /path out.txt

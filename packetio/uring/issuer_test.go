@@ -39,7 +39,7 @@ func (th *thread) do(f func()) {
 // thread per Conn: batches both ways, a deadline, Wake from another
 // goroutine, and a clear error when another thread uses it.
 func TestSingleIssuer(t *testing.T) {
-	a, b := loopbackPair(t, uring.Listen, uring.Options{SingleIssuer: true})
+	a, b := loopbackPair(t, uring.Listen, uring.Options{SingleIssuer: true, GSO: uring.OffloadOff})
 	if !a.Features().DeferTaskrun {
 		t.Skipf("kernel without IORING_SETUP_DEFER_TASKRUN (Linux 6.1); features %v", a.Features())
 	}
@@ -105,7 +105,7 @@ func TestSingleIssuerNoAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are not meaningful under the race detector")
 	}
-	a, b := loopbackPair(t, uring.Listen, uring.Options{SingleIssuer: true})
+	a, b := loopbackPair(t, uring.Listen, uring.Options{SingleIssuer: true, GSO: uring.OffloadOff})
 	if !a.Features().DeferTaskrun {
 		t.Skipf("kernel without IORING_SETUP_DEFER_TASKRUN; features %v", a.Features())
 	}

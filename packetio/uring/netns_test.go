@@ -12,7 +12,6 @@ import (
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/packetiotest"
-	"github.com/goroce/goroce/packetio/uring"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -21,14 +20,14 @@ import (
 func TestNetnsConformance(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{Prefix: netnsPrefix, MTU: 9000})
 	packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
-		return listenIn(t, p.A, p.AddrA, uring.Options{}), listenIn(t, p.B, p.AddrB, uring.Options{})
+		return listenIn(t, p.A, p.AddrA, noGSO()), listenIn(t, p.B, p.AddrB, noGSO())
 	})
 }
 
 func TestNetnsBatches(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{Prefix: netnsPrefix})
-	a := listenIn(t, p.A, p.AddrA, uring.Options{})
-	b := listenIn(t, p.B, p.AddrB, uring.Options{})
+	a := listenIn(t, p.A, p.AddrA, noGSO())
+	b := listenIn(t, p.B, p.AddrB, noGSO())
 	if a.LocalAddrPort().Port() != wire.RoCEv2Port {
 		t.Fatalf("default port %d, want %d", a.LocalAddrPort().Port(), wire.RoCEv2Port)
 	}
@@ -49,8 +48,8 @@ func TestNetnsBatches(t *testing.T) {
 // go, and the Conn keeps working.
 func TestNetnsEMSGSIZE(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{Prefix: netnsPrefix, MTU: 1500})
-	a := listenIn(t, p.A, p.AddrA, uring.Options{})
-	b := listenIn(t, p.B, p.AddrB, uring.Options{})
+	a := listenIn(t, p.A, p.AddrA, noGSO())
+	b := listenIn(t, p.B, p.AddrB, noGSO())
 	const fits = 1500 - 20 - 8
 	sizes := []int{100, fits + 1, 100, fits, 4000}
 	batch := a.TxBatch(len(sizes))

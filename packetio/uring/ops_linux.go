@@ -36,22 +36,27 @@ func prepRecvmsgMultishot(s *sqe, fd int, msg *unix.Msghdr, bgid uint16, ud uint
 	s.addr = uint64(uintptr(unsafe.Pointer(msg)))
 	s.len = 1
 	s.ioprio = recvMultishot
+	s.opFlags = unix.MSG_TRUNC // recvmsgOut.payloadlen: the whole length, also of a train cut short
 	s.flags = sqeBufSelect
 	s.bufIndex = bgid
 	s.userData = ud
 }
 
 // prepRecvmsg fills s with a single-shot RECVMSG on fd into msg's buffers;
-// the kernel writes the lengths and flags back into msg.
+// the kernel writes the lengths and flags back into msg. With MSG_TRUNC
+// the result is the datagram's whole length, also when the buffer was too
+// short for it.
 func prepRecvmsg(s *sqe, fd int, msg *unix.Msghdr, ud uint64) {
 	s.opcode = opRecvmsg
 	s.fd = int32(fd)
 	s.addr = uint64(uintptr(unsafe.Pointer(msg)))
 	s.len = 1
+	s.opFlags = unix.MSG_TRUNC
 	s.userData = ud
 }
 
-// prepSendmsg fills s with a SENDMSG on fd of msg (address and one iovec).
+// prepSendmsg fills s with a SENDMSG on fd of msg (address, iovecs and,
+// for a GSO message, a UDP_SEGMENT cmsg).
 func prepSendmsg(s *sqe, fd int, msg *unix.Msghdr, ud uint64) {
 	s.opcode = opSendmsg
 	s.fd = int32(fd)

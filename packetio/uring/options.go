@@ -1,6 +1,10 @@
 package uring
 
-import "github.com/goroce/goroce/packetio/internal/udpsock"
+import (
+	"strconv"
+
+	"github.com/goroce/goroce/packetio/internal/udpsock"
+)
 
 // AnyPort, as Options.Port, lets the kernel choose the local port.
 const AnyPort = udpsock.AnyPort
@@ -31,8 +35,10 @@ type Options struct {
 	Batch int
 	// RxBuffers is the number of receive buffers the kernel fills (the
 	// provided-buffer ring's size, or the number of single-shot RECVMSGs
-	// outstanding), rounded up to a power of two. Default 8 x Batch, at
-	// least 256; at most 32768.
+	// outstanding), rounded up to a power of two. Each holds MaxPacket
+	// bytes of payload, or 64 KiB (a whole GRO train) when GRO is on.
+	// Default 8 x Batch, at least 256; with GRO 2 x Batch, at least 64
+	// (about 4 MiB, see the package documentation); at most 32768.
 	RxBuffers int
 	// SingleIssuer promises that every Receive, TxBatch and Transmit call
 	// comes from one OS thread: the goroutine that makes them called
@@ -53,15 +59,91 @@ type Options struct {
 	// PostSend and Poll too) and costs bulk throughput (see the package
 	// documentation).
 	NoCoopTaskrun bool
+	// GSO says whether Transmit uses UDP segmentation offload, as package
+	// udp's Options.GSO: a run of packets of equal size (the last may be
+	// shorter) to one destination leaves as one SENDMSG that the kernel
+	// (or the NIC) cuts into datagrams. Default OffloadAuto: on when the
+	// kernel offers it (Listen probes for it; Offloads says whether it is
+	// on and why not). With GSO the socket sends a UDP checksum, and
+	// Transmit rewrites the ICRC of each packet that leaves with a non-zero
+	// IPv4 Identification: packets must be RoCEv2 transport packets whose
+	// last four bytes are their ICRC for Identification 0, as the engine
+	// seals them.
+	GSO Offload
+	// GRO says whether Receive takes UDP GRO trains (UDP_GRO), as package
+	// udp's Options.GRO: buffers of up to 64 KiB that the kernel coalesced
+	// from consecutive datagrams of one flow, split again into packets
+	// (slices of the buffer, no copy), each with its position in the train
+	// (Packet.GROSeg). Default OffloadAuto: on when the kernel offers it.
+	GRO Offload
+}
+
+// Offload says whether a Conn uses a kernel offload.
+type Offload int8
+
+const (
+	// OffloadAuto uses the offload when the kernel offers it (the default).
+	OffloadAuto Offload = iota
+	// OffloadOff never uses it.
+	OffloadOff
+	// OffloadRequire uses it, and Listen fails with an error matching
+	// packetio.ErrNotSupported when the kernel does not offer it.
+	OffloadRequire
+)
+
+// String returns auto, off or require.
+func (o Offload) String() string {
+	switch o {
+	case OffloadAuto:
+		return "auto"
+	case OffloadOff:
+		return "off"
+	case OffloadRequire:
+		return "require"
+	}
+	return "Offload(" + strconv.Itoa(int(o)) + ")"
+}
+
+// OffloadStatus says whether a Conn uses UDP segmentation offload (GSO) and
+// UDP generic receive offload (GRO), and when not, why.
+type OffloadStatus struct {
+	GSO       bool
+	GSOReason string // why GSO is off: turned off, the kernel's answer to the probe, or the error that turned it off
+	GRO       bool
+	GROReason string // why GRO is off
+}
+
+// String says which offloads are on, and why the others are off.
+func (s OffloadStatus) String() string {
+	part := func(name string, on bool, why string) string {
+		if on {
+			return name + " on"
+		}
+		return name + " off: " + why
+	}
+	return part("GSO", s.GSO, s.GSOReason) + ", " + part("GRO", s.GRO, s.GROReason)
 }
 
 func (o Options) withDefaults() Options {
 	o.shared().Defaults()
-	if o.RxBuffers <= 0 {
-		o.RxBuffers = max(8*o.Batch, 256)
-	}
-	o.RxBuffers = pow2(min(o.RxBuffers, maxRxBuffers))
 	return o
+}
+
+// rxBuffers returns the number of receive buffers: Options.RxBuffers, or
+// its default for slots of MaxPacket bytes, or of a GRO train each.
+func (o Options) rxBuffers(gro bool) int {
+	n := o.RxBuffers
+	switch {
+	case n > 0:
+	case gro:
+		// A slot holds a whole train, up to 64 datagrams: fewer slots
+		// hold more packets than the 256 small ones, and 64 of 64 KiB
+		// are about the socket's default receive buffer (4 MiB).
+		n = max(2*o.Batch, 64)
+	default:
+		n = max(8*o.Batch, 256)
+	}
+	return pow2(min(n, maxRxBuffers))
 }
 
 // pow2 rounds n (> 0) up to a power of two.

@@ -157,7 +157,7 @@ func (c *Conn) arm() error {
 			c.rearm = c.rearm[:len(c.rearm)-1]
 			h := &c.ssHdrs[slot]
 			h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
-			h.SetControllen(udpsock.ControlSpace)
+			h.SetControllen(controlSpace)
 			h.Flags = 0
 			prepRecvmsg(s, c.sock, h, userData(kindRecv, 0, uint32(slot)))
 			c.inflight++
@@ -204,12 +204,13 @@ func (c *Conn) setAside(e cqe) error {
 	return nil
 }
 
-// harvest turns completions into packets, up to a batch.
+// harvest turns completions into packets, up to a batch of receive
+// buffers (with GRO each may hold a train of up to 64 packets).
 func (c *Conn) harvest() ([]packetio.Packet, error) {
 	k := 0
 	var bytes, drops uint64
 	var err error
-	for k < c.batch {
+	for bufs := 0; bufs < c.batch; {
 		e, ok := c.nextCQE()
 		if !ok {
 			break
@@ -221,16 +222,18 @@ func (c *Conn) harvest() ([]packetio.Packet, error) {
 		case kindNop:
 			c.nops++
 		case kindRecv:
-			var ok, drop bool
-			if ok, drop, err = c.recvCompletion(e, &c.rx[k]); err != nil {
+			var made int
+			var drop uint64
+			if made, drop, err = c.recvCompletion(e, k); err != nil {
 				break
 			}
-			if drop {
-				drops++
+			drops += drop
+			for _, p := range c.rx[k : k+made] {
+				bytes += uint64(len(p.Buf))
 			}
-			if ok {
-				bytes += uint64(len(c.rx[k].Buf))
-				k++
+			k += made
+			if made > 0 {
+				bufs++ // c.rx has room for a batch of trains
 			}
 		}
 		if err != nil {
@@ -248,14 +251,15 @@ func (c *Conn) harvest() ([]packetio.Packet, error) {
 	return c.rx[:k], err
 }
 
-// recvCompletion reads one receive completion into p; ok when p is a
-// packet, drop when a datagram was dropped.
-func (c *Conn) recvCompletion(e cqe, p *packetio.Packet) (ok, drop bool, err error) {
+// recvCompletion reads one receive completion into packets c.rx[k:]: one,
+// or the segments of a GRO train. It returns how many packets it made and
+// how many datagrams it dropped.
+func (c *Conn) recvCompletion(e cqe, k int) (made int, drops uint64, err error) {
 	var slot int
 	if c.singleshot {
 		slot = int(udIdx(e.userData))
 		if slot >= c.nSlots || udGen(e.userData) != 0 {
-			return false, false, nil
+			return 0, 0, nil
 		}
 		c.inflight--
 		c.ssArmed--
@@ -270,7 +274,7 @@ func (c *Conn) recvCompletion(e cqe, p *packetio.Packet) (ok, drop bool, err err
 			slot = int(e.flags >> 16)
 		}
 		if slot >= c.nSlots {
-			return false, false, fmt.Errorf("packetio/uring: receive completion names buffer %d of %d", slot, c.nSlots)
+			return 0, 0, fmt.Errorf("packetio/uring: receive completion names buffer %d of %d", slot, c.nSlots)
 		}
 	}
 	if e.res < 0 {
@@ -280,57 +284,111 @@ func (c *Conn) recvCompletion(e cqe, p *packetio.Packet) (ok, drop bool, err err
 		}
 		switch {
 		case errno == unix.ENOBUFS || errno == unix.ECANCELED || errno == unix.EINTR || errno == unix.EAGAIN:
-			return false, false, nil // arm again
+			return 0, 0, nil // arm again
 		case errno == unix.EINVAL && !c.singleshot && !c.msWorked:
 			c.toSingleshot() // the kernel has no multishot RECVMSG
-			return false, false, nil
+			return 0, 0, nil
 		case udpsock.AsyncErrno(errno):
 			c.ctr.AsyncErrors.Add(1)
-			return false, false, nil
+			return 0, 0, nil
 		default:
-			return false, false, c.opErr("recvmsg", errno)
+			return 0, 0, c.opErr("recvmsg", errno)
 		}
 	}
 	if slot < 0 {
-		return false, false, nil
+		return 0, 0, nil
 	}
 	base := slot * c.slotSize
-	var n, controllen int
-	var truncated bool
-	var name *udpsock.SockaddrInet4
+	// n is the datagram's (or train's) length, got the bytes of it in the
+	// slot: fewer when the kernel cut it (MSG_TRUNC).
+	var n, got, controllen int
+	var truncated, bad bool
 	if c.singleshot {
 		h := &c.ssHdrs[slot]
-		n = int(e.res)
+		n = int(e.res) // the whole length: the RECVMSG asks for MSG_TRUNC
+		got = min(n, c.rxRoom)
 		controllen = int(h.Controllen)
-		truncated = h.Flags&unix.MSG_TRUNC != 0
-		if h.Namelen < uint32(udpsock.SizeofSockaddrInet4) {
-			truncated = true
-		}
+		truncated = h.Flags&unix.MSG_TRUNC != 0 || n > got
+		bad = h.Namelen < uint32(udpsock.SizeofSockaddrInet4)
 	} else {
 		c.msWorked = true
 		out := (*recvmsgOut)(unsafe.Pointer(&c.rxMem[base]))
 		n = int(out.payloadlen)
-		controllen = int(min(out.controllen, udpsock.ControlSpace))
-		truncated = out.flags&unix.MSG_TRUNC != 0 || int(e.res) < slotPayload ||
-			n > int(e.res)-slotPayload || out.namelen < uint32(udpsock.SizeofSockaddrInet4)
+		got = max(min(n, int(e.res)-slotPayload), 0)
+		controllen = int(min(out.controllen, controlSpace))
+		truncated = out.flags&unix.MSG_TRUNC != 0 || n > got
+		bad = int(e.res) < slotPayload || out.namelen < uint32(udpsock.SizeofSockaddrInet4)
 	}
-	name = (*udpsock.SockaddrInet4)(unsafe.Pointer(&c.rxMem[base+slotName]))
-	if truncated || n > c.maxPacket || name.Family != unix.AF_INET {
+	name := (*udpsock.SockaddrInet4)(unsafe.Pointer(&c.rxMem[base+slotName]))
+	if bad || name.Family != unix.AF_INET {
 		c.release(slot)
-		return false, true, nil
+		return 0, 1, nil
 	}
-	off := base + slotPayload
-	p.Buf = c.rxMem[off : off+n : off+n]
+	cm := udpsock.ParseControl(c.rxMem[base+slotControl : base+slotControl+controllen])
+	seg := cm.GROSize
+	if seg <= 0 || seg >= n {
+		// One datagram.
+		if truncated || n > c.maxPacket {
+			c.release(slot)
+			return 0, 1, nil
+		}
+		seg = max(n, 1)
+	}
+	p := &c.rx[k]
 	p.Addr = netip.AddrFrom4(name.Addr)
 	p.Port = uint16(name.Port[0])<<8 | uint16(name.Port[1])
 	p.Local = c.local.Addr()
-	cm := udpsock.ParseControl(c.rxMem[base+slotControl : base+slotControl+controllen])
 	if cm.HasDst {
 		p.Local = netip.AddrFrom4(cm.Dst)
 	}
-	p.TOS, p.RxTime = cm.TOS, cm.RxTime
+	p.TOS, p.RxTime, p.GROSeg = cm.TOS, cm.RxTime, 0
+	off := base + slotPayload
+	if truncated && n <= got {
+		// Cut, its length unknown: at least one byte more was lost,
+		// so that a cut last segment is not taken for a short one.
+		n = got + 1
+	}
+	made, drops = c.split(k, c.rxMem[off:off+got:off+got], seg, n)
+	if made == 0 {
+		c.release(slot)
+		return 0, drops, nil
+	}
 	c.rxSlots = append(c.rxSlots, uint16(slot))
-	return true, false, nil
+	return made, drops, nil
+}
+
+// split turns the n-byte train of segments of size seg, of which buf
+// holds the first len(buf) bytes, into packets c.rx[k:], the first
+// (already holding the train's address, ports and metadata) copied into
+// the others, each a slice of buf with its position in the train (when
+// the kernel keeps Identifications in order). A segment longer than
+// MaxPacket, and every segment that does not lie whole in buf (the kernel
+// cut the train: MSG_TRUNC), is dropped and counted; nothing is returned
+// in part. It returns how many packets it made and how many segments it
+// dropped. A single datagram is a train of one segment.
+func (c *Conn) split(k int, buf []byte, seg, n int) (made int, drops uint64) {
+	first := c.rx[k]
+	segs := max((n+seg-1)/seg, 1) // a zero-length datagram is one packet
+	for j := range segs {
+		off := j * seg
+		end := min(off+seg, n)
+		if end > len(buf) || end-off > c.maxPacket || k+made == len(c.rx) {
+			drops++
+			continue
+		}
+		p := &c.rx[k+made]
+		*p = first
+		p.Buf = buf[off:end:end]
+		if c.groIDs {
+			p.GROSeg = uint16(j)
+		}
+		made++
+	}
+	if segs > 1 {
+		c.ctr.GROBuffers.Add(1)
+		c.ctr.GROSegments.Add(uint64(segs))
+	}
+	return made, drops
 }
 
 // release gives a slot back at once (a failed or dropped receive).

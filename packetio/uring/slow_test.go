@@ -22,7 +22,7 @@ func TestSlowReceiver(t *testing.T) {
 	total := stalled + bursts*burst
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
-			a, b := loopbackPair(t, p.listen, uring.Options{RxBuffers: 128, Batch: 32})
+			a, b := loopbackPair(t, p.listen, uring.Options{RxBuffers: 128, Batch: 32, GSO: uring.OffloadOff})
 			dst := b.LocalAddrPort()
 			seq := uint32(0)
 			send := func(n int) {

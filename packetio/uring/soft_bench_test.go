@@ -19,7 +19,8 @@ import (
 // BenchmarkSoftNetns runs two soft devices between two namespaces over one
 // veth pair (MTU 9000, path MTU 4096), on each packet path in the same
 // invocation: RC WRITE goodput at 4 KiB and 64 KiB (16 outstanding) and the
-// 64-byte SEND round trip. Compare the paths with
+// 64-byte SEND round trip; uring-nooffload is the io_uring path with GSO
+// and GRO off. Compare the paths with
 //
 //	go test ./packetio/uring -run - -bench SoftNetns -count 6 | tee out.txt
 //	benchstat -col /path out.txt
@@ -31,6 +32,9 @@ func BenchmarkSoftNetns(b *testing.B) {
 	}{
 		{"udp", func(a netip.Addr) (portConn, error) { return udp.Listen(a, udp.Options{}) }},
 		{"uring", func(a netip.Addr) (portConn, error) { return uring.Listen(a, uring.Options{}) }},
+		{"uring-nooffload", func(a netip.Addr) (portConn, error) {
+			return uring.Listen(a, uring.Options{GSO: uring.OffloadOff, GRO: uring.OffloadOff})
+		}},
 		{"uring-nocoop", func(a netip.Addr) (portConn, error) { return uring.ListenNoCoop(a, uring.Options{}) }},
 		{"uring-singleshot", func(a netip.Addr) (portConn, error) { return uring.ListenSingleshot(a, uring.Options{}) }},
 	}

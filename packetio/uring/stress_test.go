@@ -27,7 +27,7 @@ func TestStress(t *testing.T) {
 	const total = 20000
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
-			a, b := loopbackPair(t, p.listen, uring.Options{RxBuffers: 64, Batch: 32})
+			a, b := loopbackPair(t, p.listen, uring.Options{RxBuffers: 64, Batch: 32, GSO: uring.OffloadOff})
 			var received atomic.Int64
 			stop := make(chan struct{})
 			var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
+	"github.com/goroce/goroce/wire"
 )
 
 // TxBatch implements packetio.Conn.
@@ -15,13 +16,16 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 	return c.txl.Lend(c.closed.Load(), n)
 }
 
-// Transmit implements packetio.Conn. It queues one SENDMSG per packet and
+// Transmit implements packetio.Conn. It queues one SENDMSG per packet, or
+// with GSO one per run of packets (see the package documentation), and
 // submits them with one io_uring_enter, which also waits for their
 // completions; a packet the kernel refuses (EMSGSIZE, ...) is counted and
-// reported and the others are sent. A packet that met an asynchronous error
-// (an ICMP error of an earlier datagram, reported on this send) is counted
-// in AsyncErrors and sent once more. Every packet leaves from the socket's
-// port; Packet.Port is ignored.
+// reported and the others are sent. A GSO message the kernel refuses
+// (EINVAL, EMSGSIZE, EIO) is sent again one datagram per packet, their
+// ICRCs restored, and counted in GSOFallbacks. A send that met an
+// asynchronous error (an ICMP error of an earlier datagram, reported on
+// this send) is counted in AsyncErrors and made once more. Every packet
+// leaves from the socket's port; Packet.Port is ignored.
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if err := c.txl.Take(c.closed.Load(), len(pkts)); err != nil {
 		return 0, err
@@ -35,59 +39,165 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		return 0, packetio.ErrClosed
 	}
 	var fail packetio.TxFailures
-	m := 0
+	n := 0
 	for i := range pkts {
 		p := &pkts[i]
-		a, err := packetio.TxDest(p, c.maxPacket)
-		if err != nil {
+		if _, err := packetio.TxDest(p, c.maxPacket); err != nil {
 			fail.Add(i, err)
 			continue
 		}
-		c.txNames[m].Addr = a.As4()
-		c.txIovs[m].Base = unsafe.SliceData(p.Buf)
-		c.txIovs[m].SetLen(len(p.Buf))
-		c.txIdx[m] = i
-		m++
+		c.txIovs[n].Base = unsafe.SliceData(p.Buf)
+		c.txIovs[n].SetLen(len(p.Buf))
+		c.txIdx[n] = i
+		n++
+	}
+	c.retry = c.retry[:0]
+	for k, m := 0, 0; k < n; m++ {
+		k += c.buildMsg(m, k, n, pkts)
+		c.retry = append(c.retry, m)
+		c.txTries[m] = 0
 	}
 	var sent int
-	var bytes uint64
-	c.retry = c.retry[:0]
-	for j := range m {
-		c.retry = append(c.retry, j)
-	}
-	for round := 0; round < 2 && len(c.retry) > 0; round++ {
+	var bytes, gsoMsgs, gsoSegs uint64
+	for len(c.retry) > 0 {
 		if err := c.send(c.retry); err != nil {
 			for _, j := range c.retry {
 				if !c.txDone[j] {
-					fail.Add(c.txIdx[j], err)
+					c.failEntry(j, err, &fail)
 				}
 			}
 			break
 		}
 		c.ctr.TxBatches.Add(1)
-		again := c.retry[:0]
+		again := c.again[:0]
 		for _, j := range c.retry {
 			res := c.txRes[j]
-			switch {
+			k, cnt := c.entry(j)
+			switch errno := unix.Errno(-res); {
 			case res >= 0:
-				sent++
-				bytes += uint64(len(pkts[c.txIdx[j]].Buf))
-			case round == 0 && udpsock.AsyncErrno(unix.Errno(-res)):
+				sent += cnt
+				for q := k; q < k+cnt; q++ {
+					bytes += uint64(c.txIovs[q].Len)
+				}
+				if cnt > 1 {
+					gsoMsgs++
+					gsoSegs += uint64(cnt)
+				}
+			case c.txTries[j] == 0 && udpsock.AsyncErrno(errno):
 				c.ctr.AsyncErrors.Add(1)
+				c.txTries[j]++
 				again = append(again, j)
+			case cnt > 1 && udpsock.GSORefused(errno):
+				// Sent again one datagram each, in this loop's next
+				// round.
+				again = c.gsoFallback(j, errno, pkts, again)
 			default:
-				fail.Add(c.txIdx[j], unix.Errno(-res))
+				c.failEntry(j, errno, &fail)
 			}
 		}
-		c.retry = again
+		c.retry, c.again = again, c.retry
 	}
-	for i := range m {
-		c.txIovs[i].Base = nil // do not keep the caller's buffers alive
+	for k := range n {
+		c.txIovs[k].Base = nil // do not keep the caller's buffers alive
+	}
+	if gsoMsgs > 0 {
+		c.ctr.GSOMessages.Add(gsoMsgs)
+		c.ctr.GSOSegments.Add(gsoSegs)
 	}
 	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
-// send submits a SENDMSG for each txHdrs index in idx and waits for their
+// buildMsg makes message m of the packets from txIovs[k] on (up to end)
+// and returns how many it carries: with GSO, a run of packets to the same
+// address, all of the first's size but the last, which may be shorter, at
+// most wire.GSOMaxSegments and udpsock.MaxGSOBytes in all, as package udp
+// makes them. A message of several packets gets a UDP_SEGMENT cmsg with
+// the segment size, and the ICRC of its packet j (which leaves with IPv4
+// Identification j) is rewritten from Identification 0 to j.
+func (c *Conn) buildMsg(m, k, end int, pkts []packetio.Packet) int {
+	addr := pkts[c.txIdx[k]].Addr.Unmap().As4()
+	n := 1
+	if c.gso.Load() {
+		size := int(c.txIovs[k].Len)
+		total := size
+		for k+n < end && n < wire.GSOMaxSegments {
+			l := int(c.txIovs[k+n].Len)
+			if l > size || total+l > udpsock.MaxGSOBytes || l < wire.MinPacketLen ||
+				pkts[c.txIdx[k+n]].Addr.Unmap().As4() != addr {
+				break
+			}
+			total += l
+			n++
+			if l < size {
+				break
+			}
+		}
+	}
+	c.txNames[m].Addr = addr
+	h := &c.txHdrs[m]
+	h.Iov = &c.txIovs[k]
+	h.SetIovlen(n)
+	h.Control = nil
+	h.SetControllen(0)
+	if n > 1 {
+		ctl := c.txCtl[m*udpsock.GSOCmsgSpace : (m+1)*udpsock.GSOCmsgSpace]
+		udpsock.PutSegmentCmsg(ctl, uint16(c.txIovs[k].Len))
+		h.Control = unsafe.SliceData(ctl)
+		h.SetControllen(len(ctl))
+		for j := 1; j < n; j++ {
+			c.ids.ChangeID(pkts[c.txIdx[k+j]].Buf, 0, uint16(j))
+		}
+	}
+	c.msgK[m], c.msgN[m] = k, n
+	return n
+}
+
+// entry returns the packets of send entry j: txIovs[k:k+n].
+func (c *Conn) entry(j int) (k, n int) {
+	if j < c.txCap {
+		return c.msgK[j], c.msgN[j]
+	}
+	return j - c.txCap, 1
+}
+
+// entryHdr returns the msghdr of send entry j.
+func (c *Conn) entryHdr(j int) *unix.Msghdr {
+	if j < c.txCap {
+		return &c.txHdrs[j]
+	}
+	return &c.fbHdrs[j-c.txCap]
+}
+
+// failEntry records every packet of send entry j as not sent.
+func (c *Conn) failEntry(j int, err error, fail *packetio.TxFailures) {
+	k, n := c.entry(j)
+	for q := k; q < k+n; q++ {
+		fail.Add(c.txIdx[q], err)
+	}
+}
+
+// gsoFallback turns GSO message m, which the kernel refused with errno,
+// into one send entry per packet, appended to again: their ICRCs restored
+// for Identification 0, each to the message's address. It counts the
+// fallback; EIO turns GSO off for the Conn, as in package udp.
+func (c *Conn) gsoFallback(m int, errno unix.Errno, pkts []packetio.Packet, again []int) []int {
+	k, n := c.msgK[m], c.msgN[m]
+	for j := 1; j < n; j++ {
+		c.ids.ChangeID(pkts[c.txIdx[k+j]].Buf, uint16(j), 0)
+	}
+	c.ctr.GSOFallbacks.Add(1)
+	if errno == unix.EIO {
+		c.turnOffGSO(errno)
+	}
+	for q := k; q < k+n; q++ {
+		c.fbHdrs[q].Name = (*byte)(unsafe.Pointer(&c.txNames[m]))
+		again = append(again, c.txCap+q)
+		c.txTries[c.txCap+q] = 0
+	}
+	return again
+}
+
+// send submits a SENDMSG for each send entry in idx and waits for their
 // completions, setting txRes; completions of receives met on the way are
 // set aside for Receive.
 func (c *Conn) send(idx []int) error {
@@ -105,7 +215,7 @@ func (c *Conn) send(idx []int) error {
 				return errors.New("packetio/uring: submission queue full")
 			}
 		}
-		prepSendmsg(s, c.sock, &c.txHdrs[j], userData(kindSend, gen, uint32(j)))
+		prepSendmsg(s, c.sock, c.entryHdr(j), userData(kindSend, gen, uint32(j)))
 	}
 	todo := len(idx)
 	for todo > 0 {

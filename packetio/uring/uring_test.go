@@ -75,7 +75,7 @@ func TestConformance(t *testing.T) {
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
 			packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
-				return loopbackPair(t, p.listen, uring.Options{})
+				return loopbackPair(t, p.listen, noGSO())
 			})
 		})
 	}
@@ -99,7 +99,7 @@ func TestFeatures(t *testing.T) {
 func TestLoopbackBatches(t *testing.T) {
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
-			a, b := loopbackPair(t, p.listen, uring.Options{})
+			a, b := loopbackPair(t, p.listen, noGSO())
 			port := a.LocalAddrPort().Port()
 			for _, size := range []int{16, 64, 1024, 4096 + 28} {
 				for round := range 3 {
@@ -172,7 +172,7 @@ func TestTruncatedDropped(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Close()
-			a, err := p.listen(lo2, uring.Options{Port: uring.AnyPort, DstPort: int(b.LocalAddrPort().Port())})
+			a, err := p.listen(lo2, uring.Options{Port: uring.AnyPort, DstPort: int(b.LocalAddrPort().Port()), GSO: uring.OffloadOff})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +233,7 @@ func TestListenErrors(t *testing.T) {
 func TestBufferExhaustion(t *testing.T) {
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
-			a, b := loopbackPair(t, p.listen, uring.Options{RxBuffers: 16, Batch: 8})
+			a, b := loopbackPair(t, p.listen, uring.Options{RxBuffers: 16, Batch: 8, GSO: uring.OffloadOff})
 			const total = 40 * 8
 			for i := range total / 8 {
 				packetiotest.Send(t, a, b, i*8, 8, 200)
