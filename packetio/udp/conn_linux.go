@@ -45,7 +45,9 @@ type Conn struct {
 	// receive side (FullDuplex): it shares no memory with it but the
 	// atomic counters, and the socket's send and receive calls take
 	// separate locks in Go's netpoller (RawConn.Write and Read). Transmit puts the packets in
-	// socket-group order: txIovs[k] points at packet txIdx[k]'s Buf, txAddr[k]
+	// socket-group order: packet k (txIdx[k] in Transmit's pkts) has the
+	// iovecs txIovs[txIov0[k]:txIov0[k+1]] (its Buf, or the pieces of its
+	// Buf around its Ext) and txLen[k] bytes in all, txAddr[k]
 	// is its destination. txm holds the sendmmsg entries (txm.hdrs[m] points
 	// at txNames[m], and at txCtl's m-th UDP_SEGMENT cmsg for a GSO
 	// message), txFb those of a refused GSO message sent per datagram.
@@ -56,7 +58,10 @@ type Conn struct {
 	txAddr  [][4]byte
 	txNames []sockaddrInet4
 	txCtl   []byte
-	txIdx   []int                 // txIovs index -> index in Transmit's pkts
+	txIdx   []int                 // packet k -> index in Transmit's pkts
+	txIov0  []int                 // packet k -> its first iovec
+	txLen   []int                 // packet k -> its datagram's length
+	txIovN  int                   // iovecs in use
 	sendFn  func(fd uintptr) bool // c.send, bound once
 	txSend  []mmsghdr             // send's argument
 	txN     int                   // send's results
@@ -179,7 +184,9 @@ func (c *Conn) initTx(batch int) {
 	c.txl = packetio.NewTxLender(batch, c.maxPacket)
 	c.txm = newTxMsgs(batch)
 	c.txFb = newTxMsgs(wire.GSOMaxSegments)
-	c.txIovs = make([]unix.Iovec, batch)
+	c.txIovs = make([]unix.Iovec, 3*batch) // a packet with an Ext takes 3
+	c.txIov0 = make([]int, batch+1)
+	c.txLen = make([]int, batch)
 	c.txAddr = make([][4]byte, batch)
 	c.txNames = make([]sockaddrInet4, batch)
 	c.txCtl = make([]byte, batch*udpsock.GSOCmsgSpace)
@@ -321,7 +328,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	for i := range pkts {
 		p := &pkts[i]
 		c.txGroupOf[i] = -1
-		a, err := packetio.TxDest(p, c.maxPacket)
+		a, err := packetio.TxDestGather(p, c.maxPacket)
 		if err != nil {
 			fail.Add(i, err)
 			continue
@@ -339,7 +346,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			if e == nil || e.f == nil {
 				// Not bound (or no room left in this batch): from the
 				// main socket's port, with the ICRC for it.
-				if err := c.refit(p.Buf, a); err != nil {
+				if err := c.refit(p, a); err != nil {
 					fail.Add(i, err)
 					continue
 				}
@@ -355,14 +362,15 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.txGroupOf[i] = g
 		groups[g].n++
 	}
-	sent, bytes, m := c.sendGroups(groups, pkts, &fail)
+	sent, bytes := c.sendGroups(groups, pkts, &fail)
 	if locked {
 		c.portsMu.Unlock()
 	}
 	c.txGroups = groups[:0]
-	for i := range m {
+	for i := range c.txIovs[:c.txIovN] {
 		c.txIovs[i].Base = nil // do not keep the caller's buffers alive
 	}
+	c.txIovN = 0
 	if fallbacks > 0 {
 		c.ctr.SourcePortFallbacks.Add(fallbacks)
 	}
@@ -374,9 +382,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 
 // sendGroups puts the packets of pkts in socket-group order (c.txGroupOf:
 // their groups, -1 for none), makes their sendmmsg entries and sends each
-// group on its socket. It returns how many packets and bytes it sent, and
-// how many packets it placed.
-func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64, placed int) {
+// group on its socket. It returns how many packets and bytes it sent.
+func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64) {
+	placed := 0
 	for g := range groups {
 		groups[g].start, placed = placed, placed+groups[g].n
 		groups[g].n = 0
@@ -389,9 +397,26 @@ func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packet
 		k := g.start + g.n
 		g.n++
 		c.txAddr[k] = pkts[i].Addr.Unmap().As4()
-		setBuf(&c.txIovs[k], pkts[i].Buf)
 		c.txIdx[k] = i
 	}
+	// The iovecs in packet order, so that those of a GSO message's
+	// packets follow each other.
+	v := 0
+	for k := range placed {
+		p := &pkts[c.txIdx[k]]
+		c.txIov0[k] = v
+		c.txLen[k] = len(p.Buf) + len(p.Ext)
+		if p.Ext == nil {
+			setBuf(&c.txIovs[v], p.Buf)
+			v++
+			continue
+		}
+		setBuf(&c.txIovs[v], p.Buf[:p.ExtAt])
+		setBuf(&c.txIovs[v+1], p.Ext)
+		setBuf(&c.txIovs[v+2], p.Buf[p.ExtAt:])
+		v += 3
+	}
+	c.txIov0[placed], c.txIovN = v, v
 	msgs := 0
 	for g := range groups {
 		if groups[g].n > 0 {
@@ -402,7 +427,7 @@ func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packet
 			bytes += b
 		}
 	}
-	return sent, bytes, placed
+	return sent, bytes
 }
 
 // sendMsgs sends the entries ms.hdrs[off:end] on the socket of raw and
@@ -439,7 +464,7 @@ func (c *Conn) sendMsgs(raw syscall.RawConn, ms *txMsgs, off, end int, pkts []pa
 		}
 		for m := off; m < off+c.txN; m++ {
 			for k := ms.k[m]; k < ms.k[m]+ms.n[m]; k++ {
-				bytes += uint64(c.txIovs[k].Len)
+				bytes += uint64(c.txLen[k])
 			}
 			sent += ms.n[m]
 			if ms.n[m] > 1 {
@@ -463,6 +488,12 @@ func (c *Conn) failMsg(ms *txMsgs, m int, err error, fail *packetio.TxFailures) 
 		fail.Add(c.txIdx[k], err)
 	}
 }
+
+// Gathers implements packetio.Gatherer: a packet's Ext goes out as an
+// iovec of its own between those of Buf's two pieces, in the GSO message
+// of its run as any other packet of its length (the ICRC a GSO segment's
+// Identification changes is the end of Buf).
+func (c *Conn) Gathers() bool { return true }
 
 // PerPacketSourcePort implements packetio.SourcePorts: it reports true
 // unless Options.SourcePorts was negative. A packet whose Port is another

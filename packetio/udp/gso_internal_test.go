@@ -15,7 +15,8 @@ import (
 // A GSO message the kernel refuses (here EINVAL: SO_NO_CHECK, set behind
 // the Conn's back, does not mix with UDP_SEGMENT) is sent again one
 // datagram per packet, with every ICRC back to Identification 0, and
-// counted in GSOFallbacks; GSO stays on (only EIO turns it off).
+// counted in GSOFallbacks; GSO stays on (only EIO turns it off). Half the
+// packets are given in pieces (Packet.Ext).
 func TestGSOFallback(t *testing.T) {
 	lo1, lo2 := netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.2")
 	a, err := Listen(lo1, Options{Port: AnyPort, GSO: OffloadRequire})
@@ -44,6 +45,11 @@ func TestGSOFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 		batch[i].Addr = lo2
+		if i%2 == 1 { // in pieces: the payload elsewhere (Packet.Ext)
+			b := batch[i].Buf
+			batch[i].Ext = append([]byte(nil), b[wire.BTHLen:len(b)-wire.ICRCLen]...)
+			batch[i].Buf, batch[i].ExtAt = append(b[:wire.BTHLen], b[len(b)-wire.ICRCLen:]...), wire.BTHLen
+		}
 	}
 	if sent, err := a.Transmit(batch); sent != n || err != nil {
 		t.Fatalf("Transmit = %d, %v", sent, err)

@@ -79,10 +79,10 @@ func (c *Conn) gsoRun(k, end int) int {
 	if !c.gso.Load() {
 		return 1
 	}
-	size := int(c.txIovs[k].Len)
+	size := c.txLen[k]
 	total, n := size, 1
 	for k+n < end && n < wire.GSOMaxSegments {
-		l := int(c.txIovs[k+n].Len)
+		l := c.txLen[k+n]
 		if c.txAddr[k+n] != c.txAddr[k] || l > size || total+l > udpsock.MaxGSOBytes || l < wire.MinPacketLen {
 			break
 		}
@@ -96,7 +96,7 @@ func (c *Conn) gsoRun(k, end int) int {
 }
 
 // buildMsgs makes the sendmmsg entries, from entry m on, of the packets
-// whose iovecs are txIovs[k:end] (one socket's), and returns the next free
+// k to end (one socket's; see txIov0 for their iovecs), and returns the next free
 // entry. A GSO message gets a UDP_SEGMENT cmsg with its segment size, and
 // the ICRC of its segment j (which leaves with IPv4 Identification j) is
 // rewritten from Identification 0 to j.
@@ -105,15 +105,15 @@ func (c *Conn) buildMsgs(m, k, end int) int {
 		n := c.gsoRun(k, end)
 		h := &c.txm.hdrs[m]
 		c.txNames[m].addr = c.txAddr[k]
-		h.hdr.Iov = &c.txIovs[k]
-		h.hdr.SetIovlen(n)
+		h.hdr.Iov = &c.txIovs[c.txIov0[k]]
+		h.hdr.SetIovlen(c.txIov0[k+n] - c.txIov0[k])
 		h.hdr.Control, h.hdr.Controllen = nil, 0
 		if n > 1 {
 			ctl := c.txCtl[m*udpsock.GSOCmsgSpace : (m+1)*udpsock.GSOCmsgSpace]
-			udpsock.PutSegmentCmsg(ctl, uint16(c.txIovs[k].Len))
+			udpsock.PutSegmentCmsg(ctl, uint16(c.txLen[k]))
 			h.setControl(ctl)
 			for j := 1; j < n; j++ {
-				c.ids.ChangeID(c.txBuf(k+j), 0, uint16(j))
+				c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], 0, uint16(j))
 			}
 		}
 		c.txm.k[m], c.txm.n[m] = k, n
@@ -123,9 +123,11 @@ func (c *Conn) buildMsgs(m, k, end int) int {
 	return m
 }
 
-// txBuf returns the packet iovec k points at.
-func (c *Conn) txBuf(k int) []byte {
-	return unsafe.Slice(c.txIovs[k].Base, c.txIovs[k].Len)
+// txICRC returns the ICRC of packet k: the last four bytes of its last
+// iovec (its Buf's, whether or not it has an Ext).
+func (c *Conn) txICRC(k int) []byte {
+	v := &c.txIovs[c.txIov0[k+1]-1]
+	return unsafe.Slice(v.Base, v.Len)[v.Len-wire.ICRCLen:]
 }
 
 // gsoFallback sends the packets of the GSO message m that the kernel
@@ -135,7 +137,7 @@ func (c *Conn) txBuf(k int) []byte {
 func (c *Conn) gsoFallback(raw syscall.RawConn, m int, errno unix.Errno, pkts []packetio.Packet, fail *packetio.TxFailures) (sent int, bytes uint64) {
 	k, n := c.txm.k[m], c.txm.n[m]
 	for j := 1; j < n; j++ {
-		c.ids.ChangeID(c.txBuf(k+j), uint16(j), 0)
+		c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], uint16(j), 0)
 	}
 	c.ctr.GSOFallbacks.Add(1)
 	if errno == unix.EIO && c.gso.Load() {
@@ -148,8 +150,8 @@ func (c *Conn) gsoFallback(raw syscall.RawConn, m int, errno unix.Errno, pkts []
 	for j := range n {
 		h := &fb.hdrs[j]
 		h.setName(&c.txNames[m])
-		h.hdr.Iov = &c.txIovs[k+j]
-		h.hdr.SetIovlen(1)
+		h.hdr.Iov = &c.txIovs[c.txIov0[k+j]]
+		h.hdr.SetIovlen(c.txIov0[k+j+1] - c.txIov0[k+j])
 		h.hdr.Control, h.hdr.Controllen = nil, 0
 		fb.k[j], fb.n[j] = k+j, 1
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/packetiotest"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/wire"
@@ -43,9 +44,31 @@ func rocePacket(t testing.TB, dst []byte, fl *wire.Flow, n, psn int) []byte {
 	return b
 }
 
+// inPieces turns the whole transport packet in p.Buf into the pieces a
+// sender that leaves payloads where they lie gives Transmit: Buf the
+// headers, then the pad and ICRC; Ext a copy of the payload elsewhere in
+// memory, inserted at ExtAt.
+func inPieces(t testing.TB, p *packetio.Packet) {
+	t.Helper()
+	hl := wire.Opcode(p.Buf[0]).Info().HeaderLen
+	end := len(p.Buf) - wire.ICRCLen - int(wire.BTH(p.Buf).PadCount())
+	if hl == 0 || end < hl {
+		t.Fatalf("not a transport packet: % x", p.Buf)
+	}
+	p.Ext = bytes.Clone(p.Buf[hl:end])
+	p.ExtAt = hl
+	p.Buf = append(p.Buf[:hl], p.Buf[hl+len(p.Ext):]...)
+}
+
 // sendRoCE transmits packets of the given sizes from a to dst in one
 // batch and returns copies of them as sealed (Identification 0).
 func sendRoCE(t testing.TB, a *udp.Conn, dst netip.Addr, dstPort uint16, sizes []int) [][]byte {
+	return sendRoCEPieces(t, a, dst, dstPort, sizes, false)
+}
+
+// sendRoCEPieces is sendRoCE that, with pieces, gives every other packet
+// (the first, third, ...) to Transmit in pieces (inPieces).
+func sendRoCEPieces(t testing.TB, a *udp.Conn, dst netip.Addr, dstPort uint16, sizes []int, pieces bool) [][]byte {
 	t.Helper()
 	fl := wire.Flow{Src: a.LocalAddr(), Dst: dst, SrcPort: a.LocalAddrPort().Port(), DstPort: dstPort}
 	batch := a.TxBatch(len(sizes))
@@ -57,6 +80,9 @@ func sendRoCE(t testing.TB, a *udp.Conn, dst netip.Addr, dstPort uint16, sizes [
 		batch[i].Buf = rocePacket(t, batch[i].Buf, &fl, n, i)
 		batch[i].Addr = dst
 		sent[i] = bytes.Clone(batch[i].Buf)
+		if pieces && i%2 == 0 {
+			inPieces(t, &batch[i])
+		}
 	}
 	if n, err := a.Transmit(batch); n != len(sizes) || err != nil {
 		t.Fatalf("Transmit = %d, %v", n, err)
@@ -131,17 +157,19 @@ func TestGSOLoopback(t *testing.T) {
 	port := b.LocalAddrPort().Port()
 	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: port}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			before := a.Stats()
-			sent := sendRoCE(t, a, b.LocalAddr(), port, tt.sizes)
-			got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-			checkIDs(t, got, sent, fl, tt.ids)
-			s := a.Stats()
-			msgs, segs := s.GSOMessages-before.GSOMessages, s.GSOSegments-before.GSOSegments
-			if msgs != uint64(tt.msgs) || segs != uint64(len(tt.sizes)-tt.single) || s.GSOFallbacks != 0 {
-				t.Errorf("GSO messages %d segments %d fallbacks %d; want %d, %d, 0", msgs, segs, s.GSOFallbacks, tt.msgs, len(tt.sizes)-tt.single)
-			}
-		})
+		for _, pieces := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/pieces=%v", tt.name, pieces), func(t *testing.T) {
+				before := a.Stats()
+				sent := sendRoCEPieces(t, a, b.LocalAddr(), port, tt.sizes, pieces)
+				got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
+				checkIDs(t, got, sent, fl, tt.ids)
+				s := a.Stats()
+				msgs, segs := s.GSOMessages-before.GSOMessages, s.GSOSegments-before.GSOSegments
+				if msgs != uint64(tt.msgs) || segs != uint64(len(tt.sizes)-tt.single) || s.GSOFallbacks != 0 {
+					t.Errorf("GSO messages %d segments %d fallbacks %d; want %d, %d, 0", msgs, segs, s.GSOFallbacks, tt.msgs, len(tt.sizes)-tt.single)
+				}
+			})
+		}
 	}
 }
 
@@ -398,7 +426,8 @@ func wireCheck(t *testing.T, pcap string, pmtu int) {
 // DF, IPv4 Identification k for segment k of its message and its own
 // lengths, a UDP checksum, and an ICRC that checks on all 32 bits over the
 // real headers; the independent wire checker (GOROCE_WIRE_CHECK) agrees;
-// and the receiving Conn gets every packet.
+// and the receiving Conn gets every packet. Every other packet is given to
+// Transmit in pieces (Packet.Ext), inside the same GSO messages.
 func TestNetnsGSOOnTheWire(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{MTU: 1500})
 	setFeatures(t, p.A, map[string]bool{"tx-udp-segmentation": false})
@@ -407,7 +436,9 @@ func TestNetnsGSOOnTheWire(t *testing.T) {
 	capB := startCaptureIn(t, p.B)
 	sizes := repeat(70, 1040) // WRITE MIDDLEs of a 1024-byte path MTU: 62 in one message (65507 bytes at most), 8 in the next
 	ids := seq(62, 8)
-	sent := sendRoCE(t, a, p.AddrB, wire.RoCEv2Port, sizes)
+	// Every other packet is given in pieces (a payload left where it lies):
+	// on the wire nothing tells them apart.
+	sent := sendRoCEPieces(t, a, p.AddrB, wire.RoCEv2Port, sizes, true)
 	for i := range sent {
 		_, f := capB.next(t)
 		ip := f.IPv4()

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
 	"github.com/goroce/goroce/wire"
 )
@@ -244,10 +245,13 @@ func (pc *portCache) close() {
 // port, which it leaves from because its own port could not be bound. The
 // destination port is 4791, for which the engine computes every ICRC (and
 // on which every RoCE receiver listens).
-func (c *Conn) refit(pkt []byte, dst netip.Addr) error {
+func (c *Conn) refit(p *packetio.Packet, dst netip.Addr) error {
 	fc, err := wire.NewFlowICRC(wire.Flow{Src: c.local.Addr(), Dst: dst, SrcPort: c.local.Port()})
 	if err != nil {
 		return err
 	}
-	return fc.Set(pkt)
+	if p.Ext != nil {
+		return fc.SetV(p.Buf[:p.ExtAt], p.Ext, p.Buf[p.ExtAt:])
+	}
+	return fc.Set(p.Buf)
 }

@@ -52,6 +52,9 @@ func sendPorts(t testing.TB, a *udp.Conn, to netip.Addr, ports []uint16, seq0 in
 		}
 		batch[i].Buf = udPacket(t, batch[i].Buf, a.LocalAddr(), to, icrcPort, seq0+i)
 		batch[i].Addr, batch[i].Port = to, p
+		if i%2 == 1 {
+			inPieces(t, &batch[i]) // a fallback's ICRC recomputed over the pieces too
+		}
 	}
 	if n, err := a.Transmit(batch); err != nil || n != len(ports) {
 		t.Fatalf("Transmit = %d, %v", n, err)
