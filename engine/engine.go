@@ -104,6 +104,7 @@ type Stats struct {
 	CQOverruns             uint64 // completions lost to a full CQ (which is then in error)
 	AsyncEvents            uint64 // asynchronous events raised
 	TxBuildErrors          uint64 // packets that could not be built and were not sent (an engine defect; never expected)
+	TxGathered             uint64 // packets OutputGather gave with their payload left where it lies
 }
 
 // Engine is a RoCEv2 transport for the queue pairs of one device.

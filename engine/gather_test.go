@@ -151,6 +151,9 @@ func TestOutputGather(t *testing.T) {
 			t.Errorf("%v: %+v", e.Local(), st)
 		}
 	}
+	if got := l.a.Stats().TxGathered + l.b.Stats().TxGathered; got != uint64(l.gather.gathered) {
+		t.Errorf("Stats.TxGathered %d, %d packets sent in pieces", got, l.gather.gathered)
+	}
 	g := l.gather
 	// In pieces over IPv4: the WRITEs' 16 + 1 (1024) + 1 (1026) + 1
 	// (4097's first) + 1 (4095) + 3 (12000: 4096, 4096, 3808) packets,

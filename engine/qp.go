@@ -689,7 +689,10 @@ func (e *Engine) OutputGather(now int64, buf []byte) (n int, ext []byte, to neti
 	if !ok {
 		ext = nil
 	}
-	e.stats.TxBytes += uint64(len(ext))
+	if ext != nil {
+		e.stats.TxGathered++
+		e.stats.TxBytes += uint64(len(ext))
+	}
 	return n, ext, to, sport, ok
 }
 

@@ -27,6 +27,10 @@ type Soft struct {
 	// NoGSO and NoGRO turn the udp path's UDP segmentation and receive
 	// offloads off (soft.OpenOptions); both are on by default.
 	NoGSO, NoGRO bool
+	// NoGather copies every payload into its packet
+	// (soft.OpenOptions.NoGather); by default the udp path sends large
+	// ones from where they lie.
+	NoGather bool
 	// Busy makes the driver of a device opened for traffic poll without
 	// blocking (soft.OpenOptions.Busy).
 	Busy bool
@@ -50,7 +54,7 @@ func (s Soft) Resolve() (netip.Addr, int, error) {
 // s.Path. For traffic it listens on UDP port 4791 of the address; for
 // inspection only (devices, devinfo) on a port the kernel chooses.
 func (s Soft) Open(traffic bool) (*soft.Device, error) {
-	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy && traffic, Spin: s.Spin})
+	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy && traffic, Spin: s.Spin})
 	return dev, err
 }
 
@@ -211,10 +215,10 @@ func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error
 	if err != nil || !a.Is4() {
 		return nil, nil, netip.Addr{}, fmt.Errorf("--addr %q: want an IPv4 address", s.Addr)
 	}
-	if first, err = (Soft{Addr: a.String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
+	if first, err = (Soft{Addr: a.String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
 		return nil, nil, netip.Addr{}, err
 	}
-	if second, err = (Soft{Addr: a.Next().String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
+	if second, err = (Soft{Addr: a.Next().String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
 		first.Close()
 		return nil, nil, netip.Addr{}, err
 	}

@@ -71,6 +71,13 @@ type Options struct {
 	// the post made ready, receiving what arrived), which saves a hand-off
 	// between goroutines on every message.
 	NoInline bool
+	// NoGather copies every payload into its packet. By default, over a
+	// Conn that sends a packet in pieces (packetio.Gatherer: packetio/udp),
+	// payloads of engine.GatherMin bytes or more of one memory region are
+	// sent from where they lie (engine.Engine.OutputGather), which saves
+	// the driver a copy of each: 6% of the sender's CPU time in an RC
+	// WRITE of 64 KiB between two namespaces.
+	NoGather bool
 	// Batch is the most packets the driver sends with one Transmit (the
 	// Conn lends at most its own batch size). Default wire.GSOMaxSegments
 	// (64): a run of packets then fills one GSO message where the Conn
@@ -130,6 +137,8 @@ type Device struct {
 	ackScratch []ackCopy
 	// first is where a flush builds its first packet (flushBatches).
 	first []byte
+	// gather: the driver sends payloads from where they lie (NoGather).
+	gather bool
 }
 
 // ackCopy is an ACK set aside by ackAside.
@@ -186,6 +195,9 @@ func New(opts Options) (*Device, error) {
 	d.linkLocal = linkLocalGID(d.addr, d.GUID())
 	if fd, ok := opts.Conn.(packetio.FullDuplex); ok {
 		d.duplex = fd.FullDuplex()
+	}
+	if g, ok := opts.Conn.(packetio.Gatherer); ok && !opts.NoGather {
+		d.gather = g.Gathers()
 	}
 	if opts.Busy {
 		d.ackScratch = make([]ackCopy, opts.Batch)
@@ -537,7 +549,7 @@ func (d *Device) flushBatches(now int64, batches int) int {
 	d.flushes.Add(1) // ends the corks decided before (corkHint)
 	total, aside := 0, 0
 	for ; batches != 0; batches-- {
-		n, to, sport, ok := d.next(now, d.first, &aside)
+		n, ext, to, sport, ok := d.next(now, d.first, &aside)
 		if !ok {
 			break
 		}
@@ -546,6 +558,9 @@ func (d *Device) flushBatches(now int64, batches int) int {
 			break // closed
 		}
 		batch[0].Buf, batch[0].Addr, batch[0].Port = append(batch[0].Buf[:0], d.first[:n]...), to, sport
+		if ext != nil {
+			batch[0].Ext, batch[0].ExtAt = ext, engine.GatherSplit(d.first, n)
+		}
 		k := 1
 		// The rest are built in the batch's buffers, each its own, and
 		// sealed four at a time (BeginOutputBatch) before the Transmit.
@@ -554,11 +569,14 @@ func (d *Device) flushBatches(now int64, batches int) int {
 		d.eng.BeginOutputBatch()
 		for k < len(batch) {
 			b := batch[k].Buf[:cap(batch[k].Buf)]
-			n, to, sport, ok := d.next(now, b, &aside)
+			n, ext, to, sport, ok := d.next(now, b, &aside)
 			if !ok {
 				break
 			}
 			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, sport
+			if ext != nil {
+				batch[k].Ext, batch[k].ExtAt = ext, engine.GatherSplit(b, n)
+			}
 			k++
 		}
 		d.eng.EndOutputBatch()
@@ -574,20 +592,26 @@ func (d *Device) flushBatches(now int64, batches int) int {
 }
 
 // next writes the engine's next packet to send into b and returns its
-// length, destination and source port (0 for the Conn's own), setting a
-// busy device's ACKs aside on the way (ackAside, counted in aside); ok is
-// false when there is nothing more to send now.
-func (d *Device) next(now int64, b []byte, aside *int) (n int, to netip.Addr, sport uint16, ok bool) {
+// length, the payload it left where it lies (gather: see
+// engine.Engine.OutputGather; nil when b holds the whole packet),
+// destination and source port (0 for the Conn's own), setting a busy
+// device's ACKs aside on the way (ackAside, counted in aside); ok is false
+// when there is nothing more to send now.
+func (d *Device) next(now int64, b []byte, aside *int) (n int, ext []byte, to netip.Addr, sport uint16, ok bool) {
 	for {
-		n, to, sport, ok = d.eng.OutputFrom(now, b)
+		if d.gather {
+			n, ext, to, sport, ok = d.eng.OutputGather(now, b)
+		} else {
+			n, to, sport, ok = d.eng.OutputFrom(now, b)
+		}
 		if !ok {
-			return 0, netip.Addr{}, 0, false
+			return 0, nil, netip.Addr{}, 0, false
 		}
 		if sport == d.opts.SourcePort {
 			sport = 0 // the Conn's own port
 		}
-		if !d.ackAside(*aside, b[:n], to, sport) {
-			return n, to, sport, true
+		if ext != nil || !d.ackAside(*aside, b[:n], to, sport) {
+			return n, ext, to, sport, true
 		}
 		*aside++
 	}

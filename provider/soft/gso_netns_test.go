@@ -20,19 +20,21 @@ import (
 // ICRC, GSO is used exactly when on (the sender's Conn counts its messages)
 // and the receiver's engine checks the GSO segments' ICRCs with their
 // Identification known (held to small ones, or by their place in a GRO
-// train).
+// train). With GSO on, the sender's payloads go from where they lie in
+// its memory region (gather) or are copied into the packets (NoGather);
+// the sender's engine counts the former.
 func TestNetnsGSOWrite(t *testing.T) {
 	for _, mtu := range []struct {
 		veth int
 		pmtu verbs.MTU
 	}{{9000, verbs.MTU4096}, {1500, verbs.MTU1024}} {
-		for _, gso := range []bool{true, false} {
-			t.Run(fmt.Sprintf("mtu%d/gso=%v", mtu.veth, gso), func(t *testing.T) { gsoWrite(t, mtu.veth, mtu.pmtu, gso) })
+		for _, c := range []struct{ gso, gather bool }{{true, true}, {true, false}, {false, true}} {
+			t.Run(fmt.Sprintf("mtu%d/gso=%v/gather=%v", mtu.veth, c.gso, c.gather), func(t *testing.T) { gsoWrite(t, mtu.veth, mtu.pmtu, c.gso, c.gather) })
 		}
 	}
 }
 
-func gsoWrite(t *testing.T, vethMTU int, pmtu verbs.MTU, gso bool) {
+func gsoWrite(t *testing.T, vethMTU int, pmtu verbs.MTU, gso, gather bool) {
 	p := netns.NewPair(t, netns.Options{MTU: vethMTU})
 	opts := udp.Options{}
 	if !gso {
@@ -50,7 +52,7 @@ func gsoWrite(t *testing.T, vethMTU int, pmtu verbs.MTU, gso bool) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		d, err := New(Options{Name: fmt.Sprintf("gso%c", 'a'+i), Conn: conns[i]})
+		d, err := New(Options{Name: fmt.Sprintf("gso%c", 'a'+i), Conn: conns[i], NoGather: !gather})
 		if err != nil {
 			conns[i].Close()
 			t.Fatal(err)
@@ -95,6 +97,11 @@ func gsoWrite(t *testing.T, vethMTU int, pmtu verbs.MTU, gso bool) {
 	if sb.ICRCDrops != 0 || sb.MalformedDrops != 0 {
 		t.Errorf("receiver dropped %d packets for their ICRC, %d malformed", sb.ICRCDrops, sb.MalformedDrops)
 	}
+	// Every WRITE packet's payload is a path MTU (1024 or 4096 bytes) of
+	// one SGE: all go in pieces when gathering, none otherwise.
+	if g := devs[0].Stats().TxGathered; gather && g < rounds*size/uint64(pmtu.Bytes()) || !gather && g != 0 {
+		t.Errorf("gather %v: %d packets sent with their payload left where it lies", gather, g)
+	}
 	// GSO messages cross the veth whole and reach the GRO socket as one
 	// buffer each: their packets after the first are checked by position.
 	if gso && (sb.ICRCTrainChecks == 0 || conns[1].Stats().GROBuffers == 0) {
@@ -112,8 +119,9 @@ func BenchmarkNetnsGSOWrite(b *testing.B) {
 		pmtu verbs.MTU
 	}{{9000, verbs.MTU4096}, {1500, verbs.MTU1024}} {
 		p := netns.NewPair(b, netns.Options{MTU: mtu.veth})
-		for _, on := range []bool{true, false} {
-			b.Run(fmt.Sprintf("mtu%d/gso=%v", mtu.veth, on), func(b *testing.B) {
+		for _, cs := range []struct{ on, gather bool }{{true, true}, {true, false}, {false, true}} {
+			on := cs.on
+			b.Run(fmt.Sprintf("mtu%d/gso=%v/gather=%v", mtu.veth, on, cs.gather), func(b *testing.B) {
 				opts := udp.Options{}
 				if !on {
 					opts.GSO, opts.GRO = udp.OffloadOff, udp.OffloadOff
@@ -130,7 +138,7 @@ func BenchmarkNetnsGSOWrite(b *testing.B) {
 					}); err != nil {
 						b.Fatal(err)
 					}
-					d, err := New(Options{Name: fmt.Sprintf("gsob%c", 'a'+i), Conn: c})
+					d, err := New(Options{Name: fmt.Sprintf("gsob%c", 'a'+i), Conn: c, NoGather: !cs.gather})
 					if err != nil {
 						c.Close()
 						b.Fatal(err)

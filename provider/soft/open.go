@@ -37,6 +37,8 @@ type OpenOptions struct {
 	// of datagrams in one buffer) on the udp path, which uses them by
 	// default when the kernel offers them (see packetio/udp).
 	NoGSO, NoGRO bool
+	// NoGather copies every payload into its packet (Options.NoGather).
+	NoGather bool
 	// Busy makes the device's driver poll without ever blocking (see
 	// Options.Busy): lower latency for a processor kept busy. Default off.
 	Busy bool
@@ -68,7 +70,7 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 			return nil, ch, err
 		}
 	}
-	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, Spin: o.Spin})
+	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, Spin: o.Spin, NoGather: o.NoGather})
 	if err != nil {
 		conn.Close()
 		return nil, ch, err
