@@ -98,7 +98,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	intFlag("m", "mtu", 0, "path MTU in bytes (256..4096; default: the port's active MTU)", &c.mtu)
 	intFlag("o", "outs", 0, "num of outstanding reads/atomics (default: the device's max for READ and atomic tests)", &o.OutReads)
 	var cpuFreq bool
-	fs.BoolVar(&cpuFreq, "F", false, "do not fail on a CPU frequency warning (accepted; goroce measures with the monotonic clock)")
+	fs.BoolVar(&cpuFreq, "F", false, "do not fail on a CPU frequency warning (accepted; goroce reads an invariant TSC calibrated against the monotonic clock, or the monotonic clock)")
 	fs.BoolVar(&cpuFreq, "CPU-freq", false, "same as -F")
 	fs.BoolVar(&o.Gbits, "report_gbits", false, "report bandwidth in Gb/sec instead of MB/sec")
 	fs.BoolVar(&o.WarmUp, "perform_warm_up", false, "perform a window of iterations before measuring, to warm up caches (write_bw, read_bw, atomic_bw)")

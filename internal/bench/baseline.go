@@ -262,7 +262,7 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 	}
 	n := o.Iters
 	tposted := timestamps(n)
-	clk := clock{time.Now()}
+	clk := newClock()
 	send := func(i int) error {
 		pkts := b.conn.TxBatch(1)
 		if len(pkts) == 0 {

@@ -89,12 +89,6 @@ func (s *session) checkTargets() error {
 	return s.checkSlots(s.o.QPs, s.o.Size)
 }
 
-// clock is the time since a fixed start, in nanoseconds: monotonic and
-// allocation-free.
-type clock struct{ t0 time.Time }
-
-func (c clock) now() int64 { return int64(time.Since(c.t0)) }
-
 // timestamps returns n timestamps' room, every page of it written once
 // (packetio.Prefault), as the kernel maps a page on its first write: a
 // test's first pass over arrays of millions of timestamps (perftest's
@@ -205,7 +199,7 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 			return Result{}, err
 		}
 	}
-	clk := clock{time.Now()}
+	clk := newClock()
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
 	var deadline int64
@@ -326,7 +320,7 @@ const warmUpWRID = 1<<64 - 1
 // counted.
 func (s *session) warmUp(ctx context.Context, wrs []verbs.SendWR, size int) error {
 	o := &s.o
-	w := waiter{s: s, clk: clock{time.Now()}}
+	w := waiter{s: s, clk: newClock()}
 	base := s.mr.Addr()
 	for i := range s.qps {
 		wr := &wrs[0]
@@ -462,7 +456,7 @@ func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
 	total := n * uint64(q)
 	tcompleted := timestamps(int(total))[:0]
 	rcnt := make([]uint64, q)
-	clk := clock{time.Now()}
+	clk := newClock()
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
 	var got uint64
@@ -573,7 +567,7 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 	off := 0
 	sges[0] = verbs.SGE{Addr: s.mr.Addr() + uint64(off), Length: uint32(size), LKey: s.mr.LKey()}
 	wrs[0] = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sges[:]}
-	clk := clock{time.Now()}
+	clk := newClock()
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
 	var scnt, ccnt uint64
@@ -656,7 +650,7 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 	sges[0] = verbs.SGE{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}
 	r0 := &s.out.Remote[0]
 	wrs[0] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sges[:], RemoteAddr: r0.VAddr, RKey: r0.RKey}
-	clk := clock{time.Now()}
+	clk := newClock()
 	pr := progress{s: s, clk: clk}
 	var scnt, rcnt, ccnt uint64
 	pollCQ := func() error {
@@ -760,7 +754,7 @@ func (s *session) runReadAtomicLat(ctx context.Context, size int) (Result, error
 	if opcode == verbs.WRAtomicFetchAndAdd {
 		wrs[0].CompareAdd = 1
 	}
-	clk := clock{time.Now()}
+	clk := newClock()
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
 	var scnt uint64
