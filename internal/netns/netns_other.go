@@ -2,7 +2,11 @@
 
 package netns
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/goroce/goroce/internal/testenv"
+)
 
 // New skips the test: network namespaces are Linux only.
 func New(t testing.TB) *NS {
@@ -23,6 +27,9 @@ func (ns *NS) Do(f func() error) error { return ErrNotSupported }
 
 // Exec returns an error matching ErrNotSupported.
 func (ns *NS) Exec(args ...string) ([]byte, error) { return nil, ErrNotSupported }
+
+// SetFeatures returns an error matching ErrNotSupported.
+func (ns *NS) SetFeatures(dev string, features map[string]bool) error { return ErrNotSupported }
 
 // SetLoss returns an error matching ErrNotSupported.
 func (ns *NS) SetLoss(dev string, percent int) error { return ErrNotSupported }
