@@ -35,6 +35,12 @@
 #   --mtus "9000 1500"  the veth MTUs to run [MTUS]; path MTU 4096 at 9000
 #                       and above, 1024 below
 #   --no-peers          goroce and raw UDP only [NO_PEERS=1]
+#   --iters K           K times every tool's iteration count (-n, -I) [ITERS=1]:
+#                       the default counts (perftest's and ucx_perftest's
+#                       order of magnitude) make bandwidth runs of 5 to 20
+#                       ms, which measure how a tool starts as much as its
+#                       steady rate (socket buffers absorb a large part of
+#                       such a run); --iters 20 makes them 0.1 to 1 s
 # When goroce bench has --gso (packetio/udp's UDP GSO), a "goroce (no GSO)"
 # row runs it with --gso=false (and --gro=false when that exists too); when
 # it has --events (latency tests waiting on a completion channel instead of
@@ -51,6 +57,7 @@ GOROCE_PATH=${GOROCE_PATH:-udp}
 GOROCE_FLAGS=${GOROCE_FLAGS:-}
 MTUS=${MTUS:-9000 1500}
 NO_PEERS=${NO_PEERS:-}
+ITERS=${ITERS:-1}
 ROUNDS=${ROUNDS:-3}
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -58,6 +65,7 @@ while [ $# -gt 0 ]; do
 	--goroce-flags) GOROCE_FLAGS=$2; shift 2 ;;
 	--mtus) MTUS=$2; shift 2 ;;
 	--no-peers) NO_PEERS=1; shift ;;
+	--iters) ITERS=$2; shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	[0-9]*) ROUNDS=$1; shift ;;
 	*) echo "bench-peers.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
@@ -162,6 +170,14 @@ cases=(
 	"lat|write_lat -s 64 -n 5000|UCX put_lat (tcp)=t_ucx $UCT -x tcp -d veth0 -t put_lat -D zcopy -s 64 -n 5000"
 	"lat|send_lat -s 65536 -n 500|fi_pingpong (tcp msg)=t_fi -p tcp -e msg -S 65536 -I 500|nobase"
 )
+
+# Every iteration count (goroce's and ucx_perftest's -n, fi_pingpong's -I)
+# times ITERS.
+if [ "$ITERS" != 1 ]; then
+	for i in "${!cases[@]}"; do
+		cases[i]=$(echo "${cases[i]}" | perl -pe "s/(?<=-[nI] )(\\d+)/\$1*$ITERS/ge")
+	done
+fi
 
 # file MTU CASE TOOL: where the per-round values of a tool go.
 vfile() { echo "$TMP/v.$1.$2.$3"; }
