@@ -98,6 +98,16 @@
 // program) and, when the sending veth has TSO, UDP GRO forwarding
 // (`ethtool -K veth0 rx-udp-gro-forwarding on`) on the receiving veth.
 //
+// # Packets in pieces
+//
+// The Conn is a packetio.Gatherer: a packet whose Ext is set goes out as
+// three iovecs of one datagram, Buf[:ExtAt], Ext and Buf[ExtAt:], so that a
+// large payload is sent from where it lies (engine.Engine.OutputGather
+// leaves it in its memory region) and the kernel's copy into the socket
+// buffer is its only one. Such a packet joins the GSO message of its run
+// like any other of its length; the ICRC that segment k's Identification
+// changes is the end of Buf (wire.ICRCIDCache.ChangeIDOf).
+//
 // A receiver on a socket sees no Identification, so the engine checks the
 // ICRC of a packet received alone by solving for the Identification and DF
 // (15 of the 32 bits); a flow that showed small Identifications with DF, as

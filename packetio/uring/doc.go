@@ -112,6 +112,9 @@
 // Stats().RxDrops, none returned in part. Stats().GROBuffers and
 // GROSegments count the trains.
 //
+// The Conn does not send packets in pieces (it is no packetio.Gatherer): a
+// soft device over it copies every payload into its packet.
+//
 // Every packet leaves from the socket's own port: Packet.Port is ignored on
 // send and the Conn does not implement packetio.SourcePorts, so a soft
 // device over it computes every ICRC for that port and sends UD packets
