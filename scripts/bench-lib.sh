@@ -2,13 +2,15 @@
 # run it). Two network namespaces joined by a veth pair, goroce built into a
 # temporary directory, one goroce bench server/client run, medians.
 #
-# bench_setup PREFIX: builds goroce into $TMP, creates the namespaces
+# bench_setup PREFIX: builds goroce into $TMP (go build $BENCH_BUILD_FLAGS),
+# creates the namespaces
 # PREFIX-<pid>-a and -b ($A, $B) joined by veth0 (10.66.0.1/24 in A,
 # 10.66.0.2/24 in B, MTU 1500), and arranges for everything to be deleted on
 # exit. Needs root and iproute2. The caller sets -euo pipefail and cd's to the
 # checkout first.
 
 TMP=""
+BENCH_BUILD_FLAGS=${BENCH_BUILD_FLAGS:-}
 A=""
 B=""
 # PIDs of the background processes this script started (timeout(1) wrappers);
@@ -30,7 +32,8 @@ bench_setup() {
 	A=$1-$$-a
 	B=$1-$$-b
 	trap bench_cleanup EXIT
-	go build -o "$TMP/goroce" ./cmd/goroce
+	# shellcheck disable=SC2086
+	go build $BENCH_BUILD_FLAGS -o "$TMP/goroce" ./cmd/goroce
 	ip netns add "$A"
 	ip netns add "$B"
 	ip link add veth0 netns "$A" type veth peer name veth0 netns "$B"
@@ -67,19 +70,22 @@ bg_wait() {
 }
 
 # goroce_run TEST ARGS...: one goroce bench server (namespace A) and client
-# (namespace B) run of TEST with ARGS (plus $GOROCE_ARGS, default --path udp);
-# prints the client's result row. Each side is bounded by timeout(1).
+# (namespace B) run of TEST with ARGS (plus $GOROCE_ARGS, default --path udp,
+# and $GOROCE_SERVER_ARGS or $GOROCE_CLIENT_ARGS on that side only); prints
+# the client's result row. Each side is bounded by timeout(1).
 GOROCE_ARGS=${GOROCE_ARGS:---path udp}
+GOROCE_SERVER_ARGS=${GOROCE_SERVER_ARGS:-}
+GOROCE_CLIENT_ARGS=${GOROCE_CLIENT_ARGS:-}
 goroce_run() {
 	local out="$TMP/server.out" spid
 	: > "$out"
 	# shellcheck disable=SC2086
-	bg_start "$out" timeout 150 ip netns exec "$A" "$TMP/goroce" bench "$@" --addr "$ADDR_A" $GOROCE_ARGS --timeout 120s
+	bg_start "$out" timeout 150 ip netns exec "$A" "$TMP/goroce" bench "$@" --addr "$ADDR_A" $GOROCE_ARGS $GOROCE_SERVER_ARGS --timeout 120s
 	spid=$BG
 	local i
 	for i in $(seq 200); do grep -q "Waiting for client" "$out" && break; sleep 0.05; done
 	# shellcheck disable=SC2086
-	if ! timeout 150 ip netns exec "$B" "$TMP/goroce" bench "$@" --addr "$ADDR_B" $GOROCE_ARGS --timeout 120s "$ADDR_A" > "$TMP/client.out" 2>&1; then
+	if ! timeout 150 ip netns exec "$B" "$TMP/goroce" bench "$@" --addr "$ADDR_B" $GOROCE_ARGS $GOROCE_CLIENT_ARGS --timeout 120s "$ADDR_A" > "$TMP/client.out" 2>&1; then
 		echo "client failed: $*" >&2
 		cat "$TMP/client.out" "$out" >&2
 		# The server would wait for its --timeout, holding port 4791.

@@ -27,30 +27,17 @@ done
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 [ "$(id -u)" = 0 ] || { echo "pgo-profile.sh: needs root (network namespaces)" >&2; exit 1; }
-bench_setup goroce-pgo
-go build -pgo=off -o "$TMP/goroce" ./cmd/goroce
+BENCH_BUILD_FLAGS=-pgo=off bench_setup goroce-pgo
 bench_mtu 9000
 
 n=0
-# profile TEST ARGS...: one server (A) and client (B) run, each writing its
-# CPU profile into $TMP.
+# profile TEST ARGS...: one server (A) and client (B) run (goroce_run),
+# each side writing its CPU profile into $TMP.
 profile() {
-	local spid out="$TMP/server.out"
 	n=$((n + 1))
-	: > "$out"
-	bg_start "$out" timeout 60 ip netns exec "$A" "$TMP/goroce" bench "$@" --addr "$ADDR_A" --path udp --timeout 50s --cpuprofile "$TMP/s$n.prof"
-	spid=$BG
-	local i
-	for i in $(seq 200); do grep -q "Waiting for client" "$out" && break; sleep 0.05; done
-	if ! timeout 60 ip netns exec "$B" "$TMP/goroce" bench "$@" --addr "$ADDR_B" --path udp --timeout 50s --cpuprofile "$TMP/c$n.prof" "$ADDR_A" > "$TMP/client.out" 2>&1; then
-		echo "pgo-profile.sh: client failed: $*" >&2
-		cat "$TMP/client.out" "$out" >&2
-		kill "$spid" 2>/dev/null || true
-		bg_wait "$spid" || true
-		exit 1
-	fi
-	bg_wait "$spid" || { echo "pgo-profile.sh: server failed: $*" >&2; cat "$out" >&2; exit 1; }
-	echo "$*: $(awk '/^ #bytes/ {getline; print; exit}' "$TMP/client.out")"
+	local row
+	row=$(GOROCE_SERVER_ARGS="--cpuprofile $TMP/s$n.prof" GOROCE_CLIENT_ARGS="--cpuprofile $TMP/c$n.prof" goroce_run "$@") || exit 1
+	echo "$*: $row"
 }
 
 profile write_bw -s 64 -D 3 -m 4096
