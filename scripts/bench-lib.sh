@@ -1,12 +1,13 @@
-# bench-lib.sh: shared by bench-table.sh, bench-peers.sh and pgo-profile.sh (source it, do not
-# run it). Two network namespaces joined by a veth pair, goroce built into a
-# temporary directory, one goroce bench server/client run, medians.
+# bench-lib.sh: shared by bench-table.sh, bench-peers.sh and pgo-profile.sh
+# (source it, do not run it). Two network namespaces joined by a veth pair,
+# goroce built into a temporary directory, one goroce bench server/client
+# run, medians.
 #
 # bench_setup PREFIX: builds goroce into $TMP (go build $BENCH_BUILD_FLAGS),
 # creates the namespaces PREFIX-<pid>-a and -b ($A, $B) joined by veth0
 # (10.66.0.1/24 in A, 10.66.0.2/24 in B, MTU 1500), and arranges for
-# everything to be deleted on exit. Needs root and iproute2. The caller sets -euo pipefail and cd's to the
-# checkout first.
+# everything to be deleted on exit. Needs root and iproute2. The caller sets
+# -euo pipefail and cd's to the checkout first.
 
 TMP=""
 BENCH_BUILD_FLAGS=${BENCH_BUILD_FLAGS:-}
