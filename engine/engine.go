@@ -134,8 +134,8 @@ type Engine struct {
 	gsi       gsi
 	nextQPN   int // index of qps where CreateQP looks first
 	seal      sealQueue
-	// gather is set during OutputGather: a payload of GatherMin bytes or
-	// more from one memory region is left where it lies, in ext, for
+	// gather is set during OutputGather: a request's payload of GatherMin
+	// bytes or more from one SGE is left where it lies, in ext, for
 	// finish to seal in place (finishGather).
 	gather bool
 	ext    []byte

@@ -673,14 +673,15 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 
 // OutputGather is OutputFrom for a packet path that sends a payload from
 // where it lies (packetio.Gatherer). A packet whose payload is GatherMin
-// bytes or more of one memory region (an RC SEND or RDMA WRITE from one SGE,
-// a READ response) over IPv4 leaves it there: buf receives the headers and
+// bytes or more of one memory region (an RC SEND or RDMA WRITE from one SGE)
+// over IPv4 leaves it there: buf receives the headers and
 // then the pad and ICRC, n counts those, and ext is the payload, which goes
 // between buf[:n-t] and buf[n-t:n], t being wire.ICRCLen plus the BTH's pad
 // count (GatherSplit). Every other packet comes as from OutputFrom, with ext
 // nil. The ICRC covers the payload as it is at the call: send the packet
 // before anything may change that memory, as the verbs contract lets the
 // application do only after the WQE completes (which needs the packet sent).
+// READ responses are copied: the responder's memory may change under them.
 func (e *Engine) OutputGather(now int64, buf []byte) (n int, ext []byte, to netip.Addr, sport uint16, ok bool) {
 	e.gather = true
 	n, to, sport, ok = e.OutputFrom(now, buf)

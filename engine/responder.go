@@ -471,11 +471,11 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 		off := int(k) * qp.mtu
 		payload = min(qp.mtu, len(it.data)-off)
 		hl := h.Opcode.Info().HeaderLen
-		if qp.e.gather && payload >= GatherMin {
-			qp.e.ext = it.data[off : off+payload] // left where it lies (OutputGather)
-		} else {
-			copy(buf[hl:hl+payload], it.data[off:])
-		}
+		// Copied even for OutputGather: the responder's application may
+		// write this memory while the READ is answered (the data is then
+		// undefined, but must not fail its ICRC), and the copy keeps the
+		// payload and the ICRC computed over it consistent.
+		copy(buf[hl:hl+payload], it.data[off:])
 		it.sent++
 		done = it.sent == it.npkts
 	}

@@ -73,8 +73,8 @@ type Options struct {
 	NoInline bool
 	// NoGather copies every payload into its packet. By default, over a
 	// Conn that sends a packet in pieces (packetio.Gatherer: packetio/udp),
-	// payloads of engine.GatherMin bytes or more of one memory region are
-	// sent from where they lie (engine.Engine.OutputGather), which saves
+	// SEND and WRITE payloads of engine.GatherMin bytes or more from one
+	// SGE are sent from where they lie (engine.Engine.OutputGather), which saves
 	// the driver a copy of each: 6% of the sender's CPU time in an RC
 	// WRITE of 64 KiB between two namespaces.
 	NoGather bool
