@@ -2,10 +2,13 @@ package udpsock
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -77,4 +80,84 @@ func GROKeepsIDs() bool {
 		return false
 	}
 	return major > 6 || major == 6 && minor >= 10
+}
+
+// OffloadState is a Conn's use of GSO and GRO: decided at Listen (Probe),
+// GSO read by every Transmit and turned off for good when the kernel
+// refuses it with EIO (TurnOffGSO), the reasons reported by Status.
+type OffloadState struct {
+	gso atomic.Bool
+	// GRO says whether the socket has UDP_GRO on; set by Probe, read-only
+	// afterwards.
+	GRO bool
+	// GROIDs says whether GRO is on and the kernel's UDP GRO keeps
+	// Identifications in order (GROKeepsIDs): Packet.GROSeg is set.
+	GROIDs bool
+
+	mu             sync.Mutex // guards the reasons, and orders turning GSO off against Status
+	gsoWhy, groWhy string
+}
+
+// GSO reports whether Transmit uses GSO.
+func (s *OffloadState) GSO() bool { return s.gso.Load() }
+
+// Status reports whether GSO and GRO are on, and why not when they are
+// not. It is safe to call from any goroutine.
+func (s *OffloadState) Status() OffloadStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return OffloadStatus{GSO: s.gso.Load(), GSOReason: s.gsoWhy, GRO: s.GRO, GROReason: s.groWhy}
+}
+
+// Probe decides at Listen whether the socket fd uses GSO and GRO, as gso
+// and gro ask. The socket was opened with the UDP checksum on unless gso
+// is OffloadOff (Config.Checksum); when GSO turns out unavailable,
+// SO_NO_CHECK is set after all. Errors start with prefix (the calling
+// package's name); an offload that OffloadRequire asks for and the kernel
+// lacks fails with an error matching packetio.ErrNotSupported.
+func (s *OffloadState) Probe(prefix string, fd int, gso, gro Offload) error {
+	switch gso {
+	case OffloadOff:
+		s.gsoWhy = "turned off by Options.GSO"
+	default:
+		if err := ProbeGSO(fd); err != nil {
+			if gso == OffloadRequire {
+				return SysErr(prefix, "UDP GSO: getsockopt UDP_SEGMENT", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
+			}
+			s.gsoWhy = "the kernel lacks UDP_SEGMENT: " + err.Error()
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
+				return SysErr(prefix, "setsockopt SO_NO_CHECK", err)
+			}
+		} else {
+			s.gso.Store(true)
+		}
+	}
+	switch gro {
+	case OffloadOff:
+		s.groWhy = "turned off by Options.GRO"
+	default:
+		if err := EnableGRO(fd); err != nil {
+			if gro == OffloadRequire {
+				return SysErr(prefix, "UDP GRO: setsockopt UDP_GRO", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
+			}
+			s.groWhy = "the kernel lacks UDP_GRO: " + err.Error()
+		} else {
+			s.GRO = true
+		}
+	}
+	s.GROIDs = s.GRO && GROKeepsIDs()
+	return nil
+}
+
+// TurnOffGSO turns GSO off for good after the kernel refused a GSO message
+// with errno EIO: the device cannot checksum in hardware (before Linux
+// 6.11). Other errors leave GSO on.
+func (s *OffloadState) TurnOffGSO(errno unix.Errno) {
+	if errno != unix.EIO || !s.gso.Load() {
+		return
+	}
+	s.mu.Lock()
+	s.gso.Store(false)
+	s.gsoWhy = "the kernel refused a GSO message with EIO (no checksum offload on the device): " + errno.Error()
+	s.mu.Unlock()
 }
