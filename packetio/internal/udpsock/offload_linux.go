@@ -116,37 +116,40 @@ func (s *OffloadState) Status() OffloadStatus {
 // package's name); an offload that OffloadRequire asks for and the kernel
 // lacks fails with an error matching packetio.ErrNotSupported.
 func (s *OffloadState) Probe(prefix string, fd int, gso, gro Offload) error {
-	switch gso {
-	case OffloadOff:
-		s.gsoWhy = "turned off by Options.GSO"
-	default:
-		if err := ProbeGSO(fd); err != nil {
-			if gso == OffloadRequire {
-				return SysErr(prefix, "UDP GSO: getsockopt UDP_SEGMENT", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
-			}
-			s.gsoWhy = "the kernel lacks UDP_SEGMENT: " + err.Error()
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
-				return SysErr(prefix, "setsockopt SO_NO_CHECK", err)
-			}
-		} else {
-			s.gso.Store(true)
+	on, why, err := probe(prefix, fd, gso, "GSO", "getsockopt", "UDP_SEGMENT", ProbeGSO)
+	if err != nil {
+		return err
+	}
+	s.gso.Store(on)
+	s.gsoWhy = why
+	if !on && gso != OffloadOff {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
+			return SysErr(prefix, "setsockopt SO_NO_CHECK", err)
 		}
 	}
-	switch gro {
-	case OffloadOff:
-		s.groWhy = "turned off by Options.GRO"
-	default:
-		if err := EnableGRO(fd); err != nil {
-			if gro == OffloadRequire {
-				return SysErr(prefix, "UDP GRO: setsockopt UDP_GRO", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
-			}
-			s.groWhy = "the kernel lacks UDP_GRO: " + err.Error()
-		} else {
-			s.GRO = true
-		}
+	if s.GRO, s.groWhy, err = probe(prefix, fd, gro, "GRO", "setsockopt", "UDP_GRO", EnableGRO); err != nil {
+		return err
 	}
 	s.GROIDs = s.GRO && GROKeepsIDs()
 	return nil
+}
+
+// probe decides whether the offload name (Options.GSO or Options.GRO asked
+// for it with mode) is on: unless mode is OffloadOff it tries it on fd
+// (the system call call with option opt), and reports why not when it is
+// off, or an error when OffloadRequire asked for it and the kernel lacks
+// it.
+func probe(prefix string, fd int, mode Offload, name, call, opt string, try func(fd int) error) (on bool, whyOff string, err error) {
+	if mode == OffloadOff {
+		return false, "turned off by Options." + name, nil
+	}
+	if err := try(fd); err != nil {
+		if mode == OffloadRequire {
+			return false, "", SysErr(prefix, "UDP "+name+": "+call+" "+opt, fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
+		}
+		return false, "the kernel lacks " + opt + ": " + err.Error(), nil
+	}
+	return true, "", nil
 }
 
 // TurnOffGSO turns GSO off for good after the kernel refused a GSO message
