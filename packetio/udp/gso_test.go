@@ -29,38 +29,13 @@ func TestGSOLoopback(t *testing.T) {
 	rocetest.GSOLoopback(t, a, b, true)
 }
 
-// With GSO on, TxBatch lends a whole GSO message's packets (64) even with a
-// smaller Batch, and they leave as one message; with GSO off it lends Batch.
+// TxBatch and Transmit with GSO on and off: rocetest.GSOTxBatch.
 func TestGSOTxBatch(t *testing.T) {
-	for _, tt := range []struct {
-		gso  udp.Offload
-		want int
-	}{{udp.OffloadRequire, wire.GSOMaxSegments}, {udp.OffloadOff, 8}} {
-		a, b := loopbackPair(t, udp.Options{GSO: tt.gso, GRO: udp.OffloadOff, Batch: 8})
-		if got := len(a.TxBatch(1000)); got != tt.want {
-			t.Fatalf("GSO %v: TxBatch(1000) lent %d, want %d", tt.gso, got, tt.want)
-		}
-		port := b.LocalAddrPort().Port()
-		sent := rocetest.Send(t, a, b.LocalAddr(), port, rocetest.Repeat(tt.want, 256))
-		packetiotest.Recv(t, b, len(sent), 5*time.Second)
-		if s := a.Stats(); tt.gso == udp.OffloadRequire && (s.GSOMessages != 1 || s.TxBatches != 1) {
-			t.Errorf("GSO %v: stats %+v, want one GSO message in one batch", tt.gso, s)
-		}
-	}
-}
-
-// With GSO off every datagram leaves alone, with Identification 0.
-func TestGSOOff(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadOff, GRO: udp.OffloadOff})
-	if o := a.Offloads(); o.GSO || o.GSOReason == "" {
-		t.Fatalf("Offloads = %+v, want GSO off with a reason", o)
-	}
-	port := b.LocalAddrPort().Port()
-	sent := rocetest.Send(t, a, b.LocalAddr(), port, rocetest.Repeat(16, 1040))
-	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-	rocetest.CheckIDs(t, got, sent, wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}, make([]uint16, len(sent)))
-	if s := a.Stats(); s.GSOMessages != 0 || s.TxBatches != 1 {
-		t.Errorf("stats %+v", s)
+	for _, gso := range []udp.Offload{udp.OffloadRequire, udp.OffloadOff} {
+		t.Run("gso="+gso.String(), func(t *testing.T) {
+			a, b := loopbackPair(t, udp.Options{GSO: gso, GRO: udp.OffloadOff, Batch: 8})
+			rocetest.GSOTxBatch(t, a, b, gso == udp.OffloadRequire)
+		})
 	}
 }
 

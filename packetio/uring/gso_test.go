@@ -30,37 +30,13 @@ func TestGSOLoopback(t *testing.T) {
 	rocetest.GSOLoopback(t, a, b, false)
 }
 
-// With GSO on, TxBatch lends a whole GSO message's packets (64) even with
-// a smaller Batch, and they leave as one message; with GSO off it lends
-// Batch, and every datagram leaves alone with Identification 0.
+// TxBatch and Transmit with GSO on and off: rocetest.GSOTxBatch.
 func TestGSOTxBatchAndOff(t *testing.T) {
-	for _, tt := range []struct {
-		gso  uring.Offload
-		want int
-	}{{uring.OffloadRequire, wire.GSOMaxSegments}, {uring.OffloadOff, 8}} {
-		a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: tt.gso, GRO: uring.OffloadOff, Batch: 8})
-		if got := len(a.TxBatch(1000)); got != tt.want {
-			t.Fatalf("GSO %v: TxBatch(1000) lent %d, want %d", tt.gso, got, tt.want)
-		}
-		port := b.LocalAddrPort().Port()
-		fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-		sent := rocetest.Send(t, a, b.LocalAddr(), port, rocetest.Repeat(tt.want, 256))
-		got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-		s := a.Stats()
-		if tt.gso == uring.OffloadRequire {
-			rocetest.CheckIDs(t, got, sent, fl, rocetest.Seq(tt.want))
-			if s.GSOMessages != 1 || s.TxBatches != 1 {
-				t.Errorf("GSO %v: stats %+v, want one GSO message in one batch", tt.gso, s)
-			}
-			continue
-		}
-		rocetest.CheckIDs(t, got, sent, fl, make([]uint16, len(sent)))
-		if o := a.Offloads(); o.GSO || o.GSOReason == "" {
-			t.Errorf("Offloads = %+v, want GSO off with a reason", o)
-		}
-		if s.GSOMessages != 0 {
-			t.Errorf("GSO %v: stats %+v", tt.gso, s)
-		}
+	for _, gso := range []uring.Offload{uring.OffloadRequire, uring.OffloadOff} {
+		t.Run("gso="+gso.String(), func(t *testing.T) {
+			a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: gso, GRO: uring.OffloadOff, Batch: 8})
+			rocetest.GSOTxBatch(t, a, b, gso == uring.OffloadRequire)
+		})
 	}
 }
 

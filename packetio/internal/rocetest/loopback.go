@@ -114,3 +114,39 @@ func GROSingles(t *testing.T, a, b Conn) {
 		t.Errorf("stats %+v", s)
 	}
 }
+
+// GSOTxBatch checks TxBatch and Transmit of a (opened with Batch 8, GRO
+// off, and GSO required when gso, off when not) sending to b. With GSO on,
+// TxBatch lends a whole GSO message's packets (64) even with the smaller
+// Batch, and they leave as one message, segment k with Identification k;
+// with GSO off it lends Batch, Offloads says why GSO is off, and every
+// datagram leaves alone with Identification 0. Either way the batch is
+// handed to the kernel at once.
+func GSOTxBatch(t *testing.T, a, b Conn, gso bool) {
+	want := 8
+	if gso {
+		want = wire.GSOMaxSegments
+	}
+	if got := len(a.TxBatch(1000)); got != want {
+		t.Fatalf("GSO %v: TxBatch(1000) lent %d, want %d", gso, got, want)
+	}
+	port := b.LocalAddrPort().Port()
+	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: port}
+	sent := Send(t, a, b.LocalAddr(), port, Repeat(want, 256))
+	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
+	s := a.Stats()
+	if gso {
+		CheckIDs(t, got, sent, fl, Seq(want))
+		if s.GSOMessages != 1 || s.TxBatches != 1 {
+			t.Errorf("GSO on: stats %+v, want one GSO message in one batch", s)
+		}
+		return
+	}
+	CheckIDs(t, got, sent, fl, make([]uint16, len(sent)))
+	if o := a.Offloads(); o.GSO || o.GSOReason == "" {
+		t.Errorf("Offloads = %+v, want GSO off with a reason", o)
+	}
+	if s.GSOMessages != 0 || s.TxBatches != 1 {
+		t.Errorf("GSO off: stats %+v, want no GSO message, one batch", s)
+	}
+}
