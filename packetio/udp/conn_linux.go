@@ -67,14 +67,10 @@ type Conn struct {
 	txN     int                   // send's results
 	txErrno unix.Errno
 
-	// Offloads (gso_linux.go): gso is read by Transmit and cleared when the
-	// kernel refuses GSO for good; offMu guards the reasons.
-	gso            atomic.Bool
-	gro            bool
-	groIDs         bool // the kernel's UDP GRO keeps Identifications in order: GROSeg is set
-	ids            wire.ICRCIDCache
-	offMu          sync.Mutex
-	gsoWhy, groWhy string
+	// Offloads (gso_linux.go): off.GSO() is read by Transmit; ids
+	// rewrites the ICRCs of GSO segments.
+	off udpsock.OffloadState
+	ids wire.ICRCIDCache
 
 	// Extra source ports (ports_linux.go). portsMu serialises the cache
 	// between Transmit and Close; txGroupOf[i] is the group of packet i of
@@ -129,14 +125,13 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 		dstPort:   [2]byte{byte(o.DstPort >> 8), byte(o.DstPort)},
 		maxPacket: o.MaxPacket,
 	}
-	if err := c.probeOffloads(fd, o); err != nil {
+	if err := c.off.Probe("packetio/udp", fd, o.GSO, o.GRO); err != nil {
 		f.Close()
 		return nil, err
 	}
 	c.initRx(o.Batch)
-	c.groIDs = udpsock.GROKeepsIDs()
 	tx := o.Batch
-	if c.gso.Load() {
+	if c.off.GSO() {
 		// Room for a whole GSO message: one sendmmsg entry then carries as
 		// many packets as the kernel takes in one.
 		tx = max(tx, wire.GSOMaxSegments)
@@ -144,7 +139,7 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	c.initTx(tx)
 	if o.SourcePorts > 0 {
 		c.perPort = true
-		c.ports.init(o.SourcePorts, fd, o.TOS, c.gso.Load())
+		c.ports.init(o.SourcePorts, fd, o.TOS, c.off.GSO())
 	}
 	return c, nil
 }
@@ -158,7 +153,7 @@ type txGroup struct {
 
 func (c *Conn) initRx(batch int) {
 	mp, segs := c.maxPacket, 1
-	if c.gro {
+	if c.off.GRO {
 		mp, segs = udpsock.GROBuffer, udpsock.GROMaxSegments
 	}
 	c.rxBuf = mp
@@ -278,7 +273,7 @@ func (c *Conn) collect(n int) []packetio.Packet {
 		p.TOS, p.RxTime, p.GROSeg = cm.TOS, cm.RxTime, 0
 		buf := c.rxMem[off : off+ln : off+ln]
 		if cm.GROSize > 0 && cm.GROSize < ln {
-			m, d := c.split(k, buf, cm.GROSize)
+			m, d := udpsock.SplitGRO(c.rx[k:], buf, cm.GROSize, ln, c.maxPacket, c.off.GROIDs, &c.ctr)
 			k, drops = k+m, drops+d
 			for _, q := range c.rx[k-m : k] {
 				bytes += uint64(len(q.Buf))

@@ -8,71 +8,22 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/packetio/internal/rocetest"
 	"github.com/goroce/goroce/packetio/packetiotest"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/wire"
 )
 
-// checkTrains checks received packets against those sent: each the one
-// sent but for its ICRC, whose Identification is the first of its GRO
-// train's plus its position there (GROSeg), and returns how many trains
-// (packets with GROSeg 0) there were.
-func checkTrains(t testing.TB, got []packetiotest.Received, sent [][]byte, fl wire.Flow) (trains int) {
-	t.Helper()
-	if len(got) != len(sent) {
-		t.Fatalf("received %d packets, sent %d", len(got), len(sent))
-	}
-	var base uint16
-	for i, p := range got {
-		id, df, err := fl.CheckDatagramICRC(p.Buf)
-		if err != nil || !df {
-			t.Fatalf("packet %d: %v, DF %v", i, err, df)
-		}
-		if p.GROSeg == 0 {
-			base = id
-			trains++
-		} else if id != base+p.GROSeg {
-			t.Errorf("packet %d at position %d of a train from Identification %d has Identification %d", i, p.GROSeg, base, id)
-		}
-		s := sent[i]
-		if len(p.Buf) != len(s) || string(p.Buf[:len(s)-4]) != string(s[:len(s)-4]) {
-			t.Fatalf("packet %d: %d bytes, differs from the %d sent", i, len(p.Buf), len(s))
-		}
-	}
-	return trains
-}
-
-// On loopback a GSO message reaches a GRO socket whole: Receive splits it
-// into its packets, slices of one buffer, each with its position in the
-// train, which gives its Identification (the segment number).
+// GRO trains on loopback: rocetest.GROLoopback.
 func TestGROLoopback(t *testing.T) {
 	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadRequire, GRO: udp.OffloadRequire, Batch: 128})
-	if o := b.Offloads(); !o.GRO {
-		t.Fatalf("GRO off: %v", o)
-	}
-	port := b.LocalAddrPort().Port()
-	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-	sizes := append(repeat(15, 4112, 1040), repeat(3, 1040)...) // 16 in one message, 3 in another
-	sent := sendRoCE(t, a, b.LocalAddr(), port, sizes)
-	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-	if trains := checkTrains(t, got, sent, fl); trains != 2 {
-		t.Errorf("%d trains, want 2", trains)
-	}
-	if s := b.Stats(); s.GROBuffers != 2 || s.GROSegments != uint64(len(sent)) || s.PacketsIn != uint64(len(sent)) || s.RxDrops != 0 {
-		t.Errorf("receiver stats %+v, want 2 GRO buffers of %d segments", s, len(sent))
-	}
+	rocetest.GROLoopback(t, a, b)
 }
 
-// A GRO Conn receives datagrams sent alone as before.
+// A GRO Conn receives datagrams sent alone as before: rocetest.GROSingles.
 func TestGROSingles(t *testing.T) {
 	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadOff, GRO: udp.OffloadRequire})
-	port := b.LocalAddrPort().Port()
-	sent := sendRoCE(t, a, b.LocalAddr(), port, repeat(8, 1040))
-	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-	checkIDs(t, got, sent, wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}, make([]uint16, len(sent)))
-	if s := b.Stats(); s.GROBuffers != 0 {
-		t.Errorf("stats %+v", s)
-	}
+	rocetest.GROSingles(t, a, b)
 }
 
 // Receive with GRO does not allocate.
@@ -96,14 +47,14 @@ func TestGRONoAllocs(t *testing.T) {
 // if the sender has TSO, UDP GRO forwarding too: veth_skb_is_eligible_for_gro.)
 func TestNetnsGRO(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{MTU: 1500})
-	setFeatures(t, p.A, map[string]bool{"tx-udp-segmentation": false})
-	setFeatures(t, p.B, map[string]bool{"rx-gro": true, "rx-udp-gro-forwarding": true})
+	rocetest.SetFeatures(t, p.A, map[string]bool{"tx-udp-segmentation": false})
+	rocetest.SetFeatures(t, p.B, map[string]bool{"rx-gro": true, "rx-udp-gro-forwarding": true})
 	a := listenIn(t, p.A, p.AddrA, udp.Options{GSO: udp.OffloadRequire, Batch: 128})
 	b := listenIn(t, p.B, p.AddrB, udp.Options{GRO: udp.OffloadRequire, Batch: 128})
 	fl := wire.Flow{Src: p.AddrA, Dst: p.AddrB, SrcPort: wire.RoCEv2Port}
-	sent := sendRoCE(t, a, p.AddrB, wire.RoCEv2Port, repeat(40, 1040, 528))
+	sent := rocetest.Send(t, a, p.AddrB, wire.RoCEv2Port, rocetest.Repeat(40, 1040, 528))
 	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-	trains := checkTrains(t, got, sent, fl)
+	trains := rocetest.CheckTrains(t, got, sent, fl)
 	s := b.Stats()
 	t.Logf("GSO message of %d packets: %d trains, receiver %d GRO buffers of %d segments", len(sent), trains, s.GROBuffers, s.GROSegments)
 	if s.GROBuffers == 0 {
@@ -112,10 +63,10 @@ func TestNetnsGRO(t *testing.T) {
 	// One packet per Transmit: each leaves with Identification 0.
 	var singles [][]byte
 	for range 16 {
-		singles = append(singles, sendRoCE(t, a, p.AddrB, wire.RoCEv2Port, []int{1040})...)
+		singles = append(singles, rocetest.Send(t, a, p.AddrB, wire.RoCEv2Port, []int{1040})...)
 	}
 	got = packetiotest.Recv(t, b, len(singles), 5*time.Second)
-	trains = checkTrains(t, got, singles, fl)
+	trains = rocetest.CheckTrains(t, got, singles, fl)
 	t.Logf("16 datagrams sent alone: %d trains", trains)
 }
 
@@ -133,7 +84,7 @@ func BenchmarkTransmitGSO(b *testing.B) {
 				tx, rx := loopbackPair(b, o)
 				port := rx.LocalAddrPort().Port()
 				fl := wire.Flow{Src: tx.LocalAddr(), Dst: rx.LocalAddr(), SrcPort: port, DstPort: port}
-				tmpl := rocePacket(b, nil, &fl, size, 1)
+				tmpl := rocetest.Packet(b, nil, &fl, size, 1)
 				const n = 32
 				b.SetBytes(n * int64(size))
 				b.ReportAllocs()

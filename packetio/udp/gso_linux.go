@@ -1,7 +1,6 @@
 package udp
 
 import (
-	"fmt"
 	"syscall"
 	"unsafe"
 
@@ -16,49 +15,7 @@ import (
 // does not. GSO may turn off while the Conn runs (a device that cannot
 // checksum in hardware makes the kernel refuse GSO with EIO before Linux
 // 6.11); it is safe to call from any goroutine.
-func (c *Conn) Offloads() OffloadStatus {
-	c.offMu.Lock()
-	defer c.offMu.Unlock()
-	return OffloadStatus{GSO: c.gso.Load(), GSOReason: c.gsoWhy, GRO: c.gro, GROReason: c.groWhy}
-}
-
-// probeOffloads decides at Listen whether the socket fd uses GSO and GRO.
-// The socket was opened with the UDP checksum on unless GSO is off; when
-// GSO turns out unavailable, SO_NO_CHECK is set after all.
-func (c *Conn) probeOffloads(fd int, o Options) error {
-	switch o.GSO {
-	case OffloadOff:
-		c.gsoWhy = "turned off by Options.GSO"
-	default:
-		// getsockopt UDP_SEGMENT exists exactly where the kernel
-		// implements it (Linux 4.18).
-		if _, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT); err != nil {
-			if o.GSO == OffloadRequire {
-				return udpsock.SysErr("packetio/udp", "UDP GSO: getsockopt UDP_SEGMENT", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
-			}
-			c.gsoWhy = "the kernel lacks UDP_SEGMENT: " + err.Error()
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
-				return udpsock.SysErr("packetio/udp", "setsockopt SO_NO_CHECK", err)
-			}
-		} else {
-			c.gso.Store(true)
-		}
-	}
-	switch o.GRO {
-	case OffloadOff:
-		c.groWhy = "turned off by Options.GRO"
-	default:
-		if err := unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1); err != nil {
-			if o.GRO == OffloadRequire {
-				return udpsock.SysErr("packetio/udp", "UDP GRO: setsockopt UDP_GRO", fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
-			}
-			c.groWhy = "the kernel lacks UDP_GRO: " + err.Error()
-		} else {
-			c.gro = true
-		}
-	}
-	return nil
-}
+func (c *Conn) Offloads() OffloadStatus { return c.off.Status() }
 
 // txMsgs is a list of sendmmsg entries: hdrs[m] sends the packets whose
 // iovecs are txIovs[k[m]:k[m]+n[m]], as one GSO message when n[m] > 1.
@@ -76,7 +33,7 @@ func newTxMsgs(n int) txMsgs {
 // size but the last, which may be shorter, at most wire.GSOMaxSegments and
 // udpsock.MaxGSOBytes in all. It returns 1 when GSO is off.
 func (c *Conn) gsoRun(k, end int) int {
-	if !c.gso.Load() {
+	if !c.off.GSO() {
 		return 1
 	}
 	size := c.txLen[k]
@@ -140,12 +97,7 @@ func (c *Conn) gsoFallback(raw syscall.RawConn, m int, errno unix.Errno, pkts []
 		c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], uint16(j), 0)
 	}
 	c.ctr.GSOFallbacks.Add(1)
-	if errno == unix.EIO && c.gso.Load() {
-		c.offMu.Lock()
-		c.gso.Store(false)
-		c.gsoWhy = "the kernel refused a GSO message with EIO (no checksum offload on the device): " + errno.Error()
-		c.offMu.Unlock()
-	}
+	c.off.TurnOffGSO(errno)
 	fb := &c.txFb
 	for j := range n {
 		h := &fb.hdrs[j]
@@ -156,34 +108,4 @@ func (c *Conn) gsoFallback(raw syscall.RawConn, m int, errno unix.Errno, pkts []
 		fb.k[j], fb.n[j] = k+j, 1
 	}
 	return c.sendMsgs(raw, fb, 0, n, pkts, fail)
-}
-
-// split turns the GRO buffer buf of segments of size seg into packets
-// c.rx[k:], the first (already holding the buffer's address, ports and
-// metadata) copied into the others, each a slice of buf with its position
-// in the train (when the kernel keeps the Identifications in order). It
-// returns how many packets it made and how many segments it dropped
-// (longer than MaxPacket).
-func (c *Conn) split(k int, buf []byte, seg int) (made int, drops uint64) {
-	first := c.rx[k]
-	j := 0
-	for off := 0; off < len(buf); off, j = off+seg, j+1 {
-		end := min(off+seg, len(buf))
-		if end-off > c.maxPacket {
-			drops++
-			continue
-		}
-		p := &c.rx[k+made]
-		*p = first
-		p.Buf = buf[off:end:end]
-		if c.groIDs {
-			p.GROSeg = uint16(j)
-		}
-		made++
-	}
-	if j > 1 {
-		c.ctr.GROBuffers.Add(1)
-		c.ctr.GROSegments.Add(uint64(j))
-	}
-	return made, drops
 }

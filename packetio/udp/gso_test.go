@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,193 +17,25 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/testenv"
-	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/rocetest"
 	"github.com/goroce/goroce/packetio/packetiotest"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/wire"
 )
 
-// rocePacket appends an RC WRITE MIDDLE packet of n bytes (BTH, payload,
-// ICRC; n-16 a multiple of 4) with PSN psn, its ICRC sealed for the flow's
-// datagrams with Identification 0, as the engine seals them.
-func rocePacket(t testing.TB, dst []byte, fl *wire.Flow, n, psn int) []byte {
-	t.Helper()
-	h := wire.Header{Opcode: wire.RCWriteMiddle, PKey: wire.DefaultPKey, DestQP: 0x42, PSN: wire.PSN(psn)}
-	payload := make([]byte, n-wire.BTHLen-wire.ICRCLen)
-	for i := range payload {
-		payload[i] = byte(psn*13 + i)
-	}
-	b, err := wire.AppendDatagram(dst[:0], fl, &h, payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) != n {
-		t.Fatalf("built %d bytes, want %d", len(b), n)
-	}
-	return b
-}
-
-// inPieces turns the whole transport packet in p.Buf into the pieces a
-// sender that leaves payloads where they lie gives Transmit: Buf the
-// headers, then the pad and ICRC; Ext a copy of the payload elsewhere in
-// memory, inserted at ExtAt.
-func inPieces(t testing.TB, p *packetio.Packet) {
-	t.Helper()
-	hl := wire.Opcode(p.Buf[0]).Info().HeaderLen
-	end := len(p.Buf) - wire.ICRCLen - int(wire.BTH(p.Buf).PadCount())
-	if hl == 0 || end < hl {
-		t.Fatalf("not a transport packet: % x", p.Buf)
-	}
-	p.Ext = bytes.Clone(p.Buf[hl:end])
-	p.ExtAt = hl
-	p.Buf = append(p.Buf[:hl], p.Buf[hl+len(p.Ext):]...)
-}
-
-// sendRoCE transmits packets of the given sizes from a to dst in one
-// batch and returns copies of them as sealed (Identification 0).
-func sendRoCE(t testing.TB, a *udp.Conn, dst netip.Addr, dstPort uint16, sizes []int) [][]byte {
-	return sendRoCEPieces(t, a, dst, dstPort, sizes, false)
-}
-
-// sendRoCEPieces is sendRoCE that, with pieces, gives every other packet
-// (the first, third, ...) to Transmit in pieces (inPieces).
-func sendRoCEPieces(t testing.TB, a *udp.Conn, dst netip.Addr, dstPort uint16, sizes []int, pieces bool) [][]byte {
-	t.Helper()
-	fl := wire.Flow{Src: a.LocalAddr(), Dst: dst, SrcPort: a.LocalAddrPort().Port(), DstPort: dstPort}
-	batch := a.TxBatch(len(sizes))
-	if len(batch) != len(sizes) {
-		t.Fatalf("TxBatch(%d) lent %d", len(sizes), len(batch))
-	}
-	sent := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		batch[i].Buf = rocePacket(t, batch[i].Buf, &fl, n, i)
-		batch[i].Addr = dst
-		sent[i] = bytes.Clone(batch[i].Buf)
-		if pieces && i%2 == 0 {
-			inPieces(t, &batch[i])
-		}
-	}
-	if n, err := a.Transmit(batch); n != len(sizes) || err != nil {
-		t.Fatalf("Transmit = %d, %v", n, err)
-	}
-	return sent
-}
-
-// checkIDs checks that each received packet is the one sent but for its
-// ICRC, which is right for the flow with IPv4 Identification ids[i] and DF
-// (the receiver's solver finds exactly that Identification).
-func checkIDs(t testing.TB, got []packetiotest.Received, sent [][]byte, fl wire.Flow, ids []uint16) {
-	t.Helper()
-	if len(got) != len(sent) {
-		t.Fatalf("received %d packets, sent %d", len(got), len(sent))
-	}
-	for i := range got {
-		b, s := got[i].Buf, sent[i]
-		if len(b) != len(s) || !bytes.Equal(b[:len(b)-wire.ICRCLen], s[:len(s)-wire.ICRCLen]) {
-			t.Fatalf("packet %d: %d bytes, differs from the %d sent", i, len(b), len(s))
-		}
-		id, df, err := fl.CheckDatagramICRC(b)
-		if err != nil || id != ids[i] || !df {
-			t.Errorf("packet %d (%d bytes): ICRC for Identification %d DF %v (%v), want %d with DF", i, len(b), id, df, err, ids[i])
-		}
-	}
-}
-
-// seq returns the Identifications of GSO messages of the given segment
-// counts: 0..n-1 for each.
-func seq(counts ...int) []uint16 {
-	var ids []uint16
-	for _, n := range counts {
-		for k := range n {
-			ids = append(ids, uint16(k))
-		}
-	}
-	return ids
-}
-
-func repeat(n, size int, more ...int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = size
-	}
-	return append(s, more...)
-}
-
-// A batch goes out as GSO messages of runs of equal-sized packets (the
-// last of a run may be shorter), at most 64 segments and 65507 bytes each;
-// the receiver gets one datagram per packet, segment k of each message with
-// its ICRC rewritten for IPv4 Identification k, which is what the kernel
-// wrote (the ICRC check solves for the Identification and finds k).
+// GSO on loopback: rocetest.GSOLoopback, with packets in pieces too.
 func TestGSOLoopback(t *testing.T) {
-	tests := []struct {
-		name         string
-		sizes        []int
-		ids          []uint16
-		msgs, single int // GSO messages, and packets sent alone
-	}{
-		{"15x4112", repeat(15, 4112), seq(15), 1, 0},
-		{"62x1040", repeat(62, 1040), seq(62), 1, 0},
-		{"shorter last", repeat(5, 1040, 528), seq(6), 1, 0},
-		{"70x1040: 62 fill 65507 bytes", repeat(70, 1040), seq(62, 8), 2, 0},
-		{"65x256: 64 segments at most", repeat(65, 256), seq(64, 1), 1, 1},
-		{"mixed sizes", []int{1040, 1040, 2000, 2000, 2000, 100, 1040, 64}, seq(2, 4, 2), 3, 0},
-		{"alone", []int{1040, 2000, 4112}, seq(1, 1, 1), 0, 3},
-	}
 	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadRequire, GRO: udp.OffloadOff, Batch: 128})
-	if o := a.Offloads(); !o.GSO {
-		t.Fatalf("GSO off: %v", o)
-	}
-	port := b.LocalAddrPort().Port()
-	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: port}
-	for _, tt := range tests {
-		for _, pieces := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/pieces=%v", tt.name, pieces), func(t *testing.T) {
-				before := a.Stats()
-				sent := sendRoCEPieces(t, a, b.LocalAddr(), port, tt.sizes, pieces)
-				got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-				checkIDs(t, got, sent, fl, tt.ids)
-				s := a.Stats()
-				msgs, segs := s.GSOMessages-before.GSOMessages, s.GSOSegments-before.GSOSegments
-				if msgs != uint64(tt.msgs) || segs != uint64(len(tt.sizes)-tt.single) || s.GSOFallbacks != 0 {
-					t.Errorf("GSO messages %d segments %d fallbacks %d; want %d, %d, 0", msgs, segs, s.GSOFallbacks, tt.msgs, len(tt.sizes)-tt.single)
-				}
-			})
-		}
-	}
+	rocetest.GSOLoopback(t, a, b, true)
 }
 
-// With GSO on, TxBatch lends a whole GSO message's packets (64) even with a
-// smaller Batch, and they leave as one message; with GSO off it lends Batch.
+// TxBatch and Transmit with GSO on and off: rocetest.GSOTxBatch.
 func TestGSOTxBatch(t *testing.T) {
-	for _, tt := range []struct {
-		gso  udp.Offload
-		want int
-	}{{udp.OffloadRequire, wire.GSOMaxSegments}, {udp.OffloadOff, 8}} {
-		a, b := loopbackPair(t, udp.Options{GSO: tt.gso, GRO: udp.OffloadOff, Batch: 8})
-		if got := len(a.TxBatch(1000)); got != tt.want {
-			t.Fatalf("GSO %v: TxBatch(1000) lent %d, want %d", tt.gso, got, tt.want)
-		}
-		port := b.LocalAddrPort().Port()
-		sent := sendRoCE(t, a, b.LocalAddr(), port, repeat(tt.want, 256))
-		packetiotest.Recv(t, b, len(sent), 5*time.Second)
-		if s := a.Stats(); tt.gso == udp.OffloadRequire && (s.GSOMessages != 1 || s.TxBatches != 1) {
-			t.Errorf("GSO %v: stats %+v, want one GSO message in one batch", tt.gso, s)
-		}
-	}
-}
-
-// With GSO off every datagram leaves alone, with Identification 0.
-func TestGSOOff(t *testing.T) {
-	a, b := loopbackPair(t, udp.Options{GSO: udp.OffloadOff, GRO: udp.OffloadOff})
-	if o := a.Offloads(); o.GSO || o.GSOReason == "" {
-		t.Fatalf("Offloads = %+v, want GSO off with a reason", o)
-	}
-	port := b.LocalAddrPort().Port()
-	sent := sendRoCE(t, a, b.LocalAddr(), port, repeat(16, 1040))
-	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-	checkIDs(t, got, sent, wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}, make([]uint16, len(sent)))
-	if s := a.Stats(); s.GSOMessages != 0 || s.TxBatches != 1 {
-		t.Errorf("stats %+v", s)
+	for _, gso := range []udp.Offload{udp.OffloadRequire, udp.OffloadOff} {
+		t.Run("gso="+gso.String(), func(t *testing.T) {
+			a, b := loopbackPair(t, udp.Options{GSO: gso, GRO: udp.OffloadOff, Batch: 8})
+			rocetest.GSOTxBatch(t, a, b, gso == udp.OffloadRequire)
+		})
 	}
 }
 
@@ -223,7 +54,7 @@ func TestGSOSourcePorts(t *testing.T) {
 	for i := range batch {
 		sp := ports[i%len(ports)] // interleaved: grouping per socket makes the runs
 		fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: sp, DstPort: port}
-		batch[i].Buf = rocePacket(t, batch[i].Buf, &fl, 1040, i)
+		batch[i].Buf = rocetest.Packet(t, batch[i].Buf, &fl, 1040, i)
 		batch[i].Addr, batch[i].Port = b.LocalAddr(), sp
 		sent[sp] = append(sent[sp], bytes.Clone(batch[i].Buf))
 	}
@@ -236,7 +67,7 @@ func TestGSOSourcePorts(t *testing.T) {
 		byPort[p.Port] = append(byPort[p.Port], p)
 	}
 	for _, sp := range ports {
-		checkIDs(t, byPort[sp], sent[sp], wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: sp, DstPort: port}, seq(per))
+		rocetest.CheckIDs(t, byPort[sp], sent[sp], wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: sp, DstPort: port}, rocetest.Seq(per))
 	}
 	if s := a.Stats(); s.GSOMessages != uint64(len(ports)) || s.SourcePortFallbacks != 0 {
 		t.Errorf("stats %+v, want %d GSO messages", s, len(ports))
@@ -270,7 +101,7 @@ func TestGSONoAllocs(t *testing.T) {
 func sendRecvAllocs(t *testing.T, a, b *udp.Conn, size int) float64 {
 	t.Helper()
 	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: b.LocalAddrPort().Port()}
-	tmpl := rocePacket(t, nil, &fl, size, 1)
+	tmpl := rocetest.Packet(t, nil, &fl, size, 1)
 	return testing.AllocsPerRun(50, func() { packetiotest.RoundTrip(a, b, tmpl, 16) })
 }
 
@@ -430,15 +261,15 @@ func wireCheck(t *testing.T, pcap string, pmtu int) {
 // Transmit in pieces (Packet.Ext), inside the same GSO messages.
 func TestNetnsGSOOnTheWire(t *testing.T) {
 	p := netns.NewPair(t, netns.Options{MTU: 1500})
-	setFeatures(t, p.A, map[string]bool{"tx-udp-segmentation": false})
+	rocetest.SetFeatures(t, p.A, map[string]bool{"tx-udp-segmentation": false})
 	a := listenIn(t, p.A, p.AddrA, udp.Options{GSO: udp.OffloadRequire, Batch: 128})
 	b := listenIn(t, p.B, p.AddrB, udp.Options{GRO: udp.OffloadOff, Batch: 128})
 	capB := startCaptureIn(t, p.B)
-	sizes := repeat(70, 1040) // WRITE MIDDLEs of a 1024-byte path MTU: 62 in one message (65507 bytes at most), 8 in the next
-	ids := seq(62, 8)
+	sizes := rocetest.Repeat(70, 1040) // WRITE MIDDLEs of a 1024-byte path MTU: 62 in one message (65507 bytes at most), 8 in the next
+	ids := rocetest.Seq(62, 8)
 	// Every other packet is given in pieces (a payload left where it lies):
 	// on the wire nothing tells them apart.
-	sent := sendRoCEPieces(t, a, p.AddrB, wire.RoCEv2Port, sizes, true)
+	sent := rocetest.SendPieces(t, a, p.AddrB, wire.RoCEv2Port, sizes, true)
 	for i := range sent {
 		_, f := capB.next(t)
 		ip := f.IPv4()
@@ -457,7 +288,7 @@ func TestNetnsGSOOnTheWire(t *testing.T) {
 		}
 	}
 	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-	checkIDs(t, got, sent, wire.Flow{Src: p.AddrA, Dst: p.AddrB, SrcPort: wire.RoCEv2Port}, ids)
+	rocetest.CheckIDs(t, got, sent, wire.Flow{Src: p.AddrA, Dst: p.AddrB, SrcPort: wire.RoCEv2Port}, ids)
 	if s := a.Stats(); s.GSOMessages != 2 {
 		t.Errorf("sender stats %+v, want 2 GSO messages", s)
 	}

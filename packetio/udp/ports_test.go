@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/rocetest"
 	"github.com/goroce/goroce/packetio/packetiotest"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/wire"
@@ -53,7 +54,7 @@ func sendPorts(t testing.TB, a *udp.Conn, to netip.Addr, ports []uint16, seq0 in
 		batch[i].Buf = udPacket(t, batch[i].Buf, a.LocalAddr(), to, icrcPort, seq0+i)
 		batch[i].Addr, batch[i].Port = to, p
 		if i%2 == 1 {
-			inPieces(t, &batch[i]) // a fallback's ICRC recomputed over the pieces too
+			rocetest.InPieces(t, &batch[i]) // a fallback's ICRC recomputed over the pieces too
 		}
 	}
 	if n, err := a.Transmit(batch); err != nil || n != len(ports) {

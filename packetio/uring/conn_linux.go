@@ -123,14 +123,10 @@ type Conn struct {
 	again   []int // the next round's, swapped with retry
 	gen     uint32
 
-	// Offloads: gso is read by Transmit and cleared when the kernel refuses
-	// GSO for good (EIO); offMu guards the reasons.
-	gso            atomic.Bool
-	gro            bool
-	groIDs         bool // the kernel's UDP GRO keeps Identifications in order: GROSeg is set
-	ids            wire.ICRCIDCache
-	offMu          sync.Mutex
-	gsoWhy, groWhy string
+	// Offloads: off.GSO() is read by Transmit; ids rewrites the ICRCs of
+	// GSO segments.
+	off udpsock.OffloadState
+	ids wire.ICRCIDCache
 
 	one    [8]byte // the eventfd increment Wake writes
 	waking atomic.Bool
@@ -222,13 +218,12 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 		return err
 	}
 	c.sock = fd
-	if err := c.probeOffloads(fd, o); err != nil {
+	if err := c.off.Probe("packetio/uring", fd, o.GSO, o.GRO); err != nil {
 		return err
 	}
-	c.groIDs = c.gro && udpsock.GROKeepsIDs()
-	c.nSlots = o.rxBuffers(c.gro)
+	c.nSlots = o.rxBuffers(c.off.GRO)
 	c.txCap = o.Batch
-	if c.gso.Load() {
+	if c.off.GSO() {
 		// Room for a whole GSO message, as package udp lends.
 		c.txCap = max(c.txCap, wire.GSOMaxSegments)
 	}
@@ -278,7 +273,7 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 func (c *Conn) initRx(dis disable) error {
 	c.rxRoom = c.maxPacket
 	segs := 1
-	if c.gro {
+	if c.off.GRO {
 		c.rxRoom, segs = udpsock.GROBuffer, udpsock.GROMaxSegments
 		if dis.groRoom > 0 {
 			c.rxRoom = dis.groRoom

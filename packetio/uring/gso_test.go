@@ -16,242 +16,44 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/rocetest"
 	"github.com/goroce/goroce/packetio/packetiotest"
 	"github.com/goroce/goroce/packetio/uring"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
 )
 
-// rocePacket appends an RC WRITE MIDDLE packet of n bytes (BTH, payload,
-// ICRC; n-16 a multiple of 4) with PSN psn, its ICRC sealed for the flow's
-// datagrams with Identification 0, as the engine seals them.
-func rocePacket(t testing.TB, dst []byte, fl *wire.Flow, n, psn int) []byte {
-	t.Helper()
-	h := wire.Header{Opcode: wire.RCWriteMiddle, PKey: wire.DefaultPKey, DestQP: 0x42, PSN: wire.PSN(psn)}
-	payload := make([]byte, n-wire.BTHLen-wire.ICRCLen)
-	for i := range payload {
-		payload[i] = byte(psn*13 + i)
-	}
-	b, err := wire.AppendDatagram(dst[:0], fl, &h, payload)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b) != n {
-		t.Fatalf("built %d bytes, want %d", len(b), n)
-	}
-	return b
-}
-
-// sendRoCE transmits packets of the given sizes from a to dst in one batch
-// and returns copies of them as sealed (Identification 0).
-func sendRoCE(t testing.TB, a *uring.Conn, dst netip.Addr, dstPort uint16, sizes []int) [][]byte {
-	t.Helper()
-	fl := wire.Flow{Src: a.LocalAddr(), Dst: dst, SrcPort: a.LocalAddrPort().Port(), DstPort: dstPort}
-	batch := a.TxBatch(len(sizes))
-	if len(batch) != len(sizes) {
-		t.Fatalf("TxBatch(%d) lent %d", len(sizes), len(batch))
-	}
-	sent := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		batch[i].Buf = rocePacket(t, batch[i].Buf, &fl, n, i)
-		batch[i].Addr = dst
-		sent[i] = bytes.Clone(batch[i].Buf)
-	}
-	if n, err := a.Transmit(batch); n != len(sizes) || err != nil {
-		t.Fatalf("Transmit = %d, %v", n, err)
-	}
-	return sent
-}
-
-// checkIDs checks that each received packet is the one sent but for its
-// ICRC, which is right for the flow with IPv4 Identification ids[i] and DF
-// (the receiver's solver finds exactly that Identification).
-func checkIDs(t testing.TB, got []packetiotest.Received, sent [][]byte, fl wire.Flow, ids []uint16) {
-	t.Helper()
-	if len(got) != len(sent) {
-		t.Fatalf("received %d packets, sent %d", len(got), len(sent))
-	}
-	for i := range got {
-		b, s := got[i].Buf, sent[i]
-		if len(b) != len(s) || !bytes.Equal(b[:len(b)-wire.ICRCLen], s[:len(s)-wire.ICRCLen]) {
-			t.Fatalf("packet %d: %d bytes, differs from the %d sent", i, len(b), len(s))
-		}
-		id, df, err := fl.CheckDatagramICRC(b)
-		if err != nil || id != ids[i] || !df {
-			t.Errorf("packet %d (%d bytes): ICRC for Identification %d DF %v (%v), want %d with DF", i, len(b), id, df, err, ids[i])
-		}
-	}
-}
-
-// checkTrains checks received packets against those sent: each the one
-// sent but for its ICRC, whose Identification is the first of its GRO
-// train's plus its position there (GROSeg), and returns how many trains
-// (packets with GROSeg 0) there were.
-func checkTrains(t testing.TB, got []packetiotest.Received, sent [][]byte, fl wire.Flow) (trains int) {
-	t.Helper()
-	if len(got) != len(sent) {
-		t.Fatalf("received %d packets, sent %d", len(got), len(sent))
-	}
-	var base uint16
-	for i, p := range got {
-		id, df, err := fl.CheckDatagramICRC(p.Buf)
-		if err != nil || !df {
-			t.Fatalf("packet %d: %v, DF %v", i, err, df)
-		}
-		if p.GROSeg == 0 {
-			base = id
-			trains++
-		} else if id != base+p.GROSeg {
-			t.Errorf("packet %d at position %d of a train from Identification %d has Identification %d", i, p.GROSeg, base, id)
-		}
-		s := sent[i]
-		if len(p.Buf) != len(s) || !bytes.Equal(p.Buf[:len(s)-wire.ICRCLen], s[:len(s)-wire.ICRCLen]) {
-			t.Fatalf("packet %d: %d bytes, differs from the %d sent", i, len(p.Buf), len(s))
-		}
-	}
-	return trains
-}
-
-// seq returns the Identifications of GSO messages of the given segment
-// counts: 0..n-1 for each.
-func seq(counts ...int) []uint16 {
-	var ids []uint16
-	for _, n := range counts {
-		for k := range n {
-			ids = append(ids, uint16(k))
-		}
-	}
-	return ids
-}
-
-func repeat(n, size int, more ...int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = size
-	}
-	return append(s, more...)
-}
-
-// A batch goes out as GSO messages of runs of equal-sized packets (the
-// last of a run may be shorter), at most 64 segments and 65507 bytes each,
-// one SENDMSG each; the receiver (GRO off, so the kernel cuts each message
-// it gets whole on loopback) gets one datagram per packet, segment k of
-// each message with its ICRC rewritten for IPv4 Identification k, which
-// is what the kernel wrote.
+// GSO on loopback, one SENDMSG per GSO message: rocetest.GSOLoopback
+// (a Conn of this package takes no packets in pieces).
 func TestGSOLoopback(t *testing.T) {
-	tests := []struct {
-		name         string
-		sizes        []int
-		ids          []uint16
-		msgs, single int // GSO messages, and packets sent alone
-	}{
-		{"15x4112", repeat(15, 4112), seq(15), 1, 0},
-		{"62x1040", repeat(62, 1040), seq(62), 1, 0},
-		{"shorter last", repeat(5, 1040, 528), seq(6), 1, 0},
-		{"70x1040: 62 fill 65507 bytes", repeat(70, 1040), seq(62, 8), 2, 0},
-		{"65x256: 64 segments at most", repeat(65, 256), seq(64, 1), 1, 1},
-		{"mixed sizes", []int{1040, 1040, 2000, 2000, 2000, 100, 1040, 64}, seq(2, 4, 2), 3, 0},
-		{"alone", []int{1040, 2000, 4112}, seq(1, 1, 1), 0, 3},
-	}
 	a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: uring.OffloadRequire, GRO: uring.OffloadOff, Batch: 128})
-	if o := a.Offloads(); !o.GSO {
-		t.Fatalf("GSO off: %v", o)
-	}
-	port := b.LocalAddrPort().Port()
-	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			before := a.Stats()
-			sent := sendRoCE(t, a, b.LocalAddr(), port, tt.sizes)
-			got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-			checkIDs(t, got, sent, fl, tt.ids)
-			s := a.Stats()
-			msgs, segs := s.GSOMessages-before.GSOMessages, s.GSOSegments-before.GSOSegments
-			if msgs != uint64(tt.msgs) || segs != uint64(len(tt.sizes)-tt.single) || s.GSOFallbacks != 0 || s.TxBatches-before.TxBatches != 1 {
-				t.Errorf("GSO messages %d segments %d fallbacks %d batches %d; want %d, %d, 0, 1", msgs, segs, s.GSOFallbacks,
-					s.TxBatches-before.TxBatches, tt.msgs, len(tt.sizes)-tt.single)
-			}
+	rocetest.GSOLoopback(t, a, b, false)
+}
+
+// TxBatch and Transmit with GSO on and off: rocetest.GSOTxBatch.
+func TestGSOTxBatchAndOff(t *testing.T) {
+	for _, gso := range []uring.Offload{uring.OffloadRequire, uring.OffloadOff} {
+		t.Run("gso="+gso.String(), func(t *testing.T) {
+			a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: gso, GRO: uring.OffloadOff, Batch: 8})
+			rocetest.GSOTxBatch(t, a, b, gso == uring.OffloadRequire)
 		})
 	}
 }
 
-// With GSO on, TxBatch lends a whole GSO message's packets (64) even with
-// a smaller Batch, and they leave as one message; with GSO off it lends
-// Batch, and every datagram leaves alone with Identification 0.
-func TestGSOTxBatchAndOff(t *testing.T) {
-	for _, tt := range []struct {
-		gso  uring.Offload
-		want int
-	}{{uring.OffloadRequire, wire.GSOMaxSegments}, {uring.OffloadOff, 8}} {
-		a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: tt.gso, GRO: uring.OffloadOff, Batch: 8})
-		if got := len(a.TxBatch(1000)); got != tt.want {
-			t.Fatalf("GSO %v: TxBatch(1000) lent %d, want %d", tt.gso, got, tt.want)
-		}
-		port := b.LocalAddrPort().Port()
-		fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-		sent := sendRoCE(t, a, b.LocalAddr(), port, repeat(tt.want, 256))
-		got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-		s := a.Stats()
-		if tt.gso == uring.OffloadRequire {
-			checkIDs(t, got, sent, fl, seq(tt.want))
-			if s.GSOMessages != 1 || s.TxBatches != 1 {
-				t.Errorf("GSO %v: stats %+v, want one GSO message in one batch", tt.gso, s)
-			}
-			continue
-		}
-		checkIDs(t, got, sent, fl, make([]uint16, len(sent)))
-		if o := a.Offloads(); o.GSO || o.GSOReason == "" {
-			t.Errorf("Offloads = %+v, want GSO off with a reason", o)
-		}
-		if s.GSOMessages != 0 {
-			t.Errorf("GSO %v: stats %+v", tt.gso, s)
-		}
-	}
-}
-
-// On loopback a GSO message reaches a GRO socket whole: Receive splits it
-// into its packets, slices of one buffer, each with its position in the
-// train, which gives its Identification; on every receive path.
+// GRO trains on loopback (rocetest.GROLoopback), on every receive path.
 func TestGROLoopback(t *testing.T) {
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
 			a, b := loopbackPair(t, p.listen, uring.Options{GSO: uring.OffloadRequire, GRO: uring.OffloadRequire, Batch: 128})
-			if o := b.Offloads(); !o.GRO {
-				t.Fatalf("GRO off: %v", o)
-			}
-			port := b.LocalAddrPort().Port()
-			fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-			sizes := append(repeat(15, 4112, 1040), repeat(3, 1040)...) // 16 in one message, 3 in another
-			sent := sendRoCE(t, a, b.LocalAddr(), port, sizes)
-			got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-			if trains := checkTrains(t, got, sent, fl); trains != 2 {
-				t.Errorf("%d trains, want 2", trains)
-			}
-			for i, g := range got {
-				if g.Addr != a.LocalAddr() || g.Port != port || g.Local != b.LocalAddr() || g.RxTime == 0 {
-					t.Errorf("packet %d: from %v:%d to %v at %d", i, g.Addr, g.Port, g.Local, g.RxTime)
-				}
-				if first := got[i-int(g.GROSeg)]; g.RxTime != first.RxTime || g.TOS != first.TOS {
-					t.Errorf("packet %d: RxTime %d TOS %#x differ from its train's first's", i, g.RxTime, g.TOS)
-				}
-			}
-			if s := b.Stats(); s.GROBuffers != 2 || s.GROSegments != uint64(len(sent)) || s.PacketsIn != uint64(len(sent)) || s.RxDrops != 0 {
-				t.Errorf("receiver stats %+v, want 2 GRO buffers of %d segments", s, len(sent))
-			}
+			rocetest.GROLoopback(t, a, b)
 		})
 	}
 }
 
-// A GRO Conn receives datagrams sent alone (GSO off) as before.
+// A GRO Conn receives datagrams sent alone as before: rocetest.GROSingles.
 func TestGROSingles(t *testing.T) {
 	a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: uring.OffloadOff, GRO: uring.OffloadRequire})
-	port := b.LocalAddrPort().Port()
-	sent := sendRoCE(t, a, b.LocalAddr(), port, repeat(8, 1040))
-	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
-	checkIDs(t, got, sent, wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}, make([]uint16, len(sent)))
-	if s := b.Stats(); s.GROBuffers != 0 {
-		t.Errorf("stats %+v", s)
-	}
+	rocetest.GROSingles(t, a, b)
 }
 
 // A train longer than a receive slot is cut by the kernel (MSG_TRUNC): the
@@ -279,9 +81,9 @@ func TestGROTruncated(t *testing.T) {
 			}
 			defer a.Close()
 			fl := wire.Flow{Src: lo2, Dst: lo1, SrcPort: a.LocalAddrPort().Port(), DstPort: port}
-			sent := sendRoCE(t, a, lo1, port, repeat(8, 4112))
+			sent := rocetest.Send(t, a, lo1, port, rocetest.Repeat(8, 4112))
 			got := packetiotest.Recv(t, b, 3, 5*time.Second)
-			checkTrains(t, got, sent[:3], fl)
+			rocetest.CheckTrains(t, got, sent[:3], fl)
 			// Nothing more, and still receiving afterwards.
 			if pkts, err := b.Receive(time.Now().Add(50 * time.Millisecond)); len(pkts) != 0 || err != nil {
 				t.Errorf("Receive after the cut train: %d packets, %v", len(pkts), err)
@@ -289,8 +91,8 @@ func TestGROTruncated(t *testing.T) {
 			if s := b.Stats(); s.RxDrops != 5 || s.PacketsIn != 3 {
 				t.Errorf("receiver stats %+v, want 3 packets in, 5 dropped", s)
 			}
-			more := sendRoCE(t, a, lo1, port, repeat(3, 4112))
-			checkTrains(t, packetiotest.Recv(t, b, 3, 5*time.Second), more, fl)
+			more := rocetest.Send(t, a, lo1, port, rocetest.Repeat(3, 4112))
+			rocetest.CheckTrains(t, packetiotest.Recv(t, b, 3, 5*time.Second), more, fl)
 		})
 	}
 }
@@ -310,12 +112,12 @@ func TestGSOFallback(t *testing.T) {
 	}
 	port := b.LocalAddrPort().Port()
 	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-	sizes := append(repeat(10, 1040), 2000)
-	sent := sendRoCE(t, a, b.LocalAddr(), port, sizes)
+	sizes := append(rocetest.Repeat(10, 1040), 2000)
+	sent := rocetest.Send(t, a, b.LocalAddr(), port, sizes)
 	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
 	// The refused message's packets leave after the rest of the batch.
 	slices.SortFunc(got, func(x, y packetiotest.Received) int { return cmp.Compare(psn(x.Buf), psn(y.Buf)) })
-	checkIDs(t, got, sent, fl, make([]uint16, len(sent)))
+	rocetest.CheckIDs(t, got, sent, fl, make([]uint16, len(sent)))
 	s := a.Stats()
 	if s.GSOFallbacks != 1 || s.GSOMessages != 0 || s.PacketsOut != uint64(len(sent)) || s.TxErrors != 0 {
 		t.Errorf("stats %+v, want 1 fallback and %d packets out", s, len(sent))
@@ -333,11 +135,11 @@ func TestNetnsGSOTooLarge(t *testing.T) {
 	a := listenIn(t, p.A, p.AddrA, uring.Options{GSO: uring.OffloadRequire})
 	b := listenIn(t, p.B, p.AddrB, uring.Options{GRO: uring.OffloadOff})
 	fl := wire.Flow{Src: p.AddrA, Dst: p.AddrB, SrcPort: wire.RoCEv2Port, DstPort: wire.RoCEv2Port}
-	sizes := append(repeat(4, 1040), repeat(3, 2000)...)
+	sizes := append(rocetest.Repeat(4, 1040), rocetest.Repeat(3, 2000)...)
 	batch := a.TxBatch(len(sizes))
 	var fits [][]byte
 	for i, n := range sizes {
-		batch[i].Buf = rocePacket(t, batch[i].Buf, &fl, n, i)
+		batch[i].Buf = rocetest.Packet(t, batch[i].Buf, &fl, n, i)
 		batch[i].Addr = p.AddrB
 		if n < 1500 {
 			fits = append(fits, bytes.Clone(batch[i].Buf))
@@ -348,7 +150,7 @@ func TestNetnsGSOTooLarge(t *testing.T) {
 	if n != 4 || !errors.As(err, &te) || te.Index != 4 || te.Failed != 3 || !errors.Is(err, syscall.EMSGSIZE) {
 		t.Fatalf("Transmit = %d, %v; want 4 sent and EMSGSIZE for the 3 others", n, err)
 	}
-	checkIDs(t, packetiotest.Recv(t, b, 4, 5*time.Second), fits, fl, seq(4))
+	rocetest.CheckIDs(t, packetiotest.Recv(t, b, 4, 5*time.Second), fits, fl, rocetest.Seq(4))
 	if s := a.Stats(); s.GSOFallbacks != 1 || s.GSOMessages != 1 || s.TxErrors != 3 {
 		t.Errorf("stats %+v, want 1 GSO message, 1 fallback, 3 errors", s)
 	}
@@ -362,7 +164,7 @@ func TestNetnsGSOTooLarge(t *testing.T) {
 func offloadPair(t *testing.T, mtu int) *netns.Pair {
 	p := netns.NewPair(t, netns.Options{Prefix: netnsPrefix, MTU: mtu})
 	for _, ns := range []*netns.NS{p.A, p.B} {
-		setFeatures(t, ns, map[string]bool{"tx-udp-segmentation": false, "rx-gro": true, "rx-udp-gro-forwarding": true})
+		rocetest.SetFeatures(t, ns, map[string]bool{"tx-udp-segmentation": false, "rx-gro": true, "rx-udp-gro-forwarding": true})
 	}
 	return p
 }
@@ -394,18 +196,18 @@ func TestNetnsGSOGRO(t *testing.T) {
 			b := listenIn(t, p.B, p.AddrB, uring.Options{GRO: gro, Batch: 128})
 			capA := startCaptureDir(t, p.A, true)
 			fl := wire.Flow{Src: p.AddrA, Dst: p.AddrB, SrcPort: wire.RoCEv2Port, DstPort: wire.RoCEv2Port}
-			sizes := repeat(70, 1040) // 62 in one message (65507 bytes at most), 8 in the next
-			ids := seq(62, 8)
-			sent := sendRoCE(t, a, p.AddrB, wire.RoCEv2Port, sizes)
+			sizes := rocetest.Repeat(70, 1040) // 62 in one message (65507 bytes at most), 8 in the next
+			ids := rocetest.Seq(62, 8)
+			sent := rocetest.Send(t, a, p.AddrB, wire.RoCEv2Port, sizes)
 			got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
 			sb := b.Stats()
 			if gro == uring.OffloadOff {
-				checkIDs(t, got, sent, fl, ids)
+				rocetest.CheckIDs(t, got, sent, fl, ids)
 				if sb.GROBuffers != 0 {
 					t.Errorf("GRO-off receiver stats %+v", sb)
 				}
 			} else {
-				trains := checkTrains(t, got, sent, fl)
+				trains := rocetest.CheckTrains(t, got, sent, fl)
 				t.Logf("%d packets in GSO messages: %d trains, receiver %d GRO buffers of %d segments", len(sent), trains, sb.GROBuffers, sb.GROSegments)
 				if sb.GROBuffers == 0 || trains >= len(sent) {
 					t.Errorf("nothing coalesced: %+v", sb)
@@ -488,7 +290,7 @@ func TestGSOGRONoAllocs(t *testing.T) {
 			a, b := loopbackPair(t, p.listen, uring.Options{GSO: uring.OffloadRequire, GRO: uring.OffloadRequire})
 			port := b.LocalAddrPort().Port()
 			fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
-			tmpl := rocePacket(t, nil, &fl, 4112, 1)
+			tmpl := rocetest.Packet(t, nil, &fl, 4112, 1)
 			if allocs := testing.AllocsPerRun(50, func() { packetiotest.RoundTrip(a, b, tmpl, 16) }); allocs != 0 {
 				t.Errorf("%v allocations per GSO Transmit and GRO Receive", allocs)
 			}

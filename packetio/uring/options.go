@@ -1,10 +1,6 @@
 package uring
 
-import (
-	"strconv"
-
-	"github.com/goroce/goroce/packetio/internal/udpsock"
-)
+import "github.com/goroce/goroce/packetio/internal/udpsock"
 
 // AnyPort, as Options.Port, lets the kernel choose the local port.
 const AnyPort = udpsock.AnyPort
@@ -78,51 +74,24 @@ type Options struct {
 	GRO Offload
 }
 
-// Offload says whether a Conn uses a kernel offload.
-type Offload int8
+// Offload says whether a Conn uses a kernel offload. It is the same type
+// as package udp's Offload.
+type Offload = udpsock.Offload
 
 const (
 	// OffloadAuto uses the offload when the kernel offers it (the default).
-	OffloadAuto Offload = iota
+	OffloadAuto = udpsock.OffloadAuto
 	// OffloadOff never uses it.
-	OffloadOff
+	OffloadOff = udpsock.OffloadOff
 	// OffloadRequire uses it, and Listen fails with an error matching
 	// packetio.ErrNotSupported when the kernel does not offer it.
-	OffloadRequire
+	OffloadRequire = udpsock.OffloadRequire
 )
 
-// String returns auto, off or require.
-func (o Offload) String() string {
-	switch o {
-	case OffloadAuto:
-		return "auto"
-	case OffloadOff:
-		return "off"
-	case OffloadRequire:
-		return "require"
-	}
-	return "Offload(" + strconv.Itoa(int(o)) + ")"
-}
-
 // OffloadStatus says whether a Conn uses UDP segmentation offload (GSO) and
-// UDP generic receive offload (GRO), and when not, why.
-type OffloadStatus struct {
-	GSO       bool
-	GSOReason string // why GSO is off: turned off, the kernel's answer to the probe, or the error that turned it off
-	GRO       bool
-	GROReason string // why GRO is off
-}
-
-// String says which offloads are on, and why the others are off.
-func (s OffloadStatus) String() string {
-	part := func(name string, on bool, why string) string {
-		if on {
-			return name + " on"
-		}
-		return name + " off: " + why
-	}
-	return part("GSO", s.GSO, s.GSOReason) + ", " + part("GRO", s.GRO, s.GROReason)
-}
+// UDP generic receive offload (GRO), and when not, why (its String says
+// it in a line). It is the same type as package udp's OffloadStatus.
+type OffloadStatus = udpsock.OffloadStatus
 
 func (o Options) withDefaults() Options {
 	o.shared().Defaults()

@@ -348,47 +348,13 @@ func (c *Conn) recvCompletion(e cqe, k int) (made int, drops uint64, err error) 
 		// so that a cut last segment is not taken for a short one.
 		n = got + 1
 	}
-	made, drops = c.split(k, c.rxMem[off:off+got:off+got], seg, n)
+	made, drops = udpsock.SplitGRO(c.rx[k:], c.rxMem[off:off+got:off+got], seg, n, c.maxPacket, c.off.GROIDs, &c.ctr)
 	if made == 0 {
 		c.release(slot)
 		return 0, drops, nil
 	}
 	c.rxSlots = append(c.rxSlots, uint16(slot))
 	return made, drops, nil
-}
-
-// split turns the n-byte train of segments of size seg, of which buf
-// holds the first len(buf) bytes, into packets c.rx[k:], the first
-// (already holding the train's address, ports and metadata) copied into
-// the others, each a slice of buf with its position in the train (when
-// the kernel keeps Identifications in order). A segment longer than
-// MaxPacket, and every segment that does not lie whole in buf (the kernel
-// cut the train: MSG_TRUNC), is dropped and counted; nothing is returned
-// in part. It returns how many packets it made and how many segments it
-// dropped. A single datagram is a train of one segment.
-func (c *Conn) split(k int, buf []byte, seg, n int) (made int, drops uint64) {
-	first := c.rx[k]
-	segs := max((n+seg-1)/seg, 1) // a zero-length datagram is one packet
-	for j := range segs {
-		off := j * seg
-		end := min(off+seg, n)
-		if end > len(buf) || end-off > c.maxPacket || k+made == len(c.rx) {
-			drops++
-			continue
-		}
-		p := &c.rx[k+made]
-		*p = first
-		p.Buf = buf[off:end:end]
-		if c.groIDs {
-			p.GROSeg = uint16(j)
-		}
-		made++
-	}
-	if segs > 1 {
-		c.ctr.GROBuffers.Add(1)
-		c.ctr.GROSegments.Add(uint64(segs))
-	}
-	return made, drops
 }
 
 // release gives a slot back at once (a failed or dropped receive).

@@ -117,7 +117,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 func (c *Conn) buildMsg(m, k, end int, pkts []packetio.Packet) int {
 	addr := pkts[c.txIdx[k]].Addr.Unmap().As4()
 	n := 1
-	if c.gso.Load() {
+	if c.off.GSO() {
 		size := int(c.txIovs[k].Len)
 		total := size
 		for k+n < end && n < wire.GSOMaxSegments {
@@ -186,9 +186,7 @@ func (c *Conn) gsoFallback(m int, errno unix.Errno, pkts []packetio.Packet, agai
 		c.ids.ChangeID(pkts[c.txIdx[k+j]].Buf, uint16(j), 0)
 	}
 	c.ctr.GSOFallbacks.Add(1)
-	if errno == unix.EIO {
-		c.turnOffGSO(errno)
-	}
+	c.off.TurnOffGSO(errno)
 	for q := k; q < k+n; q++ {
 		c.fbHdrs[q].Name = (*byte)(unsafe.Pointer(&c.txNames[m]))
 		again = append(again, c.txCap+q)

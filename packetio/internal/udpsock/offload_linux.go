@@ -2,10 +2,13 @@ package udpsock
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/wire"
 )
 
@@ -77,4 +80,87 @@ func GROKeepsIDs() bool {
 		return false
 	}
 	return major > 6 || major == 6 && minor >= 10
+}
+
+// OffloadState is a Conn's use of GSO and GRO: decided at Listen (Probe),
+// GSO read by every Transmit and turned off for good when the kernel
+// refuses it with EIO (TurnOffGSO), the reasons reported by Status.
+type OffloadState struct {
+	gso atomic.Bool
+	// GRO says whether the socket has UDP_GRO on; set by Probe, read-only
+	// afterwards.
+	GRO bool
+	// GROIDs says whether GRO is on and the kernel's UDP GRO keeps
+	// Identifications in order (GROKeepsIDs): Packet.GROSeg is set.
+	GROIDs bool
+
+	mu             sync.Mutex // guards the reasons, and orders turning GSO off against Status
+	gsoWhy, groWhy string
+}
+
+// GSO reports whether Transmit uses GSO.
+func (s *OffloadState) GSO() bool { return s.gso.Load() }
+
+// Status reports whether GSO and GRO are on, and why not when they are
+// not. It is safe to call from any goroutine.
+func (s *OffloadState) Status() OffloadStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return OffloadStatus{GSO: s.gso.Load(), GSOReason: s.gsoWhy, GRO: s.GRO, GROReason: s.groWhy}
+}
+
+// Probe decides at Listen whether the socket fd uses GSO and GRO, as gso
+// and gro ask. The socket was opened with the UDP checksum on unless gso
+// is OffloadOff (Config.Checksum); when GSO turns out unavailable,
+// SO_NO_CHECK is set after all. Errors start with prefix (the calling
+// package's name); an offload that OffloadRequire asks for and the kernel
+// lacks fails with an error matching packetio.ErrNotSupported.
+func (s *OffloadState) Probe(prefix string, fd int, gso, gro Offload) error {
+	on, why, err := probe(prefix, fd, gso, "GSO", "getsockopt", "UDP_SEGMENT", ProbeGSO)
+	if err != nil {
+		return err
+	}
+	s.gso.Store(on)
+	s.gsoWhy = why
+	if !on && gso != OffloadOff {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
+			return SysErr(prefix, "setsockopt SO_NO_CHECK", err)
+		}
+	}
+	if s.GRO, s.groWhy, err = probe(prefix, fd, gro, "GRO", "setsockopt", "UDP_GRO", EnableGRO); err != nil {
+		return err
+	}
+	s.GROIDs = s.GRO && GROKeepsIDs()
+	return nil
+}
+
+// probe decides whether the offload name (Options.GSO or Options.GRO asked
+// for it with mode) is on: unless mode is OffloadOff it tries it on fd
+// (the system call call with option opt), and reports why not when it is
+// off, or an error when OffloadRequire asked for it and the kernel lacks
+// it.
+func probe(prefix string, fd int, mode Offload, name, call, opt string, try func(fd int) error) (on bool, whyOff string, err error) {
+	if mode == OffloadOff {
+		return false, "turned off by Options." + name, nil
+	}
+	if err := try(fd); err != nil {
+		if mode == OffloadRequire {
+			return false, "", SysErr(prefix, "UDP "+name+": "+call+" "+opt, fmt.Errorf("%w: %w", packetio.ErrNotSupported, err))
+		}
+		return false, "the kernel lacks " + opt + ": " + err.Error(), nil
+	}
+	return true, "", nil
+}
+
+// TurnOffGSO turns GSO off for good after the kernel refused a GSO message
+// with errno EIO: the device cannot checksum in hardware (before Linux
+// 6.11). Other errors leave GSO on.
+func (s *OffloadState) TurnOffGSO(errno unix.Errno) {
+	if errno != unix.EIO || !s.gso.Load() {
+		return
+	}
+	s.mu.Lock()
+	s.gso.Store(false)
+	s.gsoWhy = "the kernel refused a GSO message with EIO (no checksum offload on the device): " + errno.Error()
+	s.mu.Unlock()
 }
