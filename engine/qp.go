@@ -723,7 +723,15 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			e.rr = 0
 		}
 		qp := e.active[e.rr]
-		n, ok := qp.output(now, buf)
+		var n int
+		var ok bool
+		if qp.typ == verbs.QPTRC && qp.state == verbs.QPSRTS && qp.resp.queued() == 0 {
+			// output's common case for a sender, without its call.
+			qp.resp.ackDue = 0
+			n, ok = qp.reqOutput(now, buf)
+		} else {
+			n, ok = qp.output(now, buf)
+		}
 		if ok && n > 0 {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)

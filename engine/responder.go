@@ -303,6 +303,14 @@ func (qp *QP) respWrite(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
 			qp.respFatal(psn, wire.NAKRemoteAccess)
 			return false
 		}
+		if pl := p.Payload(); ends && !info.Imm && len(pl) == len(dst) {
+			// A WRITE ONLY without immediate whose payload fills its DMA
+			// length (as Parse holds it to), the common case: the checks
+			// below pass, and no state outlives the packet.
+			copy(dst, pl)
+			r.nextMSN()
+			return true
+		}
 		r.wdst, r.wkey, r.woff, r.wlen, r.inMsg = dst, reth.RKey(), 0, reth.DMALen(), wire.OpWrite
 	} else if r.wlen > 0 && qp.e.MRs.lookup(r.wkey) == nil {
 		// Deregistered while the WRITE was under way: access revoked.
