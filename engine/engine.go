@@ -437,7 +437,9 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	// A payload left aside (OutputGather) is this packet's only: taken
 	// here, and put back by finishGather once the packet is built.
 	ext := e.ext
-	e.ext = nil
+	if ext != nil {
+		e.ext = nil
+	}
 	info := e.hdr.Opcode.Info()
 	hl := info.HeaderLen
 	out, err := wire.AppendTransport(buf[:0], &e.hdr, buf[hl:hl+payloadLen])
