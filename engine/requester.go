@@ -106,16 +106,18 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 		if payload > 0 {
 			dst := buf[h.Opcode.Info().HeaderLen:][:payload]
 			var gathered bool
-			if len(s.sges) == 1 && wr.Flags&verbs.SendInline == 0 {
-				// One SGE, the common case: gather's work without its call.
-				b := sgeBytes(qp.e.MRs.lookup(s.sges[0].LKey), qp.pd, s.sges[0], off)
+			if len(wr.SGList) == 1 && wr.Flags&verbs.SendInline == 0 {
+				// One SGE (in s.sge), the common case: gather's work
+				// without its call.
+				g := s.sge[0]
+				b := sgeBytes(qp.e.MRs.lookup(g.LKey), qp.pd, g, off)
 				if qp.e.gather && payload >= GatherMin && len(b) >= payload {
 					qp.e.ext, gathered = b[:payload], true // left where it lies (OutputGather)
 				} else {
 					gathered = b != nil && copy(dst, b) == payload
 				}
 			} else {
-				gathered = qp.gather(s, off, dst)
+				gathered = qp.gather(i, off, dst)
 			}
 			if !gathered {
 				qp.localError(r.next, verbs.WCLocProtErr)
