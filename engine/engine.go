@@ -353,7 +353,6 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInf
 	case seg > 0 && e.train.of(s, seg):
 		cerr, ctr = e.train.check(d, e.rxIDs.Deltas(len(b)), seg), &e.stats.ICRCTrainChecks
 	default:
-		e.train.slot = nil
 		ctr = &e.stats.ICRCRecoveredChecks
 		rid, rdf := uint16(0), true
 		if d != 0 {
@@ -364,11 +363,13 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInf
 				e.stats.ICRCLowIDChecks++
 			}
 		}
+		t := &e.train
 		if seg == 0 && cerr == nil {
 			// Field by field: a composite literal is built on the stack and
 			// copied with wide loads that stall on the narrow stores.
-			t := &e.train
 			t.slot, t.addrs, t.port, t.base, t.df, t.mode, t.last = s, s.addrs, s.port, rid, rdf, trainUnknown, 0
+		} else {
+			t.slot = nil // no train known
 		}
 	}
 	return e.countICRC(cerr, ctr)
