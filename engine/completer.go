@@ -96,7 +96,7 @@ func (qp *QP) completeRead(now int64, p *wire.Packet, psn wire.PSN) {
 		qp.fatal(psn, verbs.WCBadRespErr)
 		return
 	}
-	if !qp.scatter(s.sges, qp.pd, st.rcvd*uint32(qp.mtu), p.Payload()) {
+	if !qp.scatter(s.wr.SGList, qp.pd, st.rcvd*uint32(qp.mtu), p.Payload()) {
 		qp.fatal(psn, verbs.WCLocProtErr)
 		return
 	}
@@ -125,7 +125,7 @@ func (qp *QP) completeAtomic(now int64, p *wire.Packet, psn wire.PSN) {
 	}
 	var v [8]byte
 	binary.NativeEndian.PutUint64(v[:], p.AtomicAckETH().Orig())
-	if !qp.scatter(s.sges, qp.pd, 0, v[:]) {
+	if !qp.scatter(s.wr.SGList, qp.pd, 0, v[:]) {
 		qp.fatal(psn, verbs.WCLocProtErr)
 		return
 	}

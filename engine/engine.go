@@ -353,7 +353,6 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInf
 	case seg > 0 && e.train.of(s, seg):
 		cerr, ctr = e.train.check(d, e.rxIDs.Deltas(len(b)), seg), &e.stats.ICRCTrainChecks
 	default:
-		e.train.slot = nil
 		ctr = &e.stats.ICRCRecoveredChecks
 		rid, rdf := uint16(0), true
 		if d != 0 {
@@ -364,28 +363,39 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInf
 				e.stats.ICRCLowIDChecks++
 			}
 		}
+		t := &e.train
 		if seg == 0 && cerr == nil {
 			// Field by field: a composite literal is built on the stack and
 			// copied with wide loads that stall on the narrow stores.
-			t := &e.train
 			t.slot, t.addrs, t.port, t.base, t.df, t.mode, t.last = s, s.addrs, s.port, rid, rdf, trainUnknown, 0
+		} else {
+			t.slot = nil // no train known
 		}
 	}
 	return e.countICRC(cerr, ctr)
 }
 
-// countICRC counts a check that passed (cerr nil, in ctr) or the drop.
+// countICRC counts a check that passed (cerr nil, in ctr) or the drop
+// (countDrop, out of line so that countICRC inlines).
 func (e *Engine) countICRC(cerr error, ctr *uint64) bool {
-	switch {
-	case cerr == nil:
+	if cerr == nil {
 		*ctr++
 		return true
+	}
+	e.countDrop(cerr)
+	return false
+}
+
+// countDrop counts a packet whose ICRC check failed with cerr.
+//
+//go:noinline
+func (e *Engine) countDrop(cerr error) {
+	switch {
 	case errors.Is(cerr, wire.ErrICRC):
 		e.stats.ICRCDrops++
 	default:
 		e.stats.MalformedDrops++
 	}
-	return false
 }
 
 // NextDeadline returns the earliest time a timer of the engine fires, or 0
@@ -428,7 +438,9 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 	// A payload left aside (OutputGather) is this packet's only: taken
 	// here, and put back by finishGather once the packet is built.
 	ext := e.ext
-	e.ext = nil
+	if ext != nil {
+		e.ext = nil
+	}
 	info := e.hdr.Opcode.Info()
 	hl := info.HeaderLen
 	out, err := wire.AppendTransport(buf[:0], &e.hdr, buf[hl:hl+payloadLen])

@@ -125,12 +125,16 @@ func (l *link) step() bool {
 			l.sent += k
 			lens, ports := l.lens[:k], l.ports[:k]
 			var rx RxInfo
+			// A run's packets go into q element by element: a composite
+			// literal is built aside and copied in with wide loads that
+			// stall on its narrow stores.
+			var q [4][]byte
 			for i := 0; i < k; {
 				b := l.bufs[i][:lens[i]]
 				if i+4 <= k {
 					n, p := lens[i], ports[i]
 					if lens[i+1] == n && lens[i+2] == n && lens[i+3] == n && ports[i+1] == p && ports[i+2] == p && ports[i+3] == p {
-						q := [4][]byte{b, l.bufs[i+1][:n], l.bufs[i+2][:n], l.bufs[i+3][:n]}
+						q[0], q[1], q[2], q[3] = b, l.bufs[i+1][:n], l.bufs[i+2][:n], l.bufs[i+3][:n]
 						var d [4]uint32
 						rx.ICRCDiffKnown = to.DiffICRC4(&q, src, p, &d)
 						for j := range 4 {

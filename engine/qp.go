@@ -455,22 +455,21 @@ func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, error) {
 		s := &q.slots[t&q.mask]
 		s.wr = *wr
 		if len(wr.SGList) == 1 { // the common case, without a call to copy
-			s.sges = s.sges[:1]
-			s.sges[0] = wr.SGList[0]
+			s.sge[0] = wr.SGList[0]
+			s.wr.SGList = s.sge[:]
 		} else {
-			s.sges = append(s.sges[:0], wr.SGList...)
+			s.wr.SGList = append(q.sgesOf(t), wr.SGList...)
 		}
-		s.wr.SGList = s.sges
 		s.length = n
-		s.inline = s.inline[:0]
 		if wr.Flags&verbs.SendInline != 0 {
+			in := q.inlineOf(t)
 			for _, g := range wr.SGList {
 				m := qp.e.MRs.lookup(g.LKey)
 				b := sgeBytes(m, qp.pd, g, 0)
 				if b == nil {
 					return i, t, fmt.Errorf("engine: inline SGE (addr %#x len %d lkey %#x) not in a registered region: %w", g.Addr, g.Length, g.LKey, verbs.ErrInvalidWR)
 				}
-				s.inline = append(s.inline, b...)
+				in = append(in, b...) // within maxInline: checkSendWR
 			}
 		}
 		t++
@@ -724,7 +723,15 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			e.rr = 0
 		}
 		qp := e.active[e.rr]
-		n, ok := qp.output(now, buf)
+		var n int
+		var ok bool
+		if qp.typ == verbs.QPTRC && qp.state == verbs.QPSRTS && qp.resp.queued() == 0 {
+			// output's common case for a sender, without its call.
+			qp.resp.ackDue = 0
+			n, ok = qp.reqOutput(now, buf)
+		} else {
+			n, ok = qp.output(now, buf)
+		}
 		if ok && n > 0 {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)

@@ -51,7 +51,7 @@ func (qp *QP) reqReady() bool {
 
 // reqOutput builds the next RC request packet (rdma_rxe's rxe_req.c): the
 // WQE at r.next given its PSNs when it starts (startWQE), the packet's
-// headers and payload built (reqPacket), the packet sealed, the cursor and
+// headers and payload built, the packet sealed, the cursor and
 // the local ACK timer advanced.
 func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	r := &qp.req
@@ -79,9 +79,51 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 			return 0, false
 		}
 	}
-	payload, last, ok := qp.reqPacket(s, st, buf)
-	if !ok {
-		return 0, false
+	payload, last := 0, true
+	k := r.nextPkt
+	h := &qp.e.hdr
+	*h = wire.Header{PKey: wire.DefaultPKey, DestQP: qp.destQPN, PSN: st.firstPSN.Add(k)}
+	if isRdAtomic(wr.Opcode) {
+		rdAtomicHeader(h, s, k*uint32(qp.mtu))
+	} else {
+		// A packet of a SEND or WRITE, the sender's hot path, in line: its
+		// headers, and its payload gathered into buf; a gather that fails
+		// fails the WQE.
+		mtu := uint32(qp.mtu)
+		off := k * mtu
+		payload = int(min(mtu, s.length-min(off, s.length)))
+		first := k == 0
+		last = k+1 >= st.npkts
+		h.Opcode = reqOpcode(wr.Opcode, first, last)
+		if first && (wr.Opcode == verbs.WRRDMAWrite || wr.Opcode == verbs.WRRDMAWriteWithImm) {
+			h.RETH = wire.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALen: s.length}
+		}
+		if last {
+			h.Imm, h.IETH = wr.Imm, wr.InvalidateRKey
+			h.SE = wr.Flags&verbs.SendSolicited != 0
+		}
+		h.AckReq = last || (k+1)%uint32(qp.e.cfg.AckEvery) == 0
+		if payload > 0 {
+			dst := buf[h.Opcode.Info().HeaderLen:][:payload]
+			var gathered bool
+			if len(wr.SGList) == 1 && wr.Flags&verbs.SendInline == 0 {
+				// One SGE (in s.sge), the common case: gather's work
+				// without its call.
+				g := s.sge[0]
+				b := sgeBytes(qp.e.MRs.lookup(g.LKey), qp.pd, g, off)
+				if qp.e.gather && payload >= GatherMin && len(b) >= payload {
+					qp.e.ext, gathered = b[:payload], true // left where it lies (OutputGather)
+				} else {
+					gathered = b != nil && copy(dst, b) == payload
+				}
+			} else {
+				gathered = qp.gather(i, off, dst)
+			}
+			if !gathered {
+				qp.localError(r.next, verbs.WCLocProtErr)
+				return 0, false
+			}
+		}
 	}
 	n := qp.e.finish(buf, payload, qp.remote, qp.sport)
 	if r.resend {
@@ -131,69 +173,25 @@ func (qp *QP) startWQE(s *sendSlot, st *sendState) bool {
 	return true
 }
 
-// reqPacket fills the engine's header for packet r.nextPkt of the WQE and
-// gathers its payload into buf. It returns the payload's length and whether
-// the packet is the WQE's last; a gather that fails fails the WQE (ok
-// false).
-func (qp *QP) reqPacket(s *sendSlot, st *sendState, buf []byte) (payload int, last, ok bool) {
-	r := &qp.req
+// rdAtomicHeader fills h, its PSN set, for the packet of a READ or atomic
+// WQE at byte off of the READ (a READ asked again from a lost response on
+// asks for the rest). Out of line: a sender's hot path is SEND and WRITE.
+//
+//go:noinline
+func rdAtomicHeader(h *wire.Header, s *sendSlot, off uint32) {
 	wr := &s.wr
-	h := &qp.e.hdr
-	*h = wire.Header{PKey: wire.DefaultPKey, DestQP: qp.destQPN}
-	k := r.nextPkt
-	h.PSN = st.firstPSN.Add(k)
-	mtu := uint32(qp.mtu)
-	last = true
-	switch wr.Opcode {
-	case verbs.WRRDMARead:
-		off := k * mtu
+	h.AckReq = true
+	if wr.Opcode == verbs.WRRDMARead {
 		h.Opcode = wire.RCReadRequest
 		h.RETH = wire.RETHFields{VA: wr.RemoteAddr + uint64(off), RKey: wr.RKey, DMALen: s.length - min(off, s.length)}
-		h.AckReq = true
-	case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
-		h.Opcode = wire.RCFetchAdd
-		h.AtomicETH = wire.AtomicFields{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}
-		if wr.Opcode == verbs.WRAtomicCmpAndSwp {
-			h.Opcode = wire.RCCompareSwap
-			h.AtomicETH.SwapAdd, h.AtomicETH.Compare = wr.Swap, wr.CompareAdd
-		}
-		h.AckReq = true
-	default:
-		off := k * mtu
-		payload = int(min(mtu, s.length-min(off, s.length)))
-		first := k == 0
-		last = k+1 >= st.npkts
-		h.Opcode = reqOpcode(wr.Opcode, first, last)
-		if first && (wr.Opcode == verbs.WRRDMAWrite || wr.Opcode == verbs.WRRDMAWriteWithImm) {
-			h.RETH = wire.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALen: s.length}
-		}
-		if last {
-			h.Imm, h.IETH = wr.Imm, wr.InvalidateRKey
-			h.SE = wr.Flags&verbs.SendSolicited != 0
-		}
-		h.AckReq = last || (k+1)%uint32(qp.e.cfg.AckEvery) == 0
-		hl := h.Opcode.Info().HeaderLen
-		if payload > 0 {
-			dst := buf[hl : hl+payload]
-			var gathered bool
-			if len(s.sges) == 1 && wr.Flags&verbs.SendInline == 0 {
-				// One SGE, the common case: gather's work without its call.
-				b := sgeBytes(qp.e.MRs.lookup(s.sges[0].LKey), qp.pd, s.sges[0], off)
-				if qp.e.gather && payload >= GatherMin && len(b) >= payload {
-					qp.e.ext, gathered = b[:payload], true // left where it lies (OutputGather)
-				} else {
-					gathered = b != nil && copy(dst, b) == len(dst)
-				}
-			} else {
-				gathered = qp.gather(s, off, dst)
-			}
-			if !gathered {
-				qp.localError(r.next, verbs.WCLocProtErr)
-				return 0, false, false
-			}
-		}
+		return
 	}
-	return payload, last, true
+	h.Opcode = wire.RCFetchAdd
+	h.AtomicETH = wire.AtomicFields{VA: wr.RemoteAddr, RKey: wr.RKey, SwapAdd: wr.CompareAdd}
+	if wr.Opcode == verbs.WRAtomicCmpAndSwp {
+		h.Opcode = wire.RCCompareSwap
+		h.AtomicETH.SwapAdd, h.AtomicETH.Compare = wr.Swap, wr.CompareAdd
+	}
 }
 
 func reqOpcode(o verbs.WROpcode, first, last bool) wire.Opcode {

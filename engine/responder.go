@@ -201,6 +201,19 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 			return
 		}
 	case wire.OpWrite:
+		if pos == wire.PosOnly && !info.Imm {
+			// A WRITE ONLY without immediate, the common case, in line:
+			// when the region grants it and the payload fills its DMA length
+			// (as Parse holds it to), respWrite's checks pass, and no state
+			// outlives the packet. Otherwise respWrite says what is wrong.
+			reth := p.RETH()
+			dst := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteWrite)
+			if pl := p.Payload(); qp.access&verbs.AccessRemoteWrite != 0 && (dst != nil || reth.DMALen() == 0) && len(pl) == len(dst) {
+				copy(dst, pl)
+				r.nextMSN()
+				break
+			}
+		}
 		if !qp.respWrite(p, psn, starts, ends) {
 			return
 		}

@@ -16,12 +16,15 @@ import (
 // cacheLinePad keeps indices written by different sides on separate lines.
 type cacheLinePad [64]byte
 
-// sendSlot is a posted send work request, its SGEs and inline data copied in.
+// sendSlot is a posted send work request, its SGEs copied in: a single
+// one (the common case) into sge, more into the queue's share of the slot
+// (sendQueue.sgesOf); its inline data goes into the queue's inlineOf. At
+// 128 bytes a slot is two cache lines, all a WQE of one SGE touches (the
+// SGE beside the WR, not in an array of its own).
 type sendSlot struct {
-	wr     verbs.SendWR
-	sges   []verbs.SGE // cap = max SGEs; wr.SGList aliases it
-	inline []byte      // cap = max inline data
-	length uint32      // total bytes of the SGEs (or of the inline data)
+	wr     verbs.SendWR // wr.SGList is the slot's copy: sge[:] for one SGE
+	sge    [1]verbs.SGE
+	length uint32 // total bytes of the SGEs (or of the inline data)
 }
 
 // sendQueue is a QP's send queue.
@@ -34,22 +37,34 @@ type sendQueue struct {
 	_     cacheLinePad
 	slots []sendSlot
 	mask  uint64
+	// One backing array each for the SGEs of WRs of several and the
+	// inline data of all slots, maxSGE and maxInline a slot, in slot order:
+	// the engine walks the ring in order, and contiguous memory lets the
+	// processor prefetch it (a separate small allocation per slot was a
+	// cache miss per work request in deep queues).
+	sges      []verbs.SGE
+	inline    []byte
+	maxSGE    int
+	maxInline int
 }
 
 func newSendQueue(n, maxSGE, maxInline int) *sendQueue {
 	size := roundPow2(n)
-	q := &sendQueue{slots: make([]sendSlot, size), mask: uint64(size - 1)}
-	// One backing array each for the SGEs and the inline data of all
-	// slots, in slot order: the engine walks the ring in order, and
-	// contiguous memory lets the processor prefetch it (a separate small
-	// allocation per slot was a cache miss per work request in deep queues).
-	sges := make([]verbs.SGE, size*maxSGE)
-	inline := make([]byte, size*maxInline)
-	for i := range q.slots {
-		q.slots[i].sges = sges[i*maxSGE : i*maxSGE : (i+1)*maxSGE]
-		q.slots[i].inline = inline[i*maxInline : i*maxInline : (i+1)*maxInline]
-	}
-	return q
+	return &sendQueue{slots: make([]sendSlot, size), mask: uint64(size - 1),
+		sges: make([]verbs.SGE, size*maxSGE), inline: make([]byte, size*maxInline), maxSGE: maxSGE, maxInline: maxInline}
+}
+
+// sgesOf returns the room for the SGEs of a WR of several in slot i
+// (an index of the ring, masked here), empty.
+func (q *sendQueue) sgesOf(i uint64) []verbs.SGE {
+	j := int(i&q.mask) * q.maxSGE
+	return q.sges[j : j : j+q.maxSGE]
+}
+
+// inlineOf returns the room for the inline data of slot i, empty.
+func (q *sendQueue) inlineOf(i uint64) []byte {
+	j := int(i&q.mask) * q.maxInline
+	return q.inline[j : j : j+q.maxInline]
 }
 
 // recvSlot is a posted receive work request.

@@ -2,16 +2,20 @@ package engine
 
 import "github.com/goroce/goroce/verbs"
 
-// gather copies the WQE's bytes [off, off+len(dst)) into dst.
-func (qp *QP) gather(s *sendSlot, off uint32, dst []byte) bool {
+// gather copies the bytes [off, off+len(dst)) of the WQE in slot i of the
+// send queue into dst.
+func (qp *QP) gather(i uint64, off uint32, dst []byte) bool {
+	q := qp.sq
+	s := &q.slots[i&q.mask]
 	if s.wr.Flags&verbs.SendInline != 0 {
-		if int(off)+len(dst) > len(s.inline) {
+		in := q.inlineOf(i)[:s.length]
+		if int(off)+len(dst) > len(in) {
 			return false
 		}
-		copy(dst, s.inline[off:])
+		copy(dst, in[off:])
 		return true
 	}
-	for _, g := range s.sges {
+	for _, g := range s.wr.SGList {
 		if len(dst) == 0 {
 			break
 		}

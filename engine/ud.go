@@ -82,7 +82,7 @@ func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
 	status := verbs.WCSuccess
 	if !dst.Is4() {
 		status = verbs.WCLocQPOpErr
-	} else if !qp.gather(s, 0, buf[hl:hl+int(s.length)]) {
+	} else if !qp.gather(hd, 0, buf[hl:hl+int(s.length)]) {
 		status = verbs.WCLocProtErr
 	}
 	n := 0

@@ -116,7 +116,9 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if len(payload) > 0 && !info.Payload {
 		return dst, ErrBuildPayload
 	}
-	if !h.DestQP.Valid() || !h.PSN.Valid() || h.AETH.MSN > 0xFFFFFF || h.RDETH > 0xFFFFFF || !h.DETH.SrcQP.Valid() {
+	// The 24-bit fields (DestQP, PSN, MSN, EEC, SrcQP) in range: one test
+	// of them all, not a branch each.
+	if uint32(h.DestQP)|uint32(h.PSN)|h.AETH.MSN|h.RDETH|uint32(h.DETH.SrcQP) > 0xFFFFFF {
 		return dst, ErrBuildRange
 	}
 	pad := (-len(payload)) & 3
