@@ -148,7 +148,9 @@ func (c *FlowICRC) SetV(hdr, payload, tail []byte) error {
 	// tableRegister takes the BTH's masked byte and the rest of the
 	// headers; the payload and pad go on through crcUpdate.
 	crc := crcUpdate(^tableRegister(c.headersLen(n), hdr), payload)
-	crc = crcUpdate(crc, tail[:len(tail)-ICRCLen])
+	if pad := tail[:len(tail)-ICRCLen]; len(pad) > 0 {
+		crc = crcUpdate(crc, pad)
+	}
 	binary.LittleEndian.PutUint32(tail[len(tail)-ICRCLen:], crc)
 	return nil
 }

@@ -119,8 +119,23 @@ func tableRegister(r uint32, p []byte) uint32 {
 	}
 	r = crc8(r, le.Uint64(p)|maskBTHWord1<<32)
 	r = crc4(r, le.Uint32(p[8:]))
-	if len(p) == BTHLen {
-		return r
+	rest := p[BTHLen:]
+	if len(rest) < crcFoldMin {
+		// A short rest (the extension headers FlowICRC.SetV hashes; their
+		// lengths are multiples of 4) by the tables, word by word: through
+		// hash/crc32 16 bytes of RETH cost 3% of a 4 KiB WRITE sender.
+		for ; len(rest) >= 16; rest = rest[16:] {
+			r = crc16(r, le.Uint64(rest), le.Uint64(rest[8:]))
+		}
+		if len(rest) >= 8 {
+			r, rest = crc8(r, le.Uint64(rest)), rest[8:]
+		}
+		if len(rest) >= 4 {
+			r, rest = crc4(r, le.Uint32(rest)), rest[4:]
+		}
+		if len(rest) == 0 {
+			return r
+		}
 	}
-	return ^crcUpdate(^r, p[BTHLen:])
+	return ^crcUpdate(^r, rest)
 }
