@@ -497,16 +497,12 @@ const GatherMin = 1024
 // payload's room (out[hl:hl+len(ext)]) unfilled, for the payload ext that
 // stays where it lies: the pad and ICRC move up to follow the headers, ext
 // goes in e.ext for OutputGather, and it returns the length of headers, pad
-// and ICRC together. Were the flow not IPv4 (FlowICRC.SetV's answer; the
-// engine's flows are), it would copy the payload in and seal it whole.
+// and ICRC together, or 0 when SetV refuses the packet (it takes the
+// engine's IPv4 flows and every length AppendTransport builds).
 func (e *Engine) finishGather(out []byte, hl int, ext []byte, s *flowSlot) int {
 	tail := out[hl+len(ext):]
 	if s.c.SetV(out[:hl], ext, tail) != nil {
-		copy(out[hl:], ext)
-		if s.c.Set(out) != nil {
-			return 0
-		}
-		return len(out)
+		return 0
 	}
 	e.ext = ext
 	return hl + copy(out[hl:], tail)

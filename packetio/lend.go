@@ -67,31 +67,35 @@ func (l *TxLender) Take(closed bool, n int) error {
 // IPv4 addresses: ErrAddress when it is not a unicast IPv4 address,
 // ErrNoGather when it has Packet.Ext set, ErrTooLarge when p is longer
 // than maxPacket.
-func TxDest(p *Packet, maxPacket int) (netip.Addr, error) {
+func TxDest(p *Packet, maxPacket int) (netip.Addr, error) { return txDest(p, maxPacket, false) }
+
+// TxDestGather is TxDest for a Conn that sends Packet.Ext (Gatherer): it
+// checks ExtAt (CheckExt) and bounds the datagram, Buf and Ext together, by
+// maxPacket.
+func TxDestGather(p *Packet, maxPacket int) (netip.Addr, error) { return txDest(p, maxPacket, true) }
+
+func txDest(p *Packet, maxPacket int, gathers bool) (netip.Addr, error) {
 	a := p.Addr.Unmap()
-	switch {
-	case !a.Is4() || a.IsUnspecified():
+	if !a.Is4() || a.IsUnspecified() {
 		return a, ErrAddress
-	case p.Ext != nil:
+	}
+	if p.Ext != nil && !gathers {
 		return a, ErrNoGather
-	case len(p.Buf) > maxPacket:
+	}
+	if err := CheckExt(p); err != nil {
+		return a, err
+	}
+	if len(p.Buf)+len(p.Ext) > maxPacket {
 		return a, ErrTooLarge
 	}
 	return a, nil
 }
 
-// TxDestGather is TxDest for a Conn that sends Packet.Ext (Gatherer): it
-// checks ExtAt (ErrExtAt) and bounds the datagram, Buf and Ext together, by
-// maxPacket.
-func TxDestGather(p *Packet, maxPacket int) (netip.Addr, error) {
-	a := p.Addr.Unmap()
-	switch {
-	case !a.Is4() || a.IsUnspecified():
-		return a, ErrAddress
-	case p.Ext != nil && (p.ExtAt < 0 || p.ExtAt > len(p.Buf)-4):
-		return a, ErrExtAt
-	case len(p.Buf)+len(p.Ext) > maxPacket:
-		return a, ErrTooLarge
+// CheckExt returns ErrExtAt when p has an Ext whose ExtAt is negative or
+// leaves fewer than the ICRC's 4 bytes of Buf after it, else nil.
+func CheckExt(p *Packet) error {
+	if p.Ext != nil && (p.ExtAt < 0 || p.ExtAt > len(p.Buf)-4) {
+		return ErrExtAt
 	}
-	return a, nil
+	return nil
 }

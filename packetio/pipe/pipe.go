@@ -198,7 +198,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		pk := &pkts[i]
 		var err error
 		switch {
-		case pk.Ext != nil && (pk.ExtAt < 0 || pk.ExtAt > len(pk.Buf)-4):
+		case packetio.CheckExt(pk) != nil:
 			err = packetio.ErrExtAt
 		case len(pk.Buf)+len(pk.Ext) > c.maxPacket:
 			err = packetio.ErrTooLarge
