@@ -11,7 +11,7 @@ import (
 // allocation-free. Where the processor's time-stamp counter runs at a
 // constant rate in every state (Linux's constant_tsc and nonstop_tsc, the
 // counter perftest reads with get_cycles) it reads that, scaled by a rate
-// calibrated once against the monotonic clock: 11 ns a read on this
+// calibrated once against the monotonic clock: about 12 ns a read on this
 // project's virtual machines, against 29 for the monotonic clock (a vDSO
 // call), and a bandwidth test reads it once per message, as perftest does.
 // Elsewhere it reads the monotonic clock.
