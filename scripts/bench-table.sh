@@ -4,8 +4,8 @@
 # datagram sizes and window on the same UDP path, without RoCE), interleaved
 # ROUNDS times (default 3); prints a markdown table of the medians and of the
 # ratio goroce / UDP for each case. goroce runs on the same UDP path as the
-# baseline (--path udp: recvmmsg/sendmmsg), not on the automatic choice
-# (io_uring or AF_XDP where they work).
+# baseline (--path udp: recvmmsg/sendmmsg), whatever the automatic choice
+# (AF_XDP where UDP GSO does not work).
 #
 # Needs root and iproute2. Creates the namespaces goroce-bt-<pid>-a and -b
 # joined by a veth pair (10.66.0.1/24 and 10.66.0.2/24, MTU 1500: path MTU

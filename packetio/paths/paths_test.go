@@ -3,14 +3,15 @@ package paths
 import (
 	"bytes"
 	"errors"
-	"github.com/goroce/goroce/internal/testenv"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/udp"
 )
 
 // exchange sends one datagram from a to b and checks it arrives intact
@@ -72,8 +73,13 @@ func TestOpenLoopback(t *testing.T) {
 			}
 			switch name {
 			case Auto:
-				if ca.Path != UDP || len(ca.Skipped) == 0 || !strings.HasPrefix(ca.Skipped[0], "afxdp: ") {
+				// udp: with GSO at once; without, after passing over
+				// AF_XDP, which loopback cannot take.
+				if ca.Path != UDP || (len(ca.Skipped) == 0) != a.(*udp.Conn).Offloads().GSO {
 					t.Fatalf("auto on loopback: %v", ca)
+				}
+				if len(ca.Skipped) > 0 && !skipped(ca, AFXDP) {
+					t.Fatalf("auto on loopback without GSO does not say why not AF_XDP: %v", ca)
 				}
 			default:
 				if ca.Path != name || len(ca.Skipped) != 0 {
@@ -124,12 +130,12 @@ func TestUnknownPath(t *testing.T) {
 	}
 }
 
-// openAutoUDP opens the auto path in p's namespace A and a plain UDP path
+// openAutoUDP opens the auto path with o in p's namespace A and a plain UDP path
 // in B, both closed when t ends.
-func openAutoUDP(t *testing.T, p *netns.Pair) (a, b packetio.Conn, ch Chosen) {
+func openAutoUDP(t *testing.T, p *netns.Pair, o Options) (a, b packetio.Conn, ch Chosen) {
 	t.Helper()
 	if err := p.A.Do(func() (err error) {
-		a, ch, err = Open(p.AddrA, Auto, Options{})
+		a, ch, err = Open(p.AddrA, Auto, o)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -145,23 +151,53 @@ func openAutoUDP(t *testing.T, p *netns.Pair) (a, b packetio.Conn, ch Chosen) {
 	return a, b, ch
 }
 
+// skipped reports whether auto's choice ch says why it passed over path.
+func skipped(ch Chosen, path string) bool {
+	for _, s := range ch.Skipped {
+		if strings.HasPrefix(s, path+": ") {
+			return true
+		}
+	}
+	return false
+}
+
 // refused checks that auto, having not taken AF_XDP, says why.
 func refused(t *testing.T, ch Chosen) {
 	t.Helper()
-	if len(ch.Skipped) == 0 || !strings.HasPrefix(ch.Skipped[0], "afxdp: ") {
+	if !skipped(ch, AFXDP) {
 		t.Fatalf("auto chose %v without saying why not AF_XDP", ch)
 	}
-	t.Logf("AF_XDP refused here: %s", ch.Skipped[0])
+	t.Logf("AF_XDP refused here: %v", ch.Skipped)
 }
 
-// TestAutoNetns: between two namespaces over veth, auto takes AF_XDP where
-// the kernel allows it (else says why not), and the chosen path carries a
-// datagram both ways to a plain UDP path.
+// TestAutoNetns: between two namespaces over veth, auto takes the udp path
+// where its UDP GSO works (as on any kernel since 4.18 with a checksum
+// offload), at once; the chosen path carries a datagram both ways to a
+// plain UDP path.
 func TestAutoNetns(t *testing.T) {
 	netns.Require(t)
 	p := netns.NewPair(t, netns.Options{})
-	a, b, ch := openAutoUDP(t, p)
+	a, b, ch := openAutoUDP(t, p, Options{})
 	t.Logf("auto chose %v", ch)
+	if u, ok := a.(*udp.Conn); !ok || !u.Offloads().GSO || len(ch.Skipped) != 0 {
+		t.Fatalf("auto chose %v over veth, want udp with GSO at once", ch)
+	}
+	exchange(t, a, b)
+	exchange(t, b, a)
+}
+
+// TestAutoNetnsNoGSO: with the udp path's GSO turned off, auto takes AF_XDP
+// where the kernel allows it (else says why not), having said why it passed
+// over udp with GSO, and the chosen path carries a datagram both ways to a
+// plain UDP path.
+func TestAutoNetnsNoGSO(t *testing.T) {
+	netns.Require(t)
+	p := netns.NewPair(t, netns.Options{})
+	a, b, ch := openAutoUDP(t, p, Options{NoGSO: true})
+	t.Logf("auto chose %v", ch)
+	if !skipped(ch, "udp with GSO") {
+		t.Errorf("auto chose %v without saying why not udp with GSO", ch)
+	}
 	if ch.Path != AFXDP {
 		refused(t, ch)
 	}
@@ -169,15 +205,16 @@ func TestAutoNetns(t *testing.T) {
 	exchange(t, b, a)
 }
 
-// TestAutoNetnsJumbo: over veth of MTU 9000, auto takes AF_XDP with frames
-// chained (multi-buffer, said in the detail) where the kernel allows it,
-// with room for a 4096-byte path MTU's packets (MaxPacket 4160, which a
-// soft device turns into active MTU 4096), and a 4158-byte transport packet
-// (a 4200-byte Ethernet frame) goes both ways to a plain UDP path intact.
+// TestAutoNetnsJumbo: over veth of MTU 9000, auto without GSO takes AF_XDP
+// with frames chained (multi-buffer, said in the detail) where the kernel
+// allows it, with room for a 4096-byte path MTU's packets (MaxPacket 4160,
+// which a soft device turns into active MTU 4096), and a 4158-byte
+// transport packet (a 4200-byte Ethernet frame) goes both ways to a plain
+// UDP path intact.
 func TestAutoNetnsJumbo(t *testing.T) {
 	netns.Require(t)
 	p := netns.NewPair(t, netns.Options{MTU: 9000})
-	a, b, ch := openAutoUDP(t, p)
+	a, b, ch := openAutoUDP(t, p, Options{NoGSO: true})
 	t.Logf("auto chose %v, MaxPacket %d", ch, a.MaxPacket())
 	switch {
 	case ch.Path != AFXDP:
