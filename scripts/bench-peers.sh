@@ -9,7 +9,10 @@
 # markdown table of the medians, each tool's result in one unit (MB/s =
 # 10^6 bytes/s for bandwidth, µs for latency) and the ratio of goroce's
 # median to that tool's (bandwidth: above 1 goroce is faster; latency: below
-# 1 goroce is faster).
+# 1 goroce is faster), and the median of the per-round ratios (goroce's run
+# against the tool's run of the same round, a few seconds apart: steadier
+# than the ratio of medians where the machine's speed drifts between
+# rounds). --raw FILE keeps every run's value, a line per round and tool.
 #
 # What is compared with what:
 #   write_bw SIZE  ucx_perftest -t put_bw (UCT tcp, zcopy)
@@ -35,6 +38,8 @@
 #   --mtus "9000 1500"  the veth MTUs to run [MTUS]; path MTU 4096 at 9000
 #                       and above, 1024 below
 #   --no-peers          goroce and raw UDP only [NO_PEERS=1]
+#   --raw FILE          every run's value, "MTU|test|size|tool|round|value" a
+#                       line (value empty when the run failed) [RAW]
 #   --iters K           K times every tool's iteration count (-n, -I) [ITERS=1]:
 #                       the default counts (perftest's and ucx_perftest's
 #                       order of magnitude) make bandwidth runs of 5 to 20
@@ -59,6 +64,7 @@ MTUS=${MTUS:-9000 1500}
 NO_PEERS=${NO_PEERS:-}
 ITERS=${ITERS:-1}
 ROUNDS=${ROUNDS:-3}
+RAW=${RAW:-}
 while [ $# -gt 0 ]; do
 	case $1 in
 	--path) GOROCE_PATH=$2; shift 2 ;;
@@ -66,11 +72,13 @@ while [ $# -gt 0 ]; do
 	--mtus) MTUS=$2; shift 2 ;;
 	--no-peers) NO_PEERS=1; shift ;;
 	--iters) ITERS=$2; shift 2 ;;
+	--raw) RAW=$2; shift 2 ;;
 	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
 	[0-9]*) ROUNDS=$1; shift ;;
 	*) echo "bench-peers.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
+[ -z "$RAW" ] || RAW=$(realpath -m "$RAW")
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 [ "$(id -u)" = 0 ] || { echo "bench-peers.sh: needs root (network namespaces)" >&2; exit 1; }
@@ -243,8 +251,8 @@ for round in $(seq "$ROUNDS"); do
 done
 
 # A tool's median and the ratio of goroce's median to it.
-echo "| veth MTU (path MTU) | test | size | tool | result | goroce / tool |"
-echo "|---|---|---|---|---|---|"
+echo "| veth MTU (path MTU) | test | size | tool | result | goroce / tool | per round |"
+echo "|---|---|---|---|---|---|---|"
 for mtu in $MTUS; do
 	pmtu=1024
 	[ "$mtu" -ge 9000 ] && pmtu=4096
@@ -261,19 +269,34 @@ for mtu in $MTUS; do
 			if [ -z "$vals" ]; then
 				why="failed"
 				case $tool in UCX*) have ucx_perftest || why="not installed" ;; fi_*) have fi_pingpong || why="not installed" ;; esac
-				printf "| %s (%s) | %s | %s B | %s | %s | |\n" "$mtu" "$pmtu" "$test" "$size" "$tool" "$why"
+				printf "| %s (%s) | %s | %s B | %s | %s | | |\n" "$mtu" "$pmtu" "$test" "$size" "$tool" "$why"
 				continue
 			fi
 			med=$(echo "$vals" | median)
-			ratio=""
+			ratio="" paired=""
 			gvals=$(grep -E '^[0-9.]+$' "$gf" 2>/dev/null || true)
 			if [ "$tool" != goroce ] && [ -n "$gvals" ]; then
 				ratio=$(awk -v g="$(echo "$gvals" | median)" -v t="$med" 'BEGIN {if (t > 0) printf "%.2f", g / t}')
+				pr=$(paste -d' ' "$gf" "$f" | awk 'NF == 2 && $2 > 0 {print $1 / $2}')
+				[ -z "$pr" ] || paired=$(echo "$pr" | median | awk '{printf "%.2f", $1}')
 			fi
-			printf "| %s (%s) | %s | %s B | %s | %.2f %s | %s |\n" "$mtu" "$pmtu" "$test" "$size" "$tool" "$med" "$unit" "$ratio"
+			printf "| %s (%s) | %s | %s B | %s | %.2f %s | %s | %s |\n" "$mtu" "$pmtu" "$test" "$size" "$tool" "$med" "$unit" "$ratio" "$paired"
 		done < <(tools "$mtu" "$i")
 	done
 done
+if [ -n "$RAW" ]; then
+	: > "$RAW"
+	for mtu in $MTUS; do
+		for i in "${!cases[@]}"; do
+			IFS='|' read -r _ gargs _ <<< "${cases[$i]}"
+			set -- $gargs
+			while IFS= read -r tool; do
+				f=$(vfile "$mtu" "$i" "$tool")
+				[ ! -f "$f" ] || awk -v p="$mtu|$1|$3|$tool" '{print p "|" NR "|" $0}' "$f" >> "$RAW"
+			done < <(tools "$mtu" "$i")
+		done
+	done
+fi
 echo "bench-peers.sh: $ROUNDS rounds in $(( $(date +%s) - start )) s; the slowest runs:" >&2
 sort -rn "$TMP/times" | head -n 5 >&2
 if [ -s "$TMP/fail.log" ]; then
