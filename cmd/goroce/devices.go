@@ -20,7 +20,7 @@ func registerSoft(fs *flag.FlagSet, s *devinfo.Soft) {
 	fs.StringVar(&s.Pcap, "pcap", "", "write every packet the soft device sends and receives to this pcap `file` (AF_XDP's frames bypass tcpdump)")
 	fs.StringVar(&s.Path, "path", paths.Auto, "packet path of the soft device: udp (recvmmsg/sendmmsg), uring (io_uring), afxdp (AF_XDP) or auto (the fastest that works; devinfo shows which)")
 	fs.Var(cliflag.Off{Off: &s.NoGSO}, "gso", "udp path: send runs of equal-sized packets as one UDP GSO message when the kernel offers it (default true; --gso=false: one datagram per packet)")
-	fs.Var(cliflag.Off{Off: &s.NoGather}, "gather", "udp path: send payloads of 1 KiB or more from the memory region they lie in, the kernel gathering each packet's pieces, instead of copying them into the packet (default true)")
+	fs.Var(cliflag.Off{Off: &s.NoGather}, "gather", "udp and uring paths: send payloads of 1 KiB or more from the memory region they lie in, the kernel gathering each packet's pieces, instead of copying them into the packet (default true)")
 	fs.Var(cliflag.Off{Off: &s.NoGRO}, "gro", "udp path: receive with UDP GRO when the kernel offers it (default true; --gro=false: one datagram per buffer)")
 }
 

@@ -99,13 +99,14 @@ type Conn struct {
 	ts         unix.Timespec
 	singleshot bool
 
-	// Send side (transmit_linux.go). txIovs[k] points at the k-th packet
-	// Transmit sends, txIdx[k] is its index in pkts. A send entry j is
-	// either a message (j < txCap: txHdrs[j], to txNames[j], the packets
-	// txIovs[msgK[j]:msgK[j]+msgN[j]], with txCtl's j-th UDP_SEGMENT cmsg
-	// when it has several) or, j = txCap+k, packet k alone (fbHdrs[k], a
-	// refused GSO message's packet sent again). txRes, txDone and txTries
-	// are per send entry.
+	// Send side (transmit_linux.go). The k-th packet Transmit sends is
+	// txIovs[txIov0[k]:txIov0[k+1]] (one iovec, or three for a packet in
+	// pieces: Buf's head, Ext, Buf's tail), txLen[k] bytes, and txIdx[k]
+	// is its index in pkts. A send entry j is either a message (j < txCap:
+	// txHdrs[j], to txNames[j], the packets msgK[j] to msgK[j]+msgN[j]-1,
+	// with txCtl's j-th UDP_SEGMENT cmsg when it has several) or, j =
+	// txCap+k, packet k alone (fbHdrs[k], a refused GSO message's packet
+	// sent again). txRes, txDone and txTries are per send entry.
 	txl     packetio.TxLender
 	txCap   int
 	txHdrs  []unix.Msghdr
@@ -115,6 +116,8 @@ type Conn struct {
 	msgN    []int
 	fbHdrs  []unix.Msghdr
 	txIovs  []unix.Iovec
+	txIov0  []int
+	txLen   []int
 	txIdx   []int
 	txRes   []int32
 	txDone  []bool
@@ -347,7 +350,9 @@ func (c *Conn) initTx() {
 	c.msgK = make([]int, b)
 	c.msgN = make([]int, b)
 	c.fbHdrs = make([]unix.Msghdr, b)
-	c.txIovs = make([]unix.Iovec, b)
+	c.txIovs = make([]unix.Iovec, 3*b)
+	c.txIov0 = make([]int, b+1)
+	c.txLen = make([]int, b)
 	c.txIdx = make([]int, b)
 	c.txRes = make([]int32, 2*b)
 	c.txDone = make([]bool, 2*b)
@@ -359,10 +364,7 @@ func (c *Conn) initTx() {
 		h := &c.txHdrs[i]
 		h.Name = (*byte)(unsafe.Pointer(&c.txNames[i]))
 		h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
-		f := &c.fbHdrs[i]
-		f.Namelen = uint32(udpsock.SizeofSockaddrInet4)
-		f.Iov = &c.txIovs[i]
-		f.SetIovlen(1)
+		c.fbHdrs[i].Namelen = uint32(udpsock.SizeofSockaddrInet4)
 	}
 }
 

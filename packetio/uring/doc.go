@@ -112,8 +112,11 @@
 // Stats().RxDrops, none returned in part. Stats().GROBuffers and
 // GROSegments count the trains.
 //
-// The Conn does not send packets in pieces (it is no packetio.Gatherer): a
-// soft device over it copies every payload into its packet.
+// The Conn sends packets in pieces (it is a packetio.Gatherer, as package
+// udp's): a packet's Packet.Ext goes out as an iovec of its own between
+// Buf[:ExtAt] and Buf[ExtAt:], inside GSO messages like any other packet,
+// so a soft device over it sends large payloads from where they lie
+// (engine.Engine.OutputGather).
 //
 // Every packet leaves from the socket's own port: Packet.Port is ignored on
 // send and the Conn does not implement packetio.SourcePorts, so a soft

@@ -23,11 +23,29 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// GSO on loopback, one SENDMSG per GSO message: rocetest.GSOLoopback
-// (a Conn of this package takes no packets in pieces).
+// GSO on loopback, one SENDMSG per GSO message: rocetest.GSOLoopback,
+// with packets in pieces too (the Conn is a packetio.Gatherer).
 func TestGSOLoopback(t *testing.T) {
 	a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: uring.OffloadRequire, GRO: uring.OffloadOff, Batch: 128})
-	rocetest.GSOLoopback(t, a, b, false)
+	if g, ok := any(a).(packetio.Gatherer); !ok || !g.Gathers() {
+		t.Fatal("the Conn does not send packets in pieces")
+	}
+	rocetest.GSOLoopback(t, a, b, true)
+}
+
+// Without GSO, a packet in pieces leaves as one datagram of its three
+// iovecs, intact, in its place in the batch.
+func TestPiecesWithoutGSO(t *testing.T) {
+	a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: uring.OffloadOff, GRO: uring.OffloadOff})
+	port := b.LocalAddrPort().Port()
+	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: a.LocalAddrPort().Port(), DstPort: port}
+	sizes := []int{1040, 4112, 64, 2000, 1040}
+	sent := rocetest.SendPieces(t, a, b.LocalAddr(), port, sizes, true)
+	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
+	rocetest.CheckIDs(t, got, sent, fl, make([]uint16, len(sent)))
+	if s := a.Stats(); s.PacketsOut != uint64(len(sent)) || s.GSOMessages != 0 || s.TxErrors != 0 {
+		t.Errorf("stats %+v, want %d packets out, no GSO message", s, len(sent))
+	}
 }
 
 // TxBatch and Transmit with GSO on and off: rocetest.GSOTxBatch.
@@ -104,7 +122,8 @@ func psn(b []byte) int { return int(b[9])<<16 | int(b[10])<<8 | int(b[11]) }
 // the Conn's back, does not mix with UDP_SEGMENT) is sent again one
 // datagram per packet, with every ICRC back to Identification 0, and
 // counted in GSOFallbacks; GSO stays on (only EIO turns it off). A packet
-// that is not part of the refused message is sent as usual.
+// that is not part of the refused message is sent as usual. Packets in
+// pieces fall back as whole ones do.
 func TestGSOFallback(t *testing.T) {
 	a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: uring.OffloadRequire, GRO: uring.OffloadOff})
 	if err := uring.SetSockoptInt(a, unix.SOL_SOCKET, unix.SO_NO_CHECK, 1); err != nil {
@@ -113,7 +132,9 @@ func TestGSOFallback(t *testing.T) {
 	port := b.LocalAddrPort().Port()
 	fl := wire.Flow{Src: a.LocalAddr(), Dst: b.LocalAddr(), SrcPort: port, DstPort: port}
 	sizes := append(rocetest.Repeat(10, 1040), 2000)
-	sent := rocetest.Send(t, a, b.LocalAddr(), port, sizes)
+	// Every other packet in pieces: its ICRC, in its last piece, is
+	// restored as well.
+	sent := rocetest.SendPieces(t, a, b.LocalAddr(), port, sizes, true)
 	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
 	// The refused message's packets leave after the rest of the batch.
 	slices.SortFunc(got, func(x, y packetiotest.Received) int { return cmp.Compare(psn(x.Buf), psn(y.Buf)) })
@@ -240,7 +261,8 @@ func TestNetnsGSOGRO(t *testing.T) {
 // Two soft devices in two namespaces, each on an io_uring Conn with GSO
 // and GRO on and veths that cut and coalesce as NICs do: RC WRITE, SEND
 // and READ of up to 128 KiB move the data intact, the messages leave as
-// GSO messages and arrive as GRO trains, and every RoCEv2 frame on the
+// GSO messages (large payloads in pieces, from where they lie) and arrive
+// as GRO trains, and every RoCEv2 frame on the
 // link has DF, an Identification below 64 and an ICRC right over its real
 // headers.
 func TestSoftRCNetnsOffloads(t *testing.T) {
@@ -252,6 +274,11 @@ func TestSoftRCNetnsOffloads(t *testing.T) {
 	a, b := openEnd(t, ca, "uring0"), openEnd(t, cb, "uring1")
 	connectRC(t, a, b, verbs.MTU4096)
 	rcOps(t, a, b)
+	// The Conn is a packetio.Gatherer: the devices sent their large
+	// payloads from where they lie, in pieces.
+	if ga, gb := a.dev.Stats().TxGathered, b.dev.Stats().TxGathered; ga+gb == 0 {
+		t.Errorf("no packet went in pieces (TxGathered %d, %d)", ga, gb)
+	}
 	a.dev.Close()
 	b.dev.Close()
 	frames := roceFrames(append(capA.stop(), capB.stop()...))

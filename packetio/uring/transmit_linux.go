@@ -25,7 +25,8 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 // ICRCs restored, and counted in GSOFallbacks. A send that met an
 // asynchronous error (an ICMP error of an earlier datagram, reported on
 // this send) is counted in AsyncErrors and made once more. Every packet
-// leaves from the socket's port; Packet.Port is ignored.
+// leaves from the socket's port; Packet.Port is ignored. A packet in pieces
+// (Packet.Ext) goes out as three iovecs of one datagram (Gatherer).
 func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if err := c.txl.Take(c.closed.Load(), len(pkts)); err != nil {
 		return 0, err
@@ -39,18 +40,26 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		return 0, packetio.ErrClosed
 	}
 	var fail packetio.TxFailures
-	n := 0
+	n, v := 0, 0
 	for i := range pkts {
 		p := &pkts[i]
-		if _, err := packetio.TxDest(p, c.maxPacket); err != nil {
+		if _, err := packetio.TxDestGather(p, c.maxPacket); err != nil {
 			fail.Add(i, err)
 			continue
 		}
-		c.txIovs[n].Base = unsafe.SliceData(p.Buf)
-		c.txIovs[n].SetLen(len(p.Buf))
-		c.txIdx[n] = i
+		c.txIov0[n], c.txLen[n], c.txIdx[n] = v, len(p.Buf)+len(p.Ext), i
 		n++
+		if p.Ext == nil {
+			setIov(&c.txIovs[v], p.Buf)
+			v++
+			continue
+		}
+		setIov(&c.txIovs[v], p.Buf[:p.ExtAt])
+		setIov(&c.txIovs[v+1], p.Ext)
+		setIov(&c.txIovs[v+2], p.Buf[p.ExtAt:])
+		v += 3
 	}
+	c.txIov0[n] = v
 	c.retry = c.retry[:0]
 	for k, m := 0, 0; k < n; m++ {
 		k += c.buildMsg(m, k, n, pkts)
@@ -77,7 +86,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			case res >= 0:
 				sent += cnt
 				for q := k; q < k+cnt; q++ {
-					bytes += uint64(c.txIovs[q].Len)
+					bytes += uint64(c.txLen[q])
 				}
 				if cnt > 1 {
 					gsoMsgs++
@@ -97,7 +106,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		}
 		c.retry, c.again = again, c.retry
 	}
-	for k := range n {
+	for k := range v {
 		c.txIovs[k].Base = nil // do not keep the caller's buffers alive
 	}
 	if gsoMsgs > 0 {
@@ -107,7 +116,26 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
-// buildMsg makes message m of the packets from txIovs[k] on (up to end)
+// Gathers implements packetio.Gatherer: a packet's Ext goes out as an
+// iovec of its own, between Buf[:ExtAt] and Buf[ExtAt:], in a GSO message
+// like any other packet, so a soft device sends large payloads from where
+// they lie (engine.Engine.OutputGather).
+func (c *Conn) Gathers() bool { return true }
+
+// setIov points v at b (which may be empty).
+func setIov(v *unix.Iovec, b []byte) {
+	v.Base = unsafe.SliceData(b)
+	v.SetLen(len(b))
+}
+
+// txICRC returns the ICRC of packet k: the last four bytes of its last
+// iovec (its Buf's, whether or not it has an Ext).
+func (c *Conn) txICRC(k int) []byte {
+	v := &c.txIovs[c.txIov0[k+1]-1]
+	return unsafe.Slice(v.Base, v.Len)[v.Len-wire.ICRCLen:]
+}
+
+// buildMsg makes message m of the packets from packet k on (up to end)
 // and returns how many it carries: with GSO, a run of packets to the same
 // address, all of the first's size but the last, which may be shorter, at
 // most wire.GSOMaxSegments and udpsock.MaxGSOBytes in all, as package udp
@@ -118,10 +146,10 @@ func (c *Conn) buildMsg(m, k, end int, pkts []packetio.Packet) int {
 	addr := pkts[c.txIdx[k]].Addr.Unmap().As4()
 	n := 1
 	if c.off.GSO() {
-		size := int(c.txIovs[k].Len)
+		size := c.txLen[k]
 		total := size
 		for k+n < end && n < wire.GSOMaxSegments {
-			l := int(c.txIovs[k+n].Len)
+			l := c.txLen[k+n]
 			if l > size || total+l > udpsock.MaxGSOBytes || l < wire.MinPacketLen ||
 				pkts[c.txIdx[k+n]].Addr.Unmap().As4() != addr {
 				break
@@ -135,24 +163,24 @@ func (c *Conn) buildMsg(m, k, end int, pkts []packetio.Packet) int {
 	}
 	c.txNames[m].Addr = addr
 	h := &c.txHdrs[m]
-	h.Iov = &c.txIovs[k]
-	h.SetIovlen(n)
+	h.Iov = &c.txIovs[c.txIov0[k]]
+	h.SetIovlen(c.txIov0[k+n] - c.txIov0[k])
 	h.Control = nil
 	h.SetControllen(0)
 	if n > 1 {
 		ctl := c.txCtl[m*udpsock.GSOCmsgSpace : (m+1)*udpsock.GSOCmsgSpace]
-		udpsock.PutSegmentCmsg(ctl, uint16(c.txIovs[k].Len))
+		udpsock.PutSegmentCmsg(ctl, uint16(c.txLen[k]))
 		h.Control = unsafe.SliceData(ctl)
 		h.SetControllen(len(ctl))
 		for j := 1; j < n; j++ {
-			c.ids.ChangeID(pkts[c.txIdx[k+j]].Buf, 0, uint16(j))
+			c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], 0, uint16(j))
 		}
 	}
 	c.msgK[m], c.msgN[m] = k, n
 	return n
 }
 
-// entry returns the packets of send entry j: txIovs[k:k+n].
+// entry returns the packets of send entry j: k to k+n-1.
 func (c *Conn) entry(j int) (k, n int) {
 	if j < c.txCap {
 		return c.msgK[j], c.msgN[j]
@@ -183,12 +211,15 @@ func (c *Conn) failEntry(j int, err error, fail *packetio.TxFailures) {
 func (c *Conn) gsoFallback(m int, errno unix.Errno, pkts []packetio.Packet, again []int) []int {
 	k, n := c.msgK[m], c.msgN[m]
 	for j := 1; j < n; j++ {
-		c.ids.ChangeID(pkts[c.txIdx[k+j]].Buf, uint16(j), 0)
+		c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], uint16(j), 0)
 	}
 	c.ctr.GSOFallbacks.Add(1)
 	c.off.TurnOffGSO(errno)
 	for q := k; q < k+n; q++ {
-		c.fbHdrs[q].Name = (*byte)(unsafe.Pointer(&c.txNames[m]))
+		f := &c.fbHdrs[q]
+		f.Name = (*byte)(unsafe.Pointer(&c.txNames[m]))
+		f.Iov = &c.txIovs[c.txIov0[q]]
+		f.SetIovlen(c.txIov0[q+1] - c.txIov0[q])
 		again = append(again, c.txCap+q)
 		c.txTries[c.txCap+q] = 0
 	}

@@ -72,11 +72,12 @@ type Options struct {
 	// between goroutines on every message.
 	NoInline bool
 	// NoGather copies every payload into its packet. By default, over a
-	// Conn that sends a packet in pieces (packetio.Gatherer: packetio/udp),
-	// SEND and WRITE payloads of engine.GatherMin bytes or more from one
-	// SGE are sent from where they lie (engine.Engine.OutputGather), which saves
-	// the driver a copy of each: 6% of the sender's CPU time in an RC
-	// WRITE of 64 KiB between two namespaces.
+	// Conn that sends a packet in pieces (packetio.Gatherer: packetio/udp
+	// and packetio/uring), SEND and WRITE payloads of engine.GatherMin
+	// bytes or more from one SGE are sent from where they lie
+	// (engine.Engine.OutputGather), which saves the driver a copy of each:
+	// 6% of the sender's CPU time in an RC WRITE of 64 KiB between two
+	// namespaces.
 	NoGather bool
 	// Batch is the most packets the driver sends with one Transmit (the
 	// Conn lends at most its own batch size). Default wire.GSOMaxSegments
