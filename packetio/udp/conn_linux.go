@@ -401,15 +401,7 @@ func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packet
 		p := &pkts[c.txIdx[k]]
 		c.txIov0[k] = v
 		c.txLen[k] = len(p.Buf) + len(p.Ext)
-		if p.Ext == nil {
-			setBuf(&c.txIovs[v], p.Buf)
-			v++
-			continue
-		}
-		setBuf(&c.txIovs[v], p.Buf[:p.ExtAt])
-		setBuf(&c.txIovs[v+1], p.Ext)
-		setBuf(&c.txIovs[v+2], p.Buf[p.ExtAt:])
-		v += 3
+		v += udpsock.PacketIovecs(c.txIovs[v:], p)
 	}
 	c.txIov0[placed], c.txIovN = v, v
 	msgs := 0

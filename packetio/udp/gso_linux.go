@@ -2,7 +2,6 @@ package udp
 
 import (
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -80,12 +79,8 @@ func (c *Conn) buildMsgs(m, k, end int) int {
 	return m
 }
 
-// txICRC returns the ICRC of packet k: the last four bytes of its last
-// iovec (its Buf's, whether or not it has an Ext).
-func (c *Conn) txICRC(k int) []byte {
-	v := &c.txIovs[c.txIov0[k+1]-1]
-	return unsafe.Slice(v.Base, v.Len)[v.Len-wire.ICRCLen:]
-}
+// txICRC returns the ICRC of packet k (udpsock.ICRCOf its last iovec).
+func (c *Conn) txICRC(k int) []byte { return udpsock.ICRCOf(&c.txIovs[c.txIov0[k+1]-1]) }
 
 // gsoFallback sends the packets of the GSO message m that the kernel
 // refused with errno one datagram each, their ICRCs restored for

@@ -49,15 +49,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		}
 		c.txIov0[n], c.txLen[n], c.txIdx[n] = v, len(p.Buf)+len(p.Ext), i
 		n++
-		if p.Ext == nil {
-			setIov(&c.txIovs[v], p.Buf)
-			v++
-			continue
-		}
-		setIov(&c.txIovs[v], p.Buf[:p.ExtAt])
-		setIov(&c.txIovs[v+1], p.Ext)
-		setIov(&c.txIovs[v+2], p.Buf[p.ExtAt:])
-		v += 3
+		v += udpsock.PacketIovecs(c.txIovs[v:], p)
 	}
 	c.txIov0[n] = v
 	c.retry = c.retry[:0]
@@ -122,18 +114,8 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 // they lie (engine.Engine.OutputGather).
 func (c *Conn) Gathers() bool { return true }
 
-// setIov points v at b (which may be empty).
-func setIov(v *unix.Iovec, b []byte) {
-	v.Base = unsafe.SliceData(b)
-	v.SetLen(len(b))
-}
-
-// txICRC returns the ICRC of packet k: the last four bytes of its last
-// iovec (its Buf's, whether or not it has an Ext).
-func (c *Conn) txICRC(k int) []byte {
-	v := &c.txIovs[c.txIov0[k+1]-1]
-	return unsafe.Slice(v.Base, v.Len)[v.Len-wire.ICRCLen:]
-}
+// txICRC returns the ICRC of packet k (udpsock.ICRCOf its last iovec).
+func (c *Conn) txICRC(k int) []byte { return udpsock.ICRCOf(&c.txIovs[c.txIov0[k+1]-1]) }
 
 // buildMsg makes message m of the packets from packet k on (up to end)
 // and returns how many it carries: with GSO, a run of packets to the same

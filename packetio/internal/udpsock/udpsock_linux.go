@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/wire"
 )
 
 // Config is the socket's configuration.
@@ -202,4 +203,30 @@ func AsyncErrno(e unix.Errno) bool {
 		return true
 	}
 	return false
+}
+
+// SetIov points v at b (which may be empty).
+func SetIov(v *unix.Iovec, b []byte) {
+	v.Base = unsafe.SliceData(b)
+	v.SetLen(len(b))
+}
+
+// PacketIovecs points iovs at the datagram of p and returns how many it
+// used: one for a whole packet, three for one in pieces (Buf[:ExtAt], Ext,
+// Buf[ExtAt:]: packetio.Gatherer). iovs must hold three.
+func PacketIovecs(iovs []unix.Iovec, p *packetio.Packet) int {
+	if p.Ext == nil {
+		SetIov(&iovs[0], p.Buf)
+		return 1
+	}
+	SetIov(&iovs[0], p.Buf[:p.ExtAt])
+	SetIov(&iovs[1], p.Ext)
+	SetIov(&iovs[2], p.Buf[p.ExtAt:])
+	return 3
+}
+
+// ICRCOf returns the ICRC of the packet whose last iovec is v: its last
+// four bytes (Buf's, whether or not the packet is in pieces).
+func ICRCOf(v *unix.Iovec) []byte {
+	return unsafe.Slice(v.Base, v.Len)[v.Len-wire.ICRCLen:]
 }
