@@ -50,7 +50,7 @@ var Names = []string{UDP, Uring, AFXDP, Auto}
 // socket sending one datagram per packet (1 KiB); but a socket with GSO
 // sends a run of packets as one message that crosses veth whole, and a soft
 // device over it moved 2.3-3.7x the bytes/s of one over AF_XDP at MTU 9000
-// (RC WRITE 64 B, 4 KiB and 64 KiB, SEND 4 KiB) and 1.2-2.7x at MTU 1500,
+// (RC WRITE 64 B, 4 KiB and 64 KiB, SEND 4 KiB) and 1.2-2.6x at MTU 1500,
 // where AF_XDP kept a round trip about 0.75x as long (64 B SEND). The
 // socket path also attaches nothing to the interface and always works.
 // io_uring is not tried: under a soft device it measured slower than

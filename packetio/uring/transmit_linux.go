@@ -91,7 +91,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			case cnt > 1 && udpsock.GSORefused(errno):
 				// Sent again one datagram each, in this loop's next
 				// round.
-				again = c.gsoFallback(j, errno, pkts, again)
+				again = c.gsoFallback(j, errno, again)
 			default:
 				c.failEntry(j, errno, &fail)
 			}
@@ -190,7 +190,7 @@ func (c *Conn) failEntry(j int, err error, fail *packetio.TxFailures) {
 // into one send entry per packet, appended to again: their ICRCs restored
 // for Identification 0, each to the message's address. It counts the
 // fallback; EIO turns GSO off for the Conn, as in package udp.
-func (c *Conn) gsoFallback(m int, errno unix.Errno, pkts []packetio.Packet, again []int) []int {
+func (c *Conn) gsoFallback(m int, errno unix.Errno, again []int) []int {
 	k, n := c.msgK[m], c.msgN[m]
 	for j := 1; j < n; j++ {
 		c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], uint16(j), 0)
