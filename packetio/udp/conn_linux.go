@@ -165,7 +165,7 @@ func (c *Conn) initRx(batch int) {
 	c.rxNames = make([]sockaddrInet4, batch)
 	c.rxControl = make([]byte, batch*controlSpace)
 	for i := range c.rxHdrs {
-		setBuf(&c.rxIovs[i], c.rxMem[i*mp:(i+1)*mp])
+		udpsock.SetIov(&c.rxIovs[i], c.rxMem[i*mp:(i+1)*mp])
 		h := &c.rxHdrs[i]
 		h.setName(&c.rxNames[i])
 		h.setIov(&c.rxIovs[i])

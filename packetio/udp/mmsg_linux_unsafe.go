@@ -71,12 +71,6 @@ func (h *mmsghdr) setControl(b []byte) {
 	h.hdr.SetControllen(len(b))
 }
 
-// setBuf points iov at b[:len(b)].
-func setBuf(iov *unix.Iovec, b []byte) {
-	iov.Base = unsafe.SliceData(b)
-	iov.SetLen(len(b))
-}
-
 // controlSpace is the receive control buffer per message, in bytes:
 // udpsock's and a UDP_GRO cmsg (CmsgSpace(4): 24 bytes on 64-bit).
 const controlSpace = udpsock.ControlSpace + udpsock.GROCmsgSpace
