@@ -161,6 +161,10 @@ func (qp *QP) Unsent() (wrs, pkts int) {
 	return n, n * max(per, 1)
 }
 
+// Posted returns how many send work requests were ever posted to the QP
+// (its send queue's tail). Safe from any goroutine: a load.
+func (qp *QP) Posted() uint64 { return qp.sq.tail.Load() }
+
 // Type returns the QP type.
 func (qp *QP) Type() verbs.QPType { return qp.typ }
 

@@ -397,7 +397,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 // goroutine sends what the engine has to send at once, saving the hand-off
 // to the driver; the doorbell rings either way (the driver then learns of
 // timers the send armed).
-func (d *Device) kick() { d.kickQP(nil, nil, 0) }
+func (d *Device) kick() { d.kickQP(nil, nil) }
 
 // kickQP is kick after a post to qp, corked as Nagle's algorithm holds a
 // TCP segment back: while qp has packets sent and not acknowledged, an ACK
@@ -417,9 +417,12 @@ func (d *Device) kick() { d.kickQP(nil, nil, 0) }
 // On a packetio.FullDuplex Conn the post sends while the driver waits in
 // Receive, and wakes it only for a timer due before the driver would wake
 // (earlier): a burst then costs the driver no wake-up at all.
-func (d *Device) kickQP(qp *engine.QP, hint *corkHint, posted int) {
-	if hint != nil && hint.holds(d, posted) {
-		d.doorbell.Add(1) // as below, for a corked post
+func (d *Device) kickQP(qp *engine.QP, hint *corkHint) {
+	if hint != nil && hint.holds(d, qp) {
+		// No doorbell: the driver learns nothing from a corked post that
+		// the ACK it waits for (or the retransmission timer it sleeps
+		// until) does not tell it, and a driver between rounds flushes
+		// what is corked in its next round regardless.
 		return
 	}
 	l := &d.io
@@ -436,7 +439,7 @@ func (d *Device) kickQP(qp *engine.QP, hint *corkHint, posted int) {
 		limit := d.opts.Batch * 3 / 4
 		wrs, pkts := qp.Unsent()
 		if corked = pkts < limit; corked && hint != nil {
-			hint.set(d, wrs, pkts, limit)
+			hint.set(d, qp, wrs, pkts, limit)
 		}
 	}
 	var deadline int64
@@ -461,29 +464,32 @@ func (d *Device) kickQP(qp *engine.QP, hint *corkHint, posted int) {
 // the cork holds for as long as nothing was flushed since it was decided
 // (Device.flushes unchanged: a flush follows every input, so the packets
 // in flight then are still unacknowledged) and fewer work requests than
-// were room for have been posted since. 5% of a 64-byte write_bw client's
-// time went to taking the locks for each corked post.
+// were room for have been posted since, which the send queue's tail
+// (engine.QP.Posted) counts. 5% of a 64-byte write_bw client's time went
+// to taking the locks for each corked post; holds takes none, and no
+// locked instruction either (loads only: a count of its own would be one
+// more atomic add a post).
 type corkHint struct {
-	gen  atomic.Uint64 // Device.flushes when the cork was decided, plus one; 0: none
-	left atomic.Int64  // work requests that may still be posted corked
+	gen   atomic.Uint64 // Device.flushes when the cork was decided, plus one; 0: none
+	limit atomic.Uint64 // QP.Posted below which posts stay corked
 }
 
-// set records a cork decided with wrs work requests of pkts packets
-// waiting, under limit. Called with mu held.
-func (h *corkHint) set(d *Device, wrs, pkts, limit int) {
+// set records a cork decided on qp with wrs work requests of pkts packets
+// waiting, under limit. Called with mu held, after the post that decided it.
+func (h *corkHint) set(d *Device, qp *engine.QP, wrs, pkts, limit int) {
 	room := limit // an empty queue: a packet a WR
 	if wrs > 0 {
 		room = (limit - pkts) * wrs / pkts
 	}
-	h.left.Store(int64(room))
-	h.gen.Store(d.flushes.Load() + 1)
+	h.limit.Store(qp.Posted() + uint64(max(room, 0)))
+	h.gen.Store(d.flushes.Load() + 1) // after limit: a post that sees this gen sees its limit
 }
 
-// holds reports whether a post of n work requests stays corked without a
-// look at the engine.
-func (h *corkHint) holds(d *Device, n int) bool {
+// holds reports whether a post to qp (already in its send queue) stays
+// corked without a look at the engine.
+func (h *corkHint) holds(d *Device, qp *engine.QP) bool {
 	g := h.gen.Load()
-	return g != 0 && g == d.flushes.Load()+1 && h.left.Add(-int64(n)) > 0
+	return g != 0 && g == d.flushes.Load()+1 && qp.Posted() < h.limit.Load()
 }
 
 // earlier reports whether the engine's deadline (0: none) is before the

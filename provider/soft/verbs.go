@@ -620,7 +620,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	}
 	n, err := q.qp.PostSend(wrs)
 	if n > 0 {
-		q.d.kickQP(q.qp, &q.cork, n)
+		q.d.kickQP(q.qp, &q.cork)
 	}
 	return n, err
 }
