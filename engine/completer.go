@@ -281,7 +281,7 @@ func (qp *QP) localError(i uint64, status verbs.WCStatus) {
 // not acknowledged), i with status.
 func (qp *QP) completeError(i uint64, status verbs.WCStatus) {
 	q := qp.sq
-	for h := q.head.Load(); h <= i && h != q.tail.Load(); h++ {
+	for h := q.head.Load(); h <= i && h != q.posted(); h++ {
 		s := &q.slots[h&q.mask]
 		wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
 		if h == i {

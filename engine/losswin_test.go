@@ -60,7 +60,7 @@ func TestLossWindow(t *testing.T) {
 				if w.WRID != uint64(done) || w.Status != verbs.WCSuccess {
 					q := a.qp
 					t.Logf("req %+v head %d", q.req, q.sq.head.Load())
-					for i := q.sq.head.Load(); i < q.sq.tail.Load(); i++ {
+					for i := q.sq.head.Load(); i < q.sq.posted(); i++ {
 						t.Logf("  wqe %d %v %+v", i, q.sq.slots[i&q.sq.mask].wr.Opcode, q.sqst[i&q.sq.mask])
 					}
 					t.Fatalf("seed %d: WC %+v want WRID %d (a %+v b %+v)", seed, w, done, l.a.Stats(), l.b.Stats())

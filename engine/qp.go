@@ -152,7 +152,7 @@ func (qp *QP) InFlight() int {
 // their number times the packets of the last one (a stream of posts is
 // mostly of one size). Call it with the engine serialised, as Output.
 func (qp *QP) Unsent() (wrs, pkts int) {
-	t := qp.sq.tail.Load()
+	t := qp.sq.posted()
 	n := int(t - qp.req.next)
 	if n <= 0 || qp.mtu <= 0 {
 		return max(n, 0), max(n, 0)
@@ -163,7 +163,7 @@ func (qp *QP) Unsent() (wrs, pkts int) {
 
 // Posted returns how many send work requests were ever posted to the QP
 // (its send queue's tail). Safe from any goroutine: a load.
-func (qp *QP) Posted() uint64 { return qp.sq.tail.Load() }
+func (qp *QP) Posted() uint64 { return qp.sq.posted() }
 
 // Type returns the QP type.
 func (qp *QP) Type() verbs.QPType { return qp.typ }
@@ -179,8 +179,7 @@ func (qp *QP) Destroy() {
 	}
 	// A post that began before the flag was set may still land: take the
 	// producers' locks so that the flush below sees it.
-	qp.sq.mu.Lock()
-	qp.sq.mu.Unlock()
+	qp.sq.unlock(qp.sq.lock())
 	if qp.rq != nil {
 		qp.rq.mu.Lock()
 		qp.rq.mu.Unlock()
@@ -413,26 +412,22 @@ func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		return 0, fmt.Errorf("%w (state %v): %w", errPostState, st, verbs.ErrInvalidState)
 	}
 	q := qp.sq
-	q.mu.Lock()
+	t0 := q.lock()
 	if qp.gone.Load() {
-		q.mu.Unlock()
+		q.unlock(t0)
 		return 0, fmt.Errorf("engine: QP %#x is destroyed: %w", qp.num, verbs.ErrDestroyed)
 	}
-	// The WRs are published together, with one store of the tail (an
-	// atomic store is a full barrier: one per WR cost more than the rest of
-	// posting it); on an error, those before it are. No defer: its closure
-	// cost 5% of a 64-byte write_bw client's time.
-	t0 := q.tail.Load()
+	// The WRs are published together, with the store that lets the lock
+	// go (an atomic store is a full barrier: one per WR cost more than the
+	// rest of posting it); on an error, those before it are. No defer: its
+	// closure cost 5% of a 64-byte write_bw client's time.
 	n, t, err := qp.fillSend(wrs, t0)
-	if t != t0 {
-		q.tail.Store(t)
-	}
-	q.mu.Unlock()
+	q.unlock(t)
 	return n, err
 }
 
 // fillSend writes wrs into the send queue's slots from index t on, with
-// q.mu held, and returns how many it wrote, the tail after them, and the
+// the queue's lock held, and returns how many it wrote, the tail after them, and the
 // error that stopped it.
 func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, error) {
 	q := qp.sq
@@ -551,14 +546,27 @@ func postRecv(q *recvQueue, wrs []verbs.RecvWR, gone *atomic.Bool) (int, error) 
 	if gone != nil && gone.Load() {
 		return 0, fmt.Errorf("engine: the QP is destroyed: %w", verbs.ErrDestroyed)
 	}
-	t := q.tail.Load()
+	// The WRs are published together, with one store of the tail, as
+	// PostSend's; on an error, those before it are.
+	t0 := q.tail.Load()
+	n, t, err := fillRecv(q, wrs, t0)
+	if t != t0 {
+		q.tail.Store(t)
+	}
+	return n, err
+}
+
+// fillRecv writes wrs into the receive queue's slots from index t on, with
+// q.mu held, and returns how many it wrote, the tail after them, and the
+// error that stopped it.
+func fillRecv(q *recvQueue, wrs []verbs.RecvWR, t uint64) (int, uint64, error) {
 	for i := range wrs {
 		wr := &wrs[i]
 		if t-q.head.Load() >= uint64(q.limit) {
-			return i, fmt.Errorf("engine: receive queue is full (max_recv_wr %d): %w", q.limit, verbs.ErrQueueFull)
+			return i, t, fmt.Errorf("engine: receive queue is full (max_recv_wr %d): %w", q.limit, verbs.ErrQueueFull)
 		}
 		if len(wr.SGList) > cap(q.slots[0].sges) {
-			return i, fmt.Errorf("engine: WR %#x: %d SGEs, max_recv_sge is %d: %w", wr.WRID, len(wr.SGList), cap(q.slots[0].sges), verbs.ErrInvalidWR)
+			return i, t, fmt.Errorf("engine: WR %#x: %d SGEs, max_recv_sge is %d: %w", wr.WRID, len(wr.SGList), cap(q.slots[0].sges), verbs.ErrInvalidWR)
 		}
 		s := &q.slots[t&q.mask]
 		s.wrid = wr.WRID
@@ -568,9 +576,8 @@ func postRecv(q *recvQueue, wrs []verbs.RecvWR, gone *atomic.Bool) (int, error) 
 			s.length += g.Length
 		}
 		t++
-		q.tail.Store(t)
 	}
-	return len(wrs), nil
+	return len(wrs), t, nil
 }
 
 // setError moves the QP to ERROR; its outstanding work is flushed by flush.
@@ -583,7 +590,7 @@ func (qp *QP) setError() {
 // an SRQ's) with WR_FLUSH_ERR, in order.
 func (qp *QP) flush() {
 	q := qp.sq
-	for h := q.head.Load(); h != q.tail.Load(); h++ {
+	for h := q.head.Load(); h != q.posted(); h++ {
 		s := &q.slots[h&q.mask]
 		wc := verbs.WC{WRID: s.wr.WRID, Status: verbs.WCWRFlushErr, Opcode: wcOpcode(s.wr.Opcode), QPNum: uint32(qp.num)}
 		qp.sqst[h&q.mask] = sendState{}
@@ -618,7 +625,7 @@ func (e *Engine) Shutdown() {
 
 // flushQuiet drops outstanding work without completions (to RESET).
 func (qp *QP) flushQuiet() {
-	qp.sq.head.Store(qp.sq.tail.Load())
+	qp.sq.head.Store(qp.sq.posted())
 	if qp.rq != nil {
 		qp.rq.head.Store(qp.rq.tail.Load())
 	}

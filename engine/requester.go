@@ -45,7 +45,7 @@ func isRdAtomic(o verbs.WROpcode) bool {
 // now (a cheap approximation of reqOutput's conditions).
 func (qp *QP) reqReady() bool {
 	r := &qp.req
-	return qp.state == verbs.QPSRTS && r.rnrUntil == 0 && r.next != qp.sq.tail.Load() &&
+	return qp.state == verbs.QPSRTS && r.rnrUntil == 0 && r.next != qp.sq.posted() &&
 		(uint32(r.ackPSN.Distance(r.psn)) <= uint32(qp.e.cfg.Window) || r.next < r.started)
 }
 
@@ -59,7 +59,7 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	if r.rnrUntil != 0 {
 		return 0, false
 	}
-	if r.next == q.tail.Load() {
+	if r.next == q.posted() {
 		return 0, false
 	}
 	if uint32(r.ackPSN.Distance(r.psn)) > uint32(qp.e.cfg.Window) && r.next >= r.started {

@@ -56,7 +56,7 @@ func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
 	_ = now
 	q := qp.sq
 	hd := q.head.Load()
-	if hd == q.tail.Load() {
+	if hd == q.posted() {
 		return 0, false
 	}
 	s := &q.slots[hd&q.mask]
