@@ -417,14 +417,14 @@ func (d *Device) kick() { d.kickQP(nil, nil) }
 // On a packetio.FullDuplex Conn the post sends while the driver waits in
 // Receive, and wakes it only for a timer due before the driver would wake
 // (earlier): a burst then costs the driver no wake-up at all.
+//
+// A post that the cork of hint still holds (corkHint.holds, which the
+// caller asks first, in line) does not call kickQP at all, and rings no
+// doorbell: the driver learns nothing from it that the ACK it waits for
+// (or the retransmission timer it sleeps until) does not tell it, and a
+// driver between rounds flushes what is corked in its next round
+// regardless.
 func (d *Device) kickQP(qp *engine.QP, hint *corkHint) {
-	if hint != nil && hint.holds(d, qp) {
-		// No doorbell: the driver learns nothing from a corked post that
-		// the ACK it waits for (or the retransmission timer it sleeps
-		// until) does not tell it, and a driver between rounds flushes
-		// what is corked in its next round regardless.
-		return
-	}
 	l := &d.io
 	if d.duplex {
 		l = &d.tx

@@ -619,7 +619,7 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		return 0, *e
 	}
 	n, err := q.qp.PostSend(wrs)
-	if n > 0 {
+	if n > 0 && !q.cork.holds(q.d, q.qp) {
 		q.d.kickQP(q.qp, &q.cork)
 	}
 	return n, err
