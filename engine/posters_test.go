@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 )
@@ -52,7 +53,11 @@ func TestConcurrentPosters(t *testing.T) {
 	next := make([]uint64, posters)
 	wc := make([]verbs.WC, 64)
 	got := 0
+	deadline := time.Now().Add(20 * time.Second)
 	for got < posters*each {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d WRs completed after 20 s", got, posters*each)
+		}
 		l.step()
 		k := a.scq.Poll(wc)
 		for _, w := range wc[:k] {
