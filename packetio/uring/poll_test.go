@@ -1,0 +1,87 @@
+package uring_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/uring"
+	"github.com/goroce/goroce/wire"
+)
+
+// TestWaitArmedElsewhere: a Receive that waits for a
+// datagram whose receive another OS thread armed, that thread then asleep,
+// returns it when it arrives, not at its deadline: the kernel wakes the
+// sleeping thread to complete the receive (task work), and the completion
+// makes the ring readable. A Wake ends such a wait too. Under one
+// processor Receive waits in Go's netpoller, under two in io_uring_enter.
+func TestWaitArmedElsewhere(t *testing.T) {
+	for _, procs := range []int{1, 2} {
+		for _, p := range paths {
+			t.Run(fmt.Sprintf("%s/GOMAXPROCS=%d", p.name, procs), func(t *testing.T) {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				waitArmedElsewhere(t, p.listen)
+			})
+		}
+	}
+}
+
+func waitArmedElsewhere(t *testing.T, listen listenFunc) {
+	a, b := loopbackPair(t, listen, uring.Options{})
+	armed, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		runtime.LockOSThread() // this thread arms, then sleeps
+		defer runtime.UnlockOSThread()
+		if _, err := b.Receive(packetio.PollDeadline()); err != nil {
+			t.Error(err)
+		}
+		close(armed)
+		<-release
+	}()
+	<-armed
+	defer close(release)
+	type result struct {
+		n   int
+		err error
+		at  time.Duration
+	}
+	got := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		n := 0
+		var err error
+		for n == 0 && err == nil && time.Since(start) < 5*time.Second {
+			var pkts []packetio.Packet
+			pkts, err = b.Receive(start.Add(5 * time.Second))
+			n = len(pkts)
+		}
+		got <- result{n, err, time.Since(start)}
+	}()
+	time.Sleep(50 * time.Millisecond) // the receiver waits by now
+	pkts := a.TxBatch(1)
+	pkts[0].Buf = pkts[0].Buf[:wire.MinPacketLen]
+	pkts[0].Addr = lo2
+	if _, err := a.Transmit(pkts); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil || r.n != 1 {
+		t.Fatalf("Receive: %d packets, %v", r.n, r.err)
+	}
+	if r.at > 2*time.Second {
+		t.Fatalf("the datagram came back after %v: the wait did not end when it arrived", r.at)
+	}
+	// A Wake ends a wait with nothing to read.
+	start = time.Now()
+	go func() {
+		_, err := b.Receive(start.Add(5 * time.Second))
+		got <- result{0, err, time.Since(start)}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	b.Wake()
+	if r := <-got; r.err != nil || r.at > 2*time.Second {
+		t.Fatalf("Wake ended the wait after %v (%v)", r.at, r.err)
+	}
+}
