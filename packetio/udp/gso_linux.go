@@ -7,7 +7,6 @@ import (
 
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
-	"github.com/goroce/goroce/wire"
 )
 
 // Offloads reports whether the Conn uses GSO and GRO, and why not when it
@@ -27,28 +26,13 @@ func newTxMsgs(n int) txMsgs {
 	return txMsgs{hdrs: make([]mmsghdr, n), k: make([]int, n), n: make([]int, n)}
 }
 
-// gsoRun returns how many packets from iovec k on (at most end) go in one
-// GSO message: packets to the same address (txAddr), all of the first's
-// size but the last, which may be shorter, at most wire.GSOMaxSegments and
-// udpsock.MaxGSOBytes in all. It returns 1 when GSO is off.
+// gsoRun returns how many packets from k on (at most end) go in one GSO
+// message (udpsock.GSORun), 1 when GSO is off.
 func (c *Conn) gsoRun(k, end int) int {
 	if !c.off.GSO() {
 		return 1
 	}
-	size := c.txLen[k]
-	total, n := size, 1
-	for k+n < end && n < wire.GSOMaxSegments {
-		l := c.txLen[k+n]
-		if c.txAddr[k+n] != c.txAddr[k] || l > size || total+l > udpsock.MaxGSOBytes || l < wire.MinPacketLen {
-			break
-		}
-		total += l
-		n++
-		if l < size {
-			break
-		}
-	}
-	return n
+	return udpsock.GSORun(c.txLen, c.txAddr, k, end)
 }
 
 // buildMsgs makes the sendmmsg entries, from entry m on, of the packets

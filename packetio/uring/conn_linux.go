@@ -111,8 +111,8 @@ type Conn struct {
 
 	// Send side (transmit_linux.go). The k-th packet Transmit sends is
 	// txIovs[txIov0[k]:txIov0[k+1]] (one iovec, or three for a packet in
-	// pieces: Buf's head, Ext, Buf's tail), txLen[k] bytes, and txIdx[k]
-	// is its index in pkts. A send entry j is either a message (j < txCap:
+	// pieces: Buf's head, Ext, Buf's tail), txLen[k] bytes to txAddr[k],
+	// and txIdx[k] is its index in pkts. A send entry j is either a message (j < txCap:
 	// txHdrs[j], to txNames[j], the packets msgK[j] to msgK[j]+msgN[j]-1,
 	// with txCtl's j-th UDP_SEGMENT cmsg when it has several) or, j =
 	// txCap+k, packet k alone (fbHdrs[k], a refused GSO message's packet
@@ -128,6 +128,7 @@ type Conn struct {
 	txIovs  []unix.Iovec
 	txIov0  []int
 	txLen   []int
+	txAddr  [][4]byte
 	txIdx   []int
 	txRes   []int32
 	txDone  []bool
@@ -392,6 +393,7 @@ func (c *Conn) initTx() {
 	c.txIovs = make([]unix.Iovec, 3*b)
 	c.txIov0 = make([]int, b+1)
 	c.txLen = make([]int, b)
+	c.txAddr = make([][4]byte, b)
 	c.txIdx = make([]int, b)
 	c.txRes = make([]int32, 2*b)
 	c.txDone = make([]bool, 2*b)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
-	"github.com/goroce/goroce/wire"
 )
 
 // TxBatch implements packetio.Conn.
@@ -43,18 +42,19 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	n, v := 0, 0
 	for i := range pkts {
 		p := &pkts[i]
-		if _, err := packetio.TxDestGather(p, c.maxPacket); err != nil {
+		a, err := packetio.TxDestGather(p, c.maxPacket)
+		if err != nil {
 			fail.Add(i, err)
 			continue
 		}
-		c.txIov0[n], c.txLen[n], c.txIdx[n] = v, len(p.Buf)+len(p.Ext), i
+		c.txIov0[n], c.txLen[n], c.txAddr[n], c.txIdx[n] = v, len(p.Buf)+len(p.Ext), a.As4(), i
 		n++
 		v += udpsock.PacketIovecs(c.txIovs[v:], p)
 	}
 	c.txIov0[n] = v
 	c.retry = c.retry[:0]
 	for k, m := 0, 0; k < n; m++ {
-		k += c.buildMsg(m, k, n, pkts)
+		k += c.buildMsg(m, k, n)
 		c.retry = append(c.retry, m)
 		c.txTries[m] = 0
 	}
@@ -118,32 +118,17 @@ func (c *Conn) Gathers() bool { return true }
 func (c *Conn) txICRC(k int) []byte { return udpsock.ICRCOf(&c.txIovs[c.txIov0[k+1]-1]) }
 
 // buildMsg makes message m of the packets from packet k on (up to end)
-// and returns how many it carries: with GSO, a run of packets to the same
-// address, all of the first's size but the last, which may be shorter, at
-// most wire.GSOMaxSegments and udpsock.MaxGSOBytes in all, as package udp
-// makes them. A message of several packets gets a UDP_SEGMENT cmsg with
-// the segment size, and the ICRC of its packet j (which leaves with IPv4
-// Identification j) is rewritten from Identification 0 to j.
-func (c *Conn) buildMsg(m, k, end int, pkts []packetio.Packet) int {
-	addr := pkts[c.txIdx[k]].Addr.Unmap().As4()
+// and returns how many it carries: with GSO, a run of them (udpsock.GSORun,
+// as package udp cuts them). A message of several packets gets a
+// UDP_SEGMENT cmsg with the segment size, and the ICRC of its packet j
+// (which leaves with IPv4 Identification j) is rewritten from
+// Identification 0 to j.
+func (c *Conn) buildMsg(m, k, end int) int {
 	n := 1
 	if c.off.GSO() {
-		size := c.txLen[k]
-		total := size
-		for k+n < end && n < wire.GSOMaxSegments {
-			l := c.txLen[k+n]
-			if l > size || total+l > udpsock.MaxGSOBytes || l < wire.MinPacketLen ||
-				pkts[c.txIdx[k+n]].Addr.Unmap().As4() != addr {
-				break
-			}
-			total += l
-			n++
-			if l < size {
-				break
-			}
-		}
+		n = udpsock.GSORun(c.txLen, c.txAddr, k, end)
 	}
-	c.txNames[m].Addr = addr
+	c.txNames[m].Addr = c.txAddr[k]
 	h := &c.txHdrs[m]
 	h.Iov = &c.txIovs[c.txIov0[k]]
 	h.SetIovlen(c.txIov0[k+n] - c.txIov0[k])

@@ -32,6 +32,28 @@ const GROMaxSegments = 64
 // (CmsgSpace(4): 24 bytes on 64-bit), beyond ControlSpace.
 const GROCmsgSpace = 24
 
+// GSORun returns how many packets from k on (at most end) go in one GSO
+// message, packet i being lens[i] bytes to addrs[i]: packets to the first's
+// address, all of the first's size but the last, which may be shorter, at
+// most wire.GSOMaxSegments and MaxGSOBytes in all. Both socket paths cut
+// their batches with it.
+func GSORun(lens []int, addrs [][4]byte, k, end int) int {
+	size := lens[k]
+	total, n := size, 1
+	for k+n < end && n < wire.GSOMaxSegments {
+		l := lens[k+n]
+		if addrs[k+n] != addrs[k] || l > size || total+l > MaxGSOBytes || l < wire.MinPacketLen {
+			break
+		}
+		total += l
+		n++
+		if l < size {
+			break
+		}
+	}
+	return n
+}
+
 // GSOCmsgSpace is the control buffer of one GSO message: a UDP_SEGMENT
 // cmsg carrying the segment size as a uint16.
 var GSOCmsgSpace = unix.CmsgSpace(2)
