@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -73,20 +72,6 @@ var paths = []struct {
 }
 
 func TestConformance(t *testing.T) {
-	for _, p := range paths {
-		t.Run(p.name, func(t *testing.T) {
-			packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
-				return loopbackPair(t, p.listen, noGSO())
-			})
-		})
-	}
-}
-
-// TestConformanceOneProc is TestConformance under one processor
-// (GOMAXPROCS=1), where Receive waits in Go's netpoller, not in
-// io_uring_enter (waitPoll).
-func TestConformanceOneProc(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
 			packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
