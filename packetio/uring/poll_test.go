@@ -17,8 +17,8 @@ import (
 // datagram whose receive another OS thread armed, that thread then asleep,
 // returns it when it arrives, not at its deadline: the kernel wakes the
 // sleeping thread to complete the receive (task work), and the completion
-// makes the ring readable. A Wake ends such a wait too. Under one
-// processor Receive waits in Go's netpoller, under two in io_uring_enter.
+// ends the wait. A Wake ends such a wait too. Under one
+// processor as under two.
 func TestWaitArmedElsewhere(t *testing.T) {
 	for _, procs := range []int{1, 2} {
 		for _, p := range paths {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,19 @@ var paths = []struct {
 }
 
 func TestConformance(t *testing.T) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
+				return loopbackPair(t, p.listen, noGSO())
+			})
+		})
+	}
+}
+
+// TestConformanceOneProc is TestConformance under one processor
+// (GOMAXPROCS=1, as goroce bench runs each side).
+func TestConformanceOneProc(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
 			packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
