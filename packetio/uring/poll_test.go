@@ -20,11 +20,23 @@ import (
 // ends the wait. A Wake ends such a wait too. Under one
 // processor as under two.
 func TestWaitArmedElsewhere(t *testing.T) {
-	for _, procs := range []int{1, 2} {
+	eachPath(t, []int{1, 2}, waitArmedElsewhere)
+}
+
+// eachPath runs f on each receive path (paths) under each GOMAXPROCS of
+// procs (0: as the test runs), a subtest each.
+func eachPath(t *testing.T, procs []int, f func(*testing.T, listenFunc)) {
+	for _, n := range procs {
 		for _, p := range paths {
-			t.Run(fmt.Sprintf("%s/GOMAXPROCS=%d", p.name, procs), func(t *testing.T) {
-				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-				waitArmedElsewhere(t, p.listen)
+			name := p.name
+			if n > 0 {
+				name = fmt.Sprintf("%s/GOMAXPROCS=%d", p.name, n)
+			}
+			t.Run(name, func(t *testing.T) {
+				if n > 0 {
+					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+				}
+				f(t, p.listen)
 			})
 		}
 	}

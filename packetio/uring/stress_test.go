@@ -28,22 +28,7 @@ import (
 // where all three goroutines share a thread: a Receive that waited in Go's
 // netpoller on the ring's descriptor instead of in io_uring_enter failed
 // here, an echo's slot overwritten by a later datagram before it was read.
-func TestStress(t *testing.T) {
-	for _, procs := range []int{0, 1} {
-		for _, p := range paths {
-			name := p.name
-			if procs == 1 {
-				name += "/GOMAXPROCS=1"
-			}
-			t.Run(name, func(t *testing.T) {
-				if procs > 0 {
-					defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-				}
-				stress(t, p.listen)
-			})
-		}
-	}
-}
+func TestStress(t *testing.T) { eachPath(t, []int{0, 1}, stress) }
 
 func stress(t *testing.T, listen listenFunc) {
 	const total = 20000

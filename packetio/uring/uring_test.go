@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -72,27 +71,14 @@ var paths = []struct {
 	{"nocoop", uring.ListenNoCoop},
 }
 
+// TestConformance, under one processor too (GOMAXPROCS=1, as goroce bench
+// runs each side).
 func TestConformance(t *testing.T) {
-	for _, p := range paths {
-		t.Run(p.name, func(t *testing.T) {
-			packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
-				return loopbackPair(t, p.listen, noGSO())
-			})
+	eachPath(t, []int{0, 1}, func(t *testing.T, listen listenFunc) {
+		packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
+			return loopbackPair(t, listen, noGSO())
 		})
-	}
-}
-
-// TestConformanceOneProc is TestConformance under one processor
-// (GOMAXPROCS=1, as goroce bench runs each side).
-func TestConformanceOneProc(t *testing.T) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	for _, p := range paths {
-		t.Run(p.name, func(t *testing.T) {
-			packetiotest.Run(t, func(t *testing.T) (packetio.Conn, packetio.Conn) {
-				return loopbackPair(t, p.listen, noGSO())
-			})
-		})
-	}
+	})
 }
 
 func TestFeatures(t *testing.T) {
