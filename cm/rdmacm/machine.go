@@ -148,6 +148,13 @@ type Stats struct {
 	Unmatched  uint64 // messages for no connection, or whose IDs or sender do not match it
 	Duplicates uint64 // duplicate REQ, REP, RTU, DREQ
 	Rejects    uint64 // REJs sent
+	// StaleRejects counts the REJs of Rejects that answer a REQ for a
+	// connection in time-wait (reason 10, stale connection), as Linux's
+	// CM does: a duplicate REQ, resent while its REP was on its way,
+	// that arrives only after the connection has closed, or a REQ from a
+	// QP still in time-wait. A busy or lossy network makes them; the
+	// active side, whose connection is in time-wait too, ignores them.
+	StaleRejects uint64
 }
 
 // Errors of Machine operations.
@@ -604,11 +611,13 @@ func (m *Machine) onREQ(now int64, tid uint64, r *ib.REQ, from netip.Addr) {
 			mra := ib.MRA{LocalCommID: c.id, RemoteCommID: c.remoteID, MsgMRAed: ib.KindREQ, ServiceTimeout: m.cfg.MRATimeout}
 			m.send(from, c.id, c.tid, &mra)
 		case StateTimeWait:
+			m.stats.StaleRejects++
 			m.sendREJ(from, tid, c.id, r.LocalCommID, ib.KindREQ, ib.RejStaleConn)
 		}
 		return // REP_SENT: the REP's own timer resends it
 	}
 	if _, ok := m.timewait[twKey{from, r.LocalQPN}]; ok {
+		m.stats.StaleRejects++
 		m.sendREJ(from, tid, 0, r.LocalCommID, ib.KindREQ, ib.RejStaleConn)
 		return
 	}

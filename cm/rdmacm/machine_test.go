@@ -400,12 +400,18 @@ func TestDisconnect(t *testing.T) {
 		if ev := w.take(&w.evA, EvRejected); ev.Reason != ib.RejStaleConn {
 			t.Fatalf("%+v", ev)
 		}
+		if st := w.b.Stats(); st.Rejects != 1 || st.StaleRejects != 1 {
+			t.Fatalf("after a stale REQ: %+v", st)
+		}
 		// Another QPN is fine.
 		w.connect(0x1A)
 		w.take(&w.evB, EvRequest)
 		w.b.Reject(w.now, w.b.conns[firstID(w.b, StateREQReceived)].id, ib.RejConsumer, nil)
 		w.pump()
 		w.take(&w.evA, EvRejected)
+		if st := w.b.Stats(); st.Rejects != 2 || st.StaleRejects != 1 {
+			t.Fatalf("a consumer's REJ counted as stale: %+v", st)
+		}
 		for w.advance() {
 		}
 		if w.a.Conns() != 0 || w.b.Conns() != 0 || len(w.b.timewait) != 0 {
