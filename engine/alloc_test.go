@@ -122,3 +122,58 @@ func TestCompletionClock(t *testing.T) {
 		t.Errorf("without a Clock: Timestamp %d, want 0", w[0].Timestamp)
 	}
 }
+
+// TestPendingOutput: the estimate a driver lends packet buffers by is at
+// least the packets Output then gives (a WRITE's, a READ response's, an
+// ACK's), caps at the limit, and is 0 when there is nothing to send.
+func TestPendingOutput(t *testing.T) {
+	l := newLink(t)
+	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	connectRC(t, a, b, verbs.MTU1024)
+	drain := func(e *Engine) int {
+		n := 0
+		for {
+			k, _, _, ok := e.OutputFrom(l.now, l.buf)
+			if !ok {
+				return n
+			}
+			if k > 0 {
+				n++
+			}
+		}
+	}
+	if n := l.a.PendingOutput(64); n != 0 {
+		t.Fatalf("idle: %d pending", n)
+	}
+	// Three WRITEs of 3 packets each.
+	for i := range 3 {
+		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, SGList: a.sge(0, 3000), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+		must(t, err)
+	}
+	est := l.a.PendingOutput(64)
+	if capped := l.a.PendingOutput(4); capped != 4 {
+		t.Errorf("limit 4: %d", capped)
+	}
+	if got := drain(l.a); got != 9 || est < got {
+		t.Errorf("WRITEs: estimated %d, output %d (want 9)", est, got)
+	}
+	if n := l.a.PendingOutput(64); n != 0 {
+		t.Errorf("after the WRITEs went: %d pending", n)
+	}
+	// A READ of 5 packets on a fresh pair: the responder's estimate covers
+	// its response.
+	l = newLink(t)
+	a, b = newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	connectRC(t, a, b, verbs.MTU1024)
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 9, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: a.sge(0, 5000), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(t, err)
+	k, _, _, ok := l.a.OutputFrom(l.now, l.buf)
+	if !ok {
+		t.Fatal("no READ request")
+	}
+	l.b.Input(l.now, l.buf[:k], l.a.Local(), wire.RoCEv2Port)
+	est = l.b.PendingOutput(64)
+	if got := drain(l.b); got != 5 || est < got {
+		t.Errorf("READ response: estimated %d, output %d (want 5)", est, got)
+	}
+}

@@ -161,6 +161,31 @@ func (qp *QP) Unsent() (wrs, pkts int) {
 	return n, n * max(per, 1)
 }
 
+// PendingOutput estimates how many packets Output would give now, counting
+// up to limit: every QP's unsent work requests (Unsent's estimate), its
+// queued responses (an ACK or atomic reply a packet, a READ response the
+// packets it has left) and the management datagrams waiting. Work held
+// back (a full window, an RNR wait, a held ACK) counts too: the estimate
+// is meant to be at least the truth, so that a driver lends no fewer
+// packet buffers than a flush fills (a single reply touches 1, not 64).
+// Call it with the engine serialised, as Output.
+func (e *Engine) PendingOutput(limit int) int {
+	n := len(e.gsi.queue)
+	for _, qp := range e.active {
+		if n >= limit {
+			break
+		}
+		_, p := qp.Unsent()
+		n += p
+		r := &qp.resp
+		for i := r.qh; i != r.qt; i++ {
+			it := &r.q[i%respQueueLen]
+			n += max(int(it.npkts)-int(it.sent), 1)
+		}
+	}
+	return min(n, limit)
+}
+
 // Posted returns how many send work requests were ever posted to the QP
 // (its send queue's tail). Safe from any goroutine: a load.
 func (qp *QP) Posted() uint64 { return qp.sq.posted() }
