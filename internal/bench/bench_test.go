@@ -100,6 +100,21 @@ func TestSlotOffset(t *testing.T) {
 	}
 }
 
+// TestSlotCursor: the cursor a bandwidth test's post loop steps gives
+// slotOffset's offsets, message after message.
+func TestSlotCursor(t *testing.T) {
+	for _, size := range []int{1, 2, 64, 100, 1000, 2048, 2049, 4096, 65536} {
+		for _, line := range []int{64, 128} {
+			c := newSlotCursor(size, 4096, line)
+			for n := range uint64(300) {
+				if got, want := c.next(), slotOffset(n, size, 4096, line); got != want {
+					t.Fatalf("size %d, line %d, message %d: cursor %d, slotOffset %d", size, line, n, got, want)
+				}
+			}
+		}
+	}
+}
+
 func TestLatResult(t *testing.T) {
 	// Posts 10, 20, ..., 1000 µs apart: the deltas are 10..990 µs (99 of
 	// them); perftest drops the two largest and divides by 2 for SEND.

@@ -186,6 +186,11 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	scnt := make([]uint64, q)
 	ccnt := make([]uint64, q)
 	lastSig := make([]uint64, q)
+	cursors := make([]slotCursor, q)
+	toSig := make([]int, q) // posts until the next signaled one (CQ moderation)
+	for i := range cursors {
+		cursors[i], toSig[i] = newSlotCursor(size, s.cycle, s.cacheLine), o.CQMod
+	}
 	var sges [1]verbs.SGE
 	var wrs [1]verbs.SendWR
 	opcode := map[Verb]verbs.WROpcode{Send: verbs.WRSend, Write: verbs.WRRDMAWrite, Read: verbs.WRRDMARead, Atomic: o.Atomic}[o.Test.Verb]
@@ -216,7 +221,7 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 		progressed := false
 		for i := 0; i < q && !stopPosting; i++ {
 			for (timed || scnt[i] < n) && scnt[i]-ccnt[i] < uint64(o.TxDepth) {
-				off := slotOffset(scnt[i], size, s.cycle, s.cacheLine)
+				off := cursors[i].next()
 				if o.Verify && o.Test.Verb == Send {
 					off = 0
 				}
@@ -225,7 +230,8 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 				r := &s.out.Remote[i]
 				wr.RemoteAddr, wr.RKey = r.VAddr+uint64(off), r.RKey
 				wr.Flags = 0
-				if (scnt[i]+1)%uint64(o.CQMod) == 0 || !timed && scnt[i]+1 == n {
+				if toSig[i]--; toSig[i] == 0 || !timed && scnt[i]+1 == n {
+					toSig[i] = o.CQMod
 					wr.Flags = verbs.SendSignaled
 					wr.WRID = uint64(i)<<32 | (scnt[i] + 1 - lastSig[i])
 					lastSig[i] = scnt[i] + 1
