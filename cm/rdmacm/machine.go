@@ -155,6 +155,11 @@ type Stats struct {
 	// QP still in time-wait. A busy or lossy network makes them; the
 	// active side, whose connection is in time-wait too, ignores them.
 	StaleRejects uint64
+	// NoListenerRejects counts the REJs of Rejects that answer a REQ for a
+	// service and address nobody listens on (reason 8, invalid service
+	// ID), as a client that dials before its server listens meets; a
+	// perftest client then dials again (perftest.DialCM).
+	NoListenerRejects uint64
 }
 
 // Errors of Machine operations.
@@ -634,6 +639,7 @@ func (m *Machine) onREQ(now int64, tid uint64, r *ib.REQ, from netip.Addr) {
 		}
 	}
 	if l == nil {
+		m.stats.NoListenerRejects++
 		m.sendREJ(from, tid, 0, r.LocalCommID, ib.KindREQ, ib.RejInvalidServiceID)
 		return
 	}

@@ -237,6 +237,9 @@ func TestRejects(t *testing.T) {
 		if ev.ID != id || ev.Reason != ib.RejInvalidServiceID || w.a.Conns() != 0 || w.b.Conns() != 0 {
 			t.Fatalf("%+v conns %d %d", ev, w.a.Conns(), w.b.Conns())
 		}
+		if st := w.b.Stats(); st.Rejects != 1 || st.NoListenerRejects != 1 || st.StaleRejects != 0 {
+			t.Fatalf("stats %+v", st)
+		}
 	})
 	t.Run("listener on another address", func(t *testing.T) {
 		w := newWorld(t)
@@ -409,7 +412,7 @@ func TestDisconnect(t *testing.T) {
 		w.b.Reject(w.now, w.b.conns[firstID(w.b, StateREQReceived)].id, ib.RejConsumer, nil)
 		w.pump()
 		w.take(&w.evA, EvRejected)
-		if st := w.b.Stats(); st.Rejects != 2 || st.StaleRejects != 1 {
+		if st := w.b.Stats(); st.Rejects != 2 || st.StaleRejects != 1 || st.NoListenerRejects != 0 {
 			t.Fatalf("a consumer's REJ counted as stale: %+v", st)
 		}
 		for w.advance() {
