@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -59,11 +60,20 @@ type disable struct {
 // Conn is a UDP socket for RoCEv2 over IPv4 driven through io_uring. It
 // implements packetio.Conn.
 type Conn struct {
-	r         *ring
-	sock      int
-	probe     int      // an unbound UDP socket in the socket's namespace: Close binds it to tell the port is free
-	efd       int      // eventfd that Wake writes and a READ in the ring waits on
-	efile     *os.File // efd, for Wake and Close: its writes are safe against a concurrent Close
+	r     *ring
+	sock  int
+	probe int      // an unbound UDP socket in the socket's namespace: Close binds it to tell the port is free
+	efd   int      // eventfd that Wake writes and a READ in the ring waits on
+	efile *os.File // efd, for Wake and Close: its writes are safe against a concurrent Close
+	// pfile is a duplicate of the ring's descriptor in Go's netpoller
+	// (nil with a single-issuer ring, or where the ring cannot be polled):
+	// Receive waits there for the ring to hold a completion, parking its
+	// goroutine, not an OS thread (see waitPoll).
+	pfile     *os.File
+	praw      syscall.RawConn
+	pready    func(uintptr) bool
+	pdl       time.Time // pfile's read deadline, valid when pdlSet
+	pdlSet    bool
 	local     netip.AddrPort
 	dstPort   [2]byte
 	maxPacket int
@@ -271,7 +281,34 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 		return err
 	}
 	c.initTx()
+	if mode != taskrunDefer {
+		c.openPoll()
+	}
 	return nil
+}
+
+// openPoll puts a duplicate of the ring's descriptor in Go's netpoller,
+// where Receive then waits (waitPoll); where that fails, Receive waits in
+// io_uring_enter as before. A single-issuer ring runs its task work only
+// in io_uring_enter by its one thread, which the netpoller's readiness
+// would not do: it keeps waiting there.
+func (c *Conn) openPoll() {
+	fd, err := unix.FcntlInt(uintptr(c.r.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	if unix.SetNonblock(fd, true) != nil {
+		unix.Close(fd)
+		return
+	}
+	f := os.NewFile(uintptr(fd), "io_uring")
+	raw, err := f.SyscallConn()
+	if err != nil || f.SetReadDeadline(time.Time{}) != nil { // not in the netpoller
+		f.Close()
+		return
+	}
+	c.pfile, c.praw = f, raw
+	c.pready = func(uintptr) bool { return c.r.cq.ready() > 0 }
 }
 
 func (c *Conn) initRx(dis disable) error {
@@ -471,6 +508,9 @@ func (c *Conn) free(buffers bool) error {
 		c.efile.Close()
 	} else if c.efd >= 0 {
 		unix.Close(c.efd)
+	}
+	if c.pfile != nil {
+		c.pfile.Close()
 	}
 	if buffers {
 		if c.bufs != nil {

@@ -55,10 +55,14 @@
 //
 // Receive returns completions already in the ring without a system call;
 // otherwise it waits in io_uring_enter with IORING_ENTER_GETEVENTS and a
-// timeout (IORING_ENTER_EXT_ARG, Linux 5.11) for the deadline. Wake writes
-// an eventfd on which a READ is kept outstanding in the ring, so a waiting
-// Receive wakes; like udp's Wake it costs only an atomic flag when nobody
-// waits.
+// timeout (IORING_ENTER_EXT_ARG, Linux 5.11) for the deadline. Under one
+// processor (GOMAXPROCS=1) it waits instead in Go's netpoller, on a
+// duplicate of the ring's descriptor, which polls readable once a
+// completion is posted: a wait in io_uring_enter holds the OS thread, and
+// the runtime then hands the only processor to another thread and back for
+// every wake-up. Wake writes an eventfd on which a READ is kept outstanding
+// in the ring, so a waiting Receive wakes either way; like udp's Wake it
+// costs only an atomic flag when nobody waits.
 //
 // Transmit queues one SENDMSG per packet, or per GSO message (below), and
 // submits the batch with one io_uring_enter, which also waits for the
