@@ -67,8 +67,8 @@ type Conn struct {
 	efile *os.File // efd, for Wake and Close: its writes are safe against a concurrent Close
 	// pfile is a duplicate of the ring's descriptor in Go's netpoller
 	// (nil with a single-issuer ring, or where the ring cannot be polled):
-	// Receive waits there for the ring to hold a completion, parking its
-	// goroutine, not an OS thread (see waitPoll).
+	// under one processor Receive waits there for the ring to hold a
+	// completion, parking its goroutine, not an OS thread (see waitPoll).
 	pfile     *os.File
 	praw      syscall.RawConn
 	pready    func(uintptr) bool
@@ -297,6 +297,8 @@ func (c *Conn) openPoll() {
 	if err != nil {
 		return
 	}
+	// O_NONBLOCK (shared with the ring's own descriptor, one open file)
+	// is what the netpoller asks; io_uring_enter does not heed it.
 	if unix.SetNonblock(fd, true) != nil {
 		unix.Close(fd)
 		return
