@@ -97,7 +97,7 @@ type Conn struct {
 	ssHdrs     []unix.Msghdr // single-shot: one per slot
 	ssIovs     []unix.Iovec
 	rearm      []uint16 // single-shot: slots to arm again
-	ssArmed    int      // single-shot: RECVMSGs outstanding, at most a batch (each datagram wakes every one)
+	ssArmed    int      // single-shot: RECVMSGs of the outstanding chain, at most a batch (armChain)
 	rx         []packetio.Packet
 	rxSlots    []uint16 // slots of the packets returned by the last Receive
 	wakeArmed  bool

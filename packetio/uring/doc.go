@@ -50,8 +50,11 @@
 // Receive. When the buffers run out the kernel ends the multishot receive
 // (ENOBUFS) and leaves further datagrams in the socket; the next Receive
 // gives buffers back and arms it again. On older kernels Receive keeps up to
-// a batch of single-shot RECVMSGs outstanding instead, each on its own slot
-// (not more: every datagram wakes each of them); Features tells which.
+// a batch of single-shot RECVMSGs outstanding instead, each on its own slot,
+// linked into one chain (IOSQE_IO_LINK) so that one at a time reads the
+// socket and they complete in the datagrams' order (side by side, every
+// datagram woke each of them, and one that kept losing was handed to an
+// io-wq worker that completed out of order); Features tells which.
 //
 // Receive returns completions already in the ring without a system call;
 // otherwise it waits in io_uring_enter with IORING_ENTER_GETEVENTS and a

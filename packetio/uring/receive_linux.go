@@ -200,27 +200,7 @@ func (c *Conn) arm() error {
 		c.inflight++
 	}
 	if c.singleshot {
-		for len(c.rearm) > 0 && c.ssArmed < c.batch {
-			s := c.r.sq.get()
-			if s == nil {
-				if err := c.flush(); err != nil {
-					return err
-				}
-				if s = c.r.sq.get(); s == nil {
-					return nil
-				}
-			}
-			slot := c.rearm[len(c.rearm)-1]
-			c.rearm = c.rearm[:len(c.rearm)-1]
-			h := &c.ssHdrs[slot]
-			h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
-			h.SetControllen(controlSpace)
-			h.Flags = 0
-			prepRecvmsg(s, c.sock, h, userData(kindRecv, 0, uint32(slot)))
-			c.inflight++
-			c.ssArmed++
-		}
-		return nil
+		return c.armChain()
 	}
 	if !c.msArmed {
 		s := c.r.sq.get()
@@ -235,6 +215,55 @@ func (c *Conn) arm() error {
 		prepRecvmsgMultishot(s, c.sock, &c.msHdr, bgid, userData(kindRecv, 0, 0))
 		c.msArmed = true
 		c.inflight++
+	}
+	return nil
+}
+
+// armChain queues the single-shot RECVMSGs, up to a batch of free slots, as
+// one chain (IOSQE_IO_LINK), and only when the last chain has completed: a
+// RECVMSG starts when the one before it completes, so one at a time reads
+// the socket and their completions come in the datagrams' order.
+//
+// Several RECVMSGs outstanding side by side on the socket, as before, were
+// not ordered: each datagram wakes every one of them (io_uring's internal
+// poll for RECVMSG is not exclusive); one takes it, the others get EAGAIN
+// and wait again, and a RECVMSG that keeps losing so is handed to an io-wq
+// worker (io_arm_poll_handler refuses a request that spent its poll
+// retries), which then waits in a blocking recvmsg and posts its completion
+// itself, beside the task work that completes the others. Such a worker
+// took datagram N, the task work N+1, and N+1's completion was posted
+// first: Receive returned the datagrams out of order (TestStress's echoes
+// under GOMAXPROCS=1, where waiting in the netpoller changed the timing
+// enough for requests to lose 128 times).
+func (c *Conn) armChain() error {
+	if c.ssArmed > 0 || len(c.rearm) == 0 {
+		return nil
+	}
+	n := min(len(c.rearm), c.batch)
+	if int(c.r.sq.space()) < n {
+		if err := c.flush(); err != nil {
+			return err
+		}
+		if n = min(n, int(c.r.sq.space())); n == 0 {
+			return nil // the kernel holds every SQE; try again later
+		}
+	}
+	var prev *sqe
+	for range n {
+		s := c.r.sq.get()
+		slot := c.rearm[len(c.rearm)-1]
+		c.rearm = c.rearm[:len(c.rearm)-1]
+		h := &c.ssHdrs[slot]
+		h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
+		h.SetControllen(controlSpace)
+		h.Flags = 0
+		prepRecvmsg(s, c.sock, h, userData(kindRecv, 0, uint32(slot)))
+		if prev != nil {
+			prev.flags |= sqeIOLink
+		}
+		prev = s
+		c.inflight++
+		c.ssArmed++
 	}
 	return nil
 }

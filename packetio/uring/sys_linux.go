@@ -47,7 +47,8 @@ const (
 	opTimeout    = 11
 	opRead       = 22
 	opSendZC     = 47
-	opLast       = 48 // one past the last opcode this package knows
+	opLast       = 48     // one past the last opcode this package knows
+	sqeIOLink    = 1 << 2 // IOSQE_IO_LINK: the next SQE starts when this one completes
 	sqeBufSelect = 1 << 5
 
 	recvMultishot = 1 << 1 // in sqe.ioprio
