@@ -25,9 +25,10 @@ import (
 // come back, and the counters must agree.
 //
 // Under one processor too (GOMAXPROCS=1, as goroce bench runs each side),
-// where all three goroutines share a thread: a Receive that waited in Go's
-// netpoller on the ring's descriptor instead of in io_uring_enter failed
-// here, an echo's slot overwritten by a later datagram before it was read.
+// where all three goroutines share a thread: with Receive waiting in Go's
+// netpoller, the single-shot path failed here with an echo after the next
+// one, when its RECVMSGs were outstanding side by side rather than as one
+// chain (armChain): one handed to an io-wq worker completed out of order.
 func TestStress(t *testing.T) { eachPath(t, []int{0, 1}, stress) }
 
 func stress(t *testing.T, listen listenFunc) {
