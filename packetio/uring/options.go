@@ -30,9 +30,10 @@ type Options struct {
 	// Default packetio.DefaultBatch; at most 1024.
 	Batch int
 	// RxBuffers is the number of receive buffers the kernel fills (the
-	// provided-buffer ring's size, or the number of single-shot RECVMSGs
-	// armed, a batch of them at a time), rounded up to a power of two. Each holds MaxPacket
-	// bytes of payload, or 64 KiB (a whole GRO train) when GRO is on.
+	// provided-buffer ring's size, or the slots of the single-shot
+	// RECVMSGs, armed a batch at a time), rounded up to a power of two.
+	// Each holds MaxPacket bytes of payload, or 64 KiB (a whole GRO train)
+	// when GRO is on.
 	// Default 8 x Batch, at least 256; with GRO 2 x Batch, at least 64
 	// (about 4 MiB, see the package documentation); at most 32768.
 	RxBuffers int
