@@ -145,9 +145,15 @@ type Conn struct {
 	one    [8]byte // the eventfd increment Wake writes
 	waking atomic.Bool
 	parked atomic.Bool
-	closed atomic.Bool
-	ctr    packetio.Counters
-	nops   int // NOP completions seen (ring tests)
+	// pollParked: a parked Receive waits in the netpoller (waitPoll), which
+	// Wake ends by moving pfile's read deadline to the past: that readies
+	// the waiting goroutine at once, where the eventfd's completion would
+	// reach it only when the runtime next polls the network (up to 10 ms
+	// later while another goroutine keeps yielding the one processor).
+	pollParked atomic.Bool
+	closed     atomic.Bool
+	ctr        packetio.Counters
+	nops       int // NOP completions seen (ring tests)
 }
 
 var _ packetio.Conn = (*Conn)(nil)

@@ -77,20 +77,25 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 			if c.r.cq.ready() > 0 || c.pendLen > 0 {
 				continue
 			}
+			// The deadline first: a Wake that sees pollParked then
+			// replaces it, never the other way round.
+			if err := c.setPollDeadline(deadline); err != nil {
+				return nil, c.opErr("poll", err)
+			}
 			c.parked.Store(true)
+			c.pollParked.Store(true)
 			if c.waking.Load() || c.closed.Load() {
+				c.pollParked.Store(false)
 				c.parked.Store(false)
 				continue
 			}
-			timedOut, err := c.waitPoll(deadline)
+			err := c.waitPoll()
+			c.pollParked.Store(false)
 			c.parked.Store(false)
 			if err != nil {
 				return nil, c.opErr("poll", err)
 			}
-			if timedOut {
-				return c.rx[:0], nil
-			}
-			continue
+			continue // a Wake, a completion or the deadline: the loop tells which
 		}
 		// Wake sets waking, then writes the eventfd if parked; this side
 		// sets parked, then looks at waking: one of the two sees the
@@ -114,8 +119,8 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 }
 
 // waitPoll waits in Go's netpoller until the ring holds a completion (the
-// ring's descriptor polls readable once one is posted; Wake's eventfd READ
-// completes too) or the deadline (zero: none) passes, which it reports.
+// ring's descriptor polls readable once one is posted) or the deadline
+// setPollDeadline set (zero: none) passes.
 // The goroutine parks; its OS thread goes on with others, where a wait in
 // io_uring_enter would hold it. Receive waits so under one processor
 // (GOMAXPROCS=1, as goroce bench runs each side): a wait in io_uring_enter
@@ -129,18 +134,29 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 // (COOP_TASKRUN does not interrupt a running thread; a sleeping one is
 // woken), which took a 64-byte round trip between two soft devices
 // (BenchmarkNetnsPaths) from about 100 to 250 µs.
-func (c *Conn) waitPoll(deadline time.Time) (timedOut bool, err error) {
-	if !c.pdlSet || !c.pdl.Equal(deadline) {
-		if err := c.pfile.SetReadDeadline(deadline); err != nil {
-			return false, err
-		}
-		c.pdl, c.pdlSet = deadline, true
-	}
-	err = c.praw.Read(c.pready)
+//
+// A Wake ends the wait by moving the deadline to the past (Conn.pollParked);
+// after any deadline the next wait sets its own again.
+func (c *Conn) waitPoll() error {
+	err := c.praw.Read(c.pready)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return true, nil
+		c.pdlSet = false // passed, or a Wake's
+		return nil
 	}
-	return false, err
+	return err
+}
+
+// setPollDeadline sets pfile's read deadline for waitPoll, unless it is set
+// already.
+func (c *Conn) setPollDeadline(deadline time.Time) error {
+	if c.pdlSet && c.pdl.Equal(deadline) {
+		return nil
+	}
+	if err := c.pfile.SetReadDeadline(deadline); err != nil {
+		return err
+	}
+	c.pdl, c.pdlSet = deadline, true
+	return nil
 }
 
 // flush submits SQEs queued by arm without waiting.
@@ -460,6 +476,10 @@ func (c *Conn) Wake() {
 		return // already pending
 	}
 	if c.parked.Load() && !c.closed.Load() {
+		if c.pollParked.Load() {
+			c.pfile.SetReadDeadline(time.Unix(1, 0)) // passed: ends waitPoll at once
+			return
+		}
 		c.efile.Write(c.one[:])
 	}
 }
