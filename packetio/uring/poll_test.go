@@ -99,3 +99,44 @@ func waitArmedElsewhere(t *testing.T, listen listenFunc) {
 		t.Fatalf("Wake ended the wait after %v (%v)", r.at, r.err)
 	}
 }
+
+// TestWakeWhileYielding: under one processor, a Wake ends a Receive that
+// waits without a deadline while the waking goroutine keeps the processor
+// busy, yielding it (runtime.Gosched) between looks, as a caller polling a
+// completion queue does: the Receive returns within a few yields. (Woken
+// only through the ring's descriptor, it returned when the runtime next
+// polled the network: with a goroutine always runnable, every 10 ms.)
+func TestWakeWhileYielding(t *testing.T) {
+	eachPath(t, []int{1}, func(t *testing.T, listen listenFunc) {
+		_, b := loopbackPair(t, listen, uring.Options{})
+		for range 20 {
+			done := make(chan error, 1)
+			go func() {
+				pkts, err := b.Receive(time.Time{})
+				if err == nil && len(pkts) > 0 {
+					err = fmt.Errorf("%d packets from nowhere", len(pkts))
+				}
+				done <- err
+			}()
+			for range 100 { // let it park
+				runtime.Gosched()
+			}
+			b.Wake()
+			returned := false
+			for i := 0; i < 10000 && !returned; i++ {
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+					returned = true
+				default:
+					runtime.Gosched()
+				}
+			}
+			if !returned {
+				t.Fatal("Receive still waiting 10000 yields after Wake")
+			}
+		}
+	})
+}
