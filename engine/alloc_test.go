@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/goroce/goroce/verbs"
@@ -175,5 +176,101 @@ func TestPendingOutput(t *testing.T) {
 	est = l.b.PendingOutput(64)
 	if got := drain(l.b); got != 5 || est < got {
 		t.Errorf("READ response: estimated %d, output %d (want 5)", est, got)
+	}
+}
+
+// TestPostSendAwaited: a signaled WR is awaited when every signaled WR
+// posted before it has completed (perftest's CQ moderation: the first of
+// every 100), not while an earlier one is outstanding, nor when an earlier
+// WR of the same post is signaled; unsignaled WRs never are; on a QP that
+// signals all, only a post to an idle QP is; a QP flushed back to RESET
+// and connected again starts afresh.
+func TestPostSendAwaited(t *testing.T) {
+	l, a, b := rcLink(t)
+	post := func(wrs ...verbs.SendWR) bool {
+		t.Helper()
+		n, awaited, err := a.qp.PostSendAwaited(wrs)
+		must(t, err)
+		if n != len(wrs) {
+			t.Fatalf("posted %d of %d", n, len(wrs))
+		}
+		return awaited
+	}
+	wr := func(id uint64, sig bool) verbs.SendWR {
+		w := verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWrite, SGList: a.sge(0, 64), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}
+		if sig {
+			w.Flags = verbs.SendSignaled
+		}
+		return w
+	}
+	completed := func(n int) {
+		t.Helper()
+		if got := collect(l, t, a.scq, n); len(got) != n {
+			t.Fatalf("%d completions, want %d", len(got), n)
+		}
+	}
+	if post(wr(1, false)) {
+		t.Error("an unsignaled WR is awaited")
+	}
+	if !post(wr(2, true)) {
+		t.Error("the first signaled WR is not awaited")
+	}
+	if post(wr(3, false)) || post(wr(4, true)) {
+		t.Error("a signaled WR behind an outstanding one is awaited")
+	}
+	completed(2)
+	if !post(wr(5, true)) {
+		t.Error("a signaled WR after the earlier ones completed is not awaited")
+	}
+	completed(1)
+	if post(wr(6, true), wr(7, false), wr(8, true)) {
+		t.Error("a signaled WR behind a signaled one of the same post is awaited")
+	}
+	if post(wr(9, false), wr(10, false)) {
+		t.Error("unsignaled WRs are awaited")
+	}
+	completed(2)
+	if !post(wr(11, false), wr(12, true)) {
+		t.Error("a post ending in the only signaled WR is not awaited")
+	}
+	completed(1)
+	// A post that stops at a bad WR: what it posted counts.
+	bad := wr(14, true)
+	bad.SGList = append(a.sge(0, 8), a.sge(8, 8)...)
+	bad.Opcode = verbs.WRAtomicFetchAndAdd
+	n, awaited, perr := a.qp.PostSendAwaited([]verbs.SendWR{wr(13, true), bad})
+	if n != 1 || !awaited || !errors.Is(perr, verbs.ErrInvalidWR) {
+		t.Errorf("signaled WR, then a bad one: posted %d, awaited %v, %v; want 1, true, ErrInvalidWR", n, awaited, perr)
+	}
+	if post(wr(15, true)) {
+		t.Error("a signaled WR behind one posted before a bad WR is awaited")
+	}
+	completed(2)
+
+	// A QP that signals all: a post to an idle QP only.
+	l = newLink(t)
+	a, b = newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	var err error
+	a.qp, err = l.a.CreateQP(&QPInit{Type: verbs.QPTRC, PD: a.pd, SendCQ: a.scq, RecvCQ: a.rcq, SigAll: true,
+		Cap: verbs.QPCap{MaxSendWR: 256, MaxRecvWR: 256, MaxSendSGE: 4, MaxRecvSGE: 4}})
+	must(t, err)
+	connectRC(t, a, b, verbs.MTU1024)
+	if !post(wr(1, false)) || post(wr(2, false)) {
+		t.Error("signal-all QP: want the first post awaited, the second not")
+	}
+	completed(2)
+	if !post(wr(3, false)) {
+		t.Error("signal-all QP: a post to an idle QP is not awaited")
+	}
+	completed(1)
+
+	// Reset with a signaled WR outstanding: the next connection's first
+	// signaled WR is awaited.
+	post(wr(4, false))
+	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState))
+	must(t, b.qp.Modify(&verbs.QPAttr{State: verbs.QPSReset}, verbs.AttrState))
+	connectRC(t, a, b, verbs.MTU1024)
+	if !post(wr(5, false)) {
+		t.Error("after a reset: a post to the idle QP is not awaited")
 	}
 }

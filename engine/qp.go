@@ -432,38 +432,56 @@ var (
 // PostSend copies work requests into the send queue. Safe from any
 // goroutine; it does not allocate. See verbs.QP.PostSend.
 func (qp *QP) PostSend(wrs []verbs.SendWR) (int, error) {
+	n, _, err := qp.PostSendAwaited(wrs)
+	return n, err
+}
+
+// PostSendAwaited is PostSend that also reports whether the last work
+// request it posted is the completion the application waits for next: a
+// signaled WR (SendSignaled, or a QP that signals all) while every
+// signaled WR posted before it has completed. A driver that holds posts
+// back to send them together (a cork) should send such a WR at once: with
+// completion moderation (perftest's CQ moderation: a signaled WR every
+// 100) the application can post no further than its window past it, and
+// every microsecond it waits in a cork is a microsecond of that window
+// idle. A QP that signals every WR has its WR awaited only when all
+// before it have completed (an idle QP).
+func (qp *QP) PostSendAwaited(wrs []verbs.SendWR) (int, bool, error) {
 	st := verbs.QPState(qp.pstate.Load())
 	if st == verbs.QPSReset || st == verbs.QPSInit {
-		return 0, fmt.Errorf("%w (state %v): %w", errPostState, st, verbs.ErrInvalidState)
+		return 0, false, fmt.Errorf("%w (state %v): %w", errPostState, st, verbs.ErrInvalidState)
 	}
 	q := qp.sq
 	t0 := q.lock()
 	if qp.gone.Load() {
 		q.unlock(t0)
-		return 0, fmt.Errorf("engine: QP %#x is destroyed: %w", qp.num, verbs.ErrDestroyed)
+		return 0, false, fmt.Errorf("engine: QP %#x is destroyed: %w", qp.num, verbs.ErrDestroyed)
 	}
 	// The WRs are published together, with the store that lets the lock
 	// go (an atomic store is a full barrier: one per WR cost more than the
 	// rest of posting it); on an error, those before it are. No defer: its
 	// closure cost 5% of a 64-byte write_bw client's time.
-	n, t, err := qp.fillSend(wrs, t0)
+	n, t, awaited, err := qp.fillSend(wrs, t0)
 	q.unlock(t)
-	return n, err
+	return n, awaited, err
 }
 
 // fillSend writes wrs into the send queue's slots from index t on, with
-// the queue's lock held, and returns how many it wrote, the tail after them, and the
+// the queue's lock held, and returns how many it wrote, the tail after
+// them, whether the last it wrote is awaited (PostSendAwaited), and the
 // error that stopped it.
-func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, error) {
+func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, bool, error) {
 	q := qp.sq
 	head := q.head.Load()
+	awaited := false
 	for i := range wrs {
 		wr := &wrs[i]
 		if t-head >= uint64(qp.cap.MaxSendWR) {
 			if head = q.head.Load(); t-head >= uint64(qp.cap.MaxSendWR) {
-				return i, t, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
+				return i, t, awaited, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
 			}
 		}
+
 		var n uint32
 		if len(wr.SGList) == 1 && qp.typ == verbs.QPTRC && (wr.Opcode == verbs.WRRDMAWrite || wr.Opcode == verbs.WRSend) &&
 			wr.Flags&verbs.SendInline == 0 && wr.SGList[0].Length <= 1<<31 {
@@ -473,7 +491,7 @@ func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, error) {
 		} else {
 			var err error
 			if n, err = qp.checkSendWR(wr); err != nil {
-				return i, t, err
+				return i, t, awaited, err
 			}
 		}
 		s := &q.slots[t&q.mask]
@@ -491,14 +509,23 @@ func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, error) {
 				m := qp.e.MRs.lookup(g.LKey)
 				b := sgeBytes(m, qp.pd, g, 0)
 				if b == nil {
-					return i, t, fmt.Errorf("engine: inline SGE (addr %#x len %d lkey %#x) not in a registered region: %w", g.Addr, g.Length, g.LKey, verbs.ErrInvalidWR)
+					return i, t, awaited, fmt.Errorf("engine: inline SGE (addr %#x len %d lkey %#x) not in a registered region: %w", g.Addr, g.Length, g.LKey, verbs.ErrInvalidWR)
 				}
 				in = append(in, b...) // within maxInline: checkSendWR
 			}
 		}
+		// The signaled WR posted before this one (lastSig) has completed
+		// when the head (the oldest WR not retired, as of this post) is
+		// past it; a QP reset, or flushed in error, has its head past
+		// everything.
+		awaited = false
+		if wr.Flags&verbs.SendSignaled != 0 || qp.sigAll {
+			awaited = q.lastSig == 0 || q.lastSig-1 < head
+			q.lastSig = t + 1
+		}
 		t++
 	}
-	return len(wrs), t, nil
+	return len(wrs), t, awaited, nil
 }
 
 // checkSendWR checks a send WR against the QP and returns its length.

@@ -51,6 +51,9 @@ type sendQueue struct {
 	inline    []byte
 	maxSGE    int
 	maxInline int
+	// lastSig is the index, plus one, of the last signaled WR posted (0:
+	// none yet). Producers only, under their lock (QP.PostSendAwaited).
+	lastSig uint64
 }
 
 // posted returns the tail: the WRs published to the engine.

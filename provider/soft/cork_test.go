@@ -1,11 +1,13 @@
 package soft
 
 import (
-	"github.com/goroce/goroce/wire"
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
 )
 
 // TestCorkedPosts: single 64-byte WRITEs posted back to back over real UDP
@@ -71,6 +73,84 @@ func TestCorkedPosts(t *testing.T) {
 // a bare UDP socket that never acknowledges, and the retransmission
 // timeout is seconds long: nothing but a post can send them.
 func TestCorkReleasedByPosts(t *testing.T) {
+	c := newCorkRig(t)
+	corked := c.d.opts.Batch*3/4 - 1
+	before := c.conn.Stats()
+	for i := 1; i <= corked; i++ {
+		c.post(i, false)
+	}
+	if got := c.receive(1, 50*time.Millisecond); len(got) != 0 {
+		t.Fatalf("%d posts behind an unacknowledged packet: %d packets sent, want none yet", corked, len(got))
+	}
+	c.post(corked+1, false)
+	c.expect(1, corked+1, before, "after the post that ends the cork")
+}
+
+// TestCorkEndsEarly: the two things that end a cork before three quarters
+// of a batch wait (kickQP), over the rig of TestCorkReleasedByPosts. A
+// signaled post whose completion is the next the application can wait
+// for (engine.QP.PostSendAwaited) sends what is corked with it, at once;
+// a signaled post behind an outstanding one stays corked. A push (what a
+// Poll that finds its CQ empty does when it has the packet path; with the
+// driver asleep in Receive, as here, the Poll wakes it instead, and its
+// round sends everything) sends what is corked when that is at least
+// pushMin packets, and leaves fewer corked.
+func TestCorkEndsEarly(t *testing.T) {
+	c := newCorkRig(t)
+	push := c.d.pushMin()
+	before := c.conn.Stats()
+	for i := 1; i <= 3; i++ {
+		c.post(i, false)
+	}
+	c.post(4, true)
+	c.expect(1, 4, before, "after the first signaled post")
+
+	before = c.conn.Stats()
+	for i := 5; i <= 7; i++ {
+		c.post(i, false)
+	}
+	c.post(8, true) // WR 4, signaled, is outstanding: not awaited
+	if got := c.receive(1, 50*time.Millisecond); len(got) != 0 {
+		t.Fatalf("a signaled post behind an outstanding one: %d packets sent, want none yet", len(got))
+	}
+	c.d.push()
+	if got := c.receive(1, 50*time.Millisecond); len(got) != 0 {
+		t.Fatalf("a push with 4 posts corked (fewer than %d): %d packets sent, want none", push, len(got))
+	}
+	for i := 9; i < 5+push; i++ {
+		c.post(i, false)
+	}
+	if got := c.receive(1, 50*time.Millisecond); len(got) != 0 {
+		t.Fatalf("%d posts corked: %d packets sent before the push", push, len(got))
+	}
+	c.d.push()
+	c.expect(5, push, before, "after the push")
+
+	// An empty Poll: the driver's wake sends what is corked, however little.
+	before = c.conn.Stats()
+	c.post(5+push, false)
+	var wc [4]verbs.WC
+	if n := c.a.cq.Poll(wc[:]); n != 0 {
+		t.Fatalf("%d completions; the peer acknowledges nothing", n)
+	}
+	if got := c.receive(1, 5*time.Second); len(got) != 1 || got[0] != uint32(105+push) {
+		t.Fatalf("after an empty Poll: PSNs %v, want [%d]", got, 105+push)
+	}
+}
+
+// corkRig is a soft device on a udp Conn whose RC QP sends to a bare UDP
+// socket (conn's peer) that never acknowledges, with a retransmission
+// timeout of seconds; its first WRITE (PSN 100) has gone out, and the
+// driver sleeps in Receive until the retransmission timer.
+type corkRig struct {
+	t    *testing.T
+	d    *Device
+	conn *udp.Conn // the device's
+	peer *udp.Conn
+	a    *end
+}
+
+func newCorkRig(t *testing.T) *corkRig {
 	env := perfLoopback()
 	ca, cb := env.conns(t)
 	t.Cleanup(func() { cb.Close() })
@@ -80,36 +160,17 @@ func TestCorkReleasedByPosts(t *testing.T) {
 	if !da.duplex {
 		t.Fatal("the udp Conn is not taken as full duplex")
 	}
-	a := perfEnd(t, da, 1<<16, 128)
-	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
+	c := &corkRig{t: t, d: da, conn: ca, peer: cb, a: perfEnd(t, da, 1<<16, 128)}
+	qp := c.a.qp
+	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSInit, PortNum: 1, AccessFlags: verbs.AccessRemoteWrite},
 		verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags))
-	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: 0x99, RQPSN: 100,
+	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTU1024, DestQPN: 0x99, RQPSN: 100,
 		AHAttr: verbs.AHAttr{SGIDIndex: verbs.DefaultGIDIndex, DGID: verbs.GIDFromAddr(env.b)}},
 		verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
-	must(t, a.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 20, RetryCnt: 7, RNRRetry: 7},
+	must(t, qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 100, Timeout: 20, RetryCnt: 7, RNRRetry: 7},
 		verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
-	post := func(i int) {
-		t.Helper()
-		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
-			SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: 64, LKey: a.mr.LKey()}}, RemoteAddr: 0x1000, RKey: 1}})
-		must(t, err)
-	}
-	// receive takes what reaches the peer within d: the PSNs.
-	receive := func(want int, d time.Duration) []uint32 {
-		t.Helper()
-		var psns []uint32
-		until := time.Now().Add(d)
-		for len(psns) < want && time.Now().Before(until) {
-			pkts, err := cb.Receive(until)
-			must(t, err)
-			for _, p := range pkts {
-				psns = append(psns, uint32(wire.BTH(p.Buf).PSN()))
-			}
-		}
-		return psns
-	}
-	post(0) // to an idle QP: sent at once
-	if got := receive(1, 5*time.Second); len(got) != 1 || got[0] != 100 {
+	c.post(0, false) // to an idle QP: sent at once
+	if got := c.receive(1, 5*time.Second); len(got) != 1 || got[0] != 100 {
 		t.Fatalf("first WRITE: PSNs %v, want [100]", got)
 	}
 	// The driver settles in Receive, until the retransmission timer: only
@@ -128,29 +189,55 @@ func TestCorkReleasedByPosts(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	corked := da.opts.Batch*3/4 - 1
-	before := ca.Stats()
-	for i := 1; i <= corked; i++ {
-		post(i)
+	return c
+}
+
+// post posts WRITE i, 64 bytes, signaled or not.
+func (c *corkRig) post(i int, signaled bool) {
+	c.t.Helper()
+	wr := verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRRDMAWrite,
+		SGList: []verbs.SGE{{Addr: c.a.mr.Addr(), Length: 64, LKey: c.a.mr.LKey()}}, RemoteAddr: 0x1000, RKey: 1}
+	if signaled {
+		wr.Flags = verbs.SendSignaled
 	}
-	if got := receive(1, 50*time.Millisecond); len(got) != 0 {
-		t.Fatalf("%d posts behind an unacknowledged packet: %d packets sent, want none yet", corked, len(got))
-	}
-	post(corked + 1)
-	got := receive(corked+1, 5*time.Second)
-	if len(got) != corked+1 {
-		t.Fatalf("after the post that ends the cork: %d packets, want %d", len(got), corked+1)
-	}
-	for i, psn := range got {
-		if psn != uint32(101+i) {
-			t.Fatalf("packet %d: PSN %d, want %d", i, psn, 101+i)
+	_, err := c.a.qp.PostSend([]verbs.SendWR{wr})
+	must(c.t, err)
+}
+
+// receive takes what reaches the peer within d: the PSNs.
+func (c *corkRig) receive(want int, d time.Duration) []uint32 {
+	c.t.Helper()
+	var psns []uint32
+	until := time.Now().Add(d)
+	for len(psns) < want && time.Now().Before(until) {
+		pkts, err := c.peer.Receive(until)
+		must(c.t, err)
+		for _, p := range pkts {
+			psns = append(psns, uint32(wire.BTH(p.Buf).PSN()))
 		}
 	}
-	after := ca.Stats()
-	if n := after.TxBatches - before.TxBatches; n != 1 {
-		t.Errorf("%d corked WRITEs went out in %d transmit calls, want 1", corked+1, n)
+	return psns
+}
+
+// expect checks that WRITEs first .. first+n-1 (PSN 100 + their number)
+// reached the peer, in one transmit call since before, without a wake of
+// the driver: sent by the post or Poll, not the driver.
+func (c *corkRig) expect(first, n int, before packetio.Stats, when string) {
+	c.t.Helper()
+	got := c.receive(n, 5*time.Second)
+	if len(got) != n {
+		c.t.Fatalf("%s: %d packets, want %d", when, len(got), n)
 	}
-	if n := after.Wakes - before.Wakes; n != 0 {
-		t.Errorf("the driver was woken %d times, want 0: the posts sent without it", n)
+	for i, psn := range got {
+		if psn != uint32(100+first+i) {
+			c.t.Fatalf("%s: packet %d: PSN %d, want %d", when, i, psn, 100+first+i)
+		}
+	}
+	after := c.conn.Stats()
+	if k := after.TxBatches - before.TxBatches; k != 1 {
+		c.t.Errorf("%s: %d WRITEs went out in %d transmit calls, want 1", when, n, k)
+	}
+	if k := after.Wakes - before.Wakes; k != 0 {
+		c.t.Errorf("%s: the driver was woken %d times, want 0: the posts sent without it", when, k)
 	}
 }

@@ -128,12 +128,15 @@ type Device struct {
 	flushes  atomic.Uint64
 	doorbell atomic.Uint64
 	sleeping atomic.Bool
-	closed   atomic.Bool
-	gone     chan struct{} // closed by Close: wakes the contexts' waiters
-	done     chan struct{}
-	err      error
-	async    asyncState
-	gsi      gsiState
+	// corked is set when a post is corked (kickQP), cleared by a flush: a
+	// Poll that finds its CQ empty then looks whether to push.
+	corked atomic.Bool
+	closed atomic.Bool
+	gone   chan struct{} // closed by Close: wakes the contexts' waiters
+	done   chan struct{}
+	err    error
+	async  asyncState
+	gsi    gsiState
 	// ackScratch holds a flush's ACKs set aside by ackAside (Busy).
 	ackScratch []ackCopy
 	// first is where a flush builds its first packet (flushBatches).
@@ -397,7 +400,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 // goroutine sends what the engine has to send at once, saving the hand-off
 // to the driver; the doorbell rings either way (the driver then learns of
 // timers the send armed).
-func (d *Device) kick() { d.kickQP(nil, nil) }
+func (d *Device) kick() { d.kickQP(nil, nil, false) }
 
 // kickQP is kick after a post to qp, corked as Nagle's algorithm holds a
 // TCP segment back: while qp has packets sent and not acknowledged, an ACK
@@ -424,7 +427,23 @@ func (d *Device) kick() { d.kickQP(nil, nil) }
 // (or the retransmission timer it sleeps until) does not tell it, and a
 // driver between rounds flushes what is corked in its next round
 // regardless.
-func (d *Device) kickQP(qp *engine.QP, hint *corkHint) {
+//
+// Two things end a cork early. An awaited post (engine.QP.PostSendAwaited:
+// the signaled WR whose completion the application waits for next) is
+// never corked: with perftest's CQ moderation the application may post
+// only 28 more (its window of 128 past the signaled WR of every 100)
+// while that WR's round trip runs, and a cork that held it until three
+// quarters of a batch had queued up left the window idle for the rest of
+// the round trip. And a Poll that finds its CQ empty while it has the
+// packet path sends what is corked when that is at least pushMin packets
+// (push): the application then waits, and the packets leave while the
+// round trip it waits for runs, instead of after it, when the ACK that
+// ends the cork comes in and the completion the Poll looks for waits for
+// their send. Smaller corks stay, so that a program that polls after
+// every post keeps most of its posts batched. 64-byte write_bw between two
+// namespaces, 7 interleaved rounds: 157.5 against 149.9 MB/s with both,
+// 148.5 with the awaited post alone.
+func (d *Device) kickQP(qp *engine.QP, hint *corkHint, awaited bool) {
 	l := &d.io
 	if d.duplex {
 		l = &d.tx
@@ -435,11 +454,16 @@ func (d *Device) kickQP(qp *engine.QP, hint *corkHint) {
 	}
 	d.mu.Lock()
 	corked := false
-	if qp != nil && !d.opts.Busy && qp.InFlight() > 0 {
+	if qp != nil && !awaited && !d.opts.Busy && qp.InFlight() > 0 {
 		limit := d.opts.Batch * 3 / 4
 		wrs, pkts := qp.Unsent()
-		if corked = pkts < limit; corked && hint != nil {
-			hint.set(d, qp, wrs, pkts, limit)
+		if corked = pkts < limit; corked {
+			if !d.corked.Load() {
+				d.corked.Store(true)
+			}
+			if hint != nil {
+				hint.set(d, qp, wrs, pkts, limit)
+			}
 		}
 	}
 	var deadline int64
@@ -532,6 +556,9 @@ func (d *Device) pollInline() bool {
 	if d.closed.Load() {
 		return false
 	}
+	if d.corked.Load() {
+		d.push()
+	}
 	pkts, err := d.conn.Receive(packetio.PollDeadline())
 	if err != nil || len(pkts) == 0 {
 		return false
@@ -539,6 +566,23 @@ func (d *Device) pollInline() bool {
 	d.input(pkts)
 	d.doorbell.Add(1) // the driver recomputes its deadline: the input may have armed timers
 	return true
+}
+
+// pushMin is the fewest corked packets an empty Poll sends (push): an
+// eighth of a batch, 8 of 64.
+func (d *Device) pushMin() int { return max(d.opts.Batch/8, 1) }
+
+// push follows an empty Poll while posts may be corked (kickQP): it sends
+// them if they are pushMin packets or more. It takes the send side (tx on
+// a duplex Conn) and mu: called with io held, or on a duplex Conn.
+func (d *Device) push() {
+	d.lockTx()
+	d.mu.Lock()
+	if min := d.pushMin(); d.eng.PendingOutput(min) >= min {
+		d.flush(d.now())
+	}
+	d.mu.Unlock()
+	d.unlockTx()
 }
 
 // flush sends everything the engine has to send now. Called with io and mu
@@ -554,6 +598,9 @@ func (d *Device) flush(now int64) int { return d.flushBatches(now, -1) }
 // ns). Called with io and mu held.
 func (d *Device) flushBatches(now int64, batches int) int {
 	d.flushes.Add(1) // ends the corks decided before (corkHint)
+	if d.corked.Load() {
+		d.corked.Store(false)
+	}
 	total, aside := 0, 0
 	for ; batches != 0; batches-- {
 		n, ext, to, sport, ok := d.next(now, d.first, &aside)

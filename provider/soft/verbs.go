@@ -618,9 +618,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if e := q.txErr.Load(); e != nil {
 		return 0, *e
 	}
-	n, err := q.qp.PostSend(wrs)
-	if n > 0 && !q.cork.holds(q.d, q.qp) {
-		q.d.kickQP(q.qp, &q.cork)
+	n, awaited, err := q.qp.PostSendAwaited(wrs)
+	if n > 0 && (awaited || !q.cork.holds(q.d, q.qp)) {
+		q.d.kickQP(q.qp, &q.cork, awaited)
 	}
 	return n, err
 }
