@@ -241,3 +241,49 @@ func (c *corkRig) expect(first, n int, before packetio.Stats, when string) {
 		c.t.Errorf("%s: the driver was woken %d times, want 0: the posts sent without it", when, k)
 	}
 }
+
+// TestPostRecvRingsNoDoorbell: receives posted while the driver sleeps in
+// Receive neither ring its doorbell nor wake it (a receive gives it nothing
+// to do), and a SEND that comes later still lands in the first of them and
+// completes.
+func TestPostRecvRingsNoDoorbell(t *testing.T) {
+	env := perfLoopback()
+	da, db := env.devices(t, Options{Spin: -1})
+	a, b := perfEnd(t, da, 1<<16, 128), perfEnd(t, db, 1<<16, 128)
+	connectPerf(t, a, b, verbs.MTU1024, 16)
+	asleep := func() bool { return db.sleeping.Load() }
+	for settle := time.Now().Add(5 * time.Second); !asleep(); time.Sleep(time.Millisecond) {
+		if time.Now().After(settle) {
+			t.Fatal("the receiver's driver did not go to sleep")
+		}
+	}
+	bell, wakes := db.doorbell.Load(), db.conn.(*udp.Conn).Stats().Wakes
+	for i := range 64 {
+		_, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{{Addr: b.mr.Addr() + uint64(i)*64, Length: 64, LKey: b.mr.LKey()}}}})
+		must(t, err)
+	}
+	if got := db.doorbell.Load(); got != bell {
+		t.Errorf("64 receives rang the doorbell %d times, want 0", got-bell)
+	}
+	if got := db.conn.(*udp.Conn).Stats().Wakes; got != wakes {
+		t.Errorf("64 receives woke the driver %d times, want 0", got-wakes)
+	}
+	copy(a.buf, "hello, receiver")
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 7, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SGList: []verbs.SGE{{Addr: a.mr.Addr(), Length: 15, LKey: a.mr.LKey()}}}})
+	must(t, err)
+	wc := make([]verbs.WC, 4)
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		n := b.cq.Poll(wc)
+		if n > 0 {
+			if wc[0].Status != verbs.WCSuccess || wc[0].WRID != 0 || wc[0].ByteLen != 15 || string(b.buf[:15]) != "hello, receiver" {
+				t.Fatalf("receive completion %+v, data %q", wc[0], b.buf[:15])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no receive completion after 5 s")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}

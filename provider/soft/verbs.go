@@ -625,16 +625,16 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	return n, err
 }
 
-// PostRecv posts receive work requests. It does not allocate.
+// PostRecv posts receive work requests. It does not allocate. It rings no
+// doorbell: a receive gives the driver nothing to do (a SEND that finds no
+// receive is NAKed at once, RNR, and its requester sends it again on its
+// own timer), and a ring for each receive woke a sleeping driver for
+// nothing.
 func (q *QP) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if err := q.check(); err != nil {
 		return 0, err
 	}
-	n, err := q.qp.PostRecv(wrs)
-	if n > 0 {
-		q.d.ring()
-	}
-	return n, err
+	return q.qp.PostRecv(wrs)
 }
 
 // Destroy destroys the QP (ibv_destroy_qp): its outstanding work completes
@@ -686,11 +686,7 @@ func (s *SRQ) PostRecv(wrs []verbs.RecvWR) (int, error) {
 	if s.destroyed.Load() {
 		return 0, fmt.Errorf("soft: SRQ: %w", verbs.ErrDestroyed)
 	}
-	n, err := s.s.PostRecv(wrs)
-	if n > 0 {
-		s.d.ring()
-	}
-	return n, err
+	return s.s.PostRecv(wrs) // no doorbell, as QP.PostRecv
 }
 
 // Destroy destroys the SRQ (ibv_destroy_srq). While a QP uses it, it fails
