@@ -251,8 +251,15 @@ func TestPostRecvRingsNoDoorbell(t *testing.T) {
 	da, db := env.devices(t, Options{Spin: -1})
 	a, b := perfEnd(t, da, 1<<16, 128), perfEnd(t, db, 1<<16, 128)
 	connectPerf(t, a, b, verbs.MTU1024, 16)
+	// Asleep at two looks 5 ms apart: blocked in Receive, no wake pending.
 	asleep := func() bool { return db.sleeping.Load() }
-	for settle := time.Now().Add(5 * time.Second); !asleep(); time.Sleep(time.Millisecond) {
+	for settle := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if asleep() {
+			time.Sleep(5 * time.Millisecond)
+			if asleep() {
+				break
+			}
+		}
 		if time.Now().After(settle) {
 			t.Fatal("the receiver's driver did not go to sleep")
 		}
