@@ -174,21 +174,8 @@ func newCorkRig(t *testing.T) *corkRig {
 		t.Fatalf("first WRITE: PSNs %v, want [100]", got)
 	}
 	// The driver settles in Receive, until the retransmission timer: only
-	// a round of its own could send the corked posts. Asleep at two looks
-	// 5 ms apart, it is blocked, not between the short polls of a round.
-	asleep := func() bool { return da.sleeping.Load() && da.sleepUntil.Load() != 0 }
-	for settle := time.Now().Add(5 * time.Second); ; {
-		if asleep() {
-			time.Sleep(5 * time.Millisecond)
-			if asleep() {
-				break
-			}
-		}
-		if time.Now().After(settle) {
-			t.Fatal("the driver did not go to sleep with the retransmission timer armed")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// a round of its own could send the corked posts.
+	waitAsleep(t, da, true)
 	return c
 }
 
@@ -251,19 +238,7 @@ func TestPostRecvRingsNoDoorbell(t *testing.T) {
 	da, db := env.devices(t, Options{Spin: -1})
 	a, b := perfEnd(t, da, 1<<16, 128), perfEnd(t, db, 1<<16, 128)
 	connectPerf(t, a, b, verbs.MTU1024, 16)
-	// Asleep at two looks 5 ms apart: blocked in Receive, no wake pending.
-	asleep := func() bool { return db.sleeping.Load() }
-	for settle := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if asleep() {
-			time.Sleep(5 * time.Millisecond)
-			if asleep() {
-				break
-			}
-		}
-		if time.Now().After(settle) {
-			t.Fatal("the receiver's driver did not go to sleep")
-		}
-	}
+	waitAsleep(t, db, false)
 	bell, wakes := db.doorbell.Load(), db.conn.(*udp.Conn).Stats().Wakes
 	for i := range 64 {
 		_, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: []verbs.SGE{{Addr: b.mr.Addr() + uint64(i)*64, Length: 64, LKey: b.mr.LKey()}}}})
@@ -292,5 +267,24 @@ func TestPostRecvRingsNoDoorbell(t *testing.T) {
 			t.Fatal("no receive completion after 5 s")
 		}
 		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// waitAsleep waits until d's driver sleeps in Receive (with a timer armed,
+// if timer): asleep at two looks 5 ms apart, it is blocked, not between the
+// short polls of a round, and has no wake pending.
+func waitAsleep(t *testing.T, d *Device, timer bool) {
+	t.Helper()
+	asleep := func() bool { return d.sleeping.Load() && (!timer || d.sleepUntil.Load() != 0) }
+	for settle := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if asleep() {
+			time.Sleep(5 * time.Millisecond)
+			if asleep() {
+				return
+			}
+		}
+		if time.Now().After(settle) {
+			t.Fatalf("the driver of %s did not go to sleep (timer armed: %v)", d.Name(), timer)
+		}
 	}
 }
