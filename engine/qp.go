@@ -46,7 +46,7 @@ type QP struct {
 
 	req     requester
 	resp    responder
-	lastDst netip.Addr
+	lastDst netip.Addr // the destination of a UD QP's last packet
 }
 
 // SRQ is a shared receive queue.
@@ -801,7 +801,11 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 		if ok && n > 0 {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)
-			return n, qp.lastDst, e.lastSport, true
+			to := qp.remote // an RC QP's packets all go to its peer
+			if qp.typ == verbs.QPTUD {
+				to = qp.lastDst
+			}
+			return n, to, e.lastSport, true
 		}
 		if ok { // finish could not build it: counted, never sent empty
 			e.stats.TxBuildErrors++

@@ -141,7 +141,6 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	if r.timerAt == 0 && qp.timeoutNs() > 0 {
 		r.timerAt = now + qp.timeoutNs()
 	}
-	qp.lastDst = qp.remote
 	return n, true
 }
 

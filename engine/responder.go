@@ -466,7 +466,6 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 			r.qh = r.qt // nothing more goes out
 			qp.setError()
 			qp.respErrorEvent(wire.NAKRemoteAccess)
-			qp.lastDst = qp.remote
 			return n, true
 		}
 		h.PSN = it.psn.Add(k)
@@ -497,6 +496,5 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 		*it = respItem{}
 		r.qh++
 	}
-	qp.lastDst = qp.remote
 	return n, true
 }
