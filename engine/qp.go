@@ -481,7 +481,6 @@ func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, bool, error) 
 				return i, t, awaited, fmt.Errorf("engine: send queue of QP %#x is full (max_send_wr %d): %w", qp.num, qp.cap.MaxSendWR, verbs.ErrQueueFull)
 			}
 		}
-
 		var n uint32
 		if len(wr.SGList) == 1 && qp.typ == verbs.QPTRC && (wr.Opcode == verbs.WRRDMAWrite || wr.Opcode == verbs.WRSend) &&
 			wr.Flags&verbs.SendInline == 0 && wr.SGList[0].Length <= 1<<31 {

@@ -578,7 +578,7 @@ func (d *Device) pushMin() int { return max(d.opts.Batch/8, 1) }
 func (d *Device) push() {
 	d.lockTx()
 	d.mu.Lock()
-	if min := d.pushMin(); d.eng.PendingOutput(min) >= min {
+	if least := d.pushMin(); d.eng.PendingOutput(least) >= least {
 		d.flush(d.now())
 	}
 	d.mu.Unlock()
