@@ -6,8 +6,8 @@
 // 0). One goroutine per device drives the engine: it receives packets, lets
 // the engine answer and send, and runs its timers. The application reaches the
 // engine through lock-free rings: PostSend and PostRecv copy work requests
-// into a QP's rings and ring a doorbell; Poll takes completions out of a CQ's
-// ring. Neither waits for a lock the driver holds. Control operations (creating
+// into a QP's rings, and a PostSend rings a doorbell (a receive gives the
+// driver nothing to do); Poll takes completions out of a CQ's ring. Neither waits for a lock the driver holds. Control operations (creating
 // and modifying objects) take the device's mutex, which the driver holds
 // while it runs the engine.
 //
@@ -19,12 +19,15 @@
 // path, a PostSend sends what it made ready (one batch at most) and a Poll
 // that finds its CQ empty receives what has arrived, each from the caller's
 // goroutine, which saves two hand-offs between goroutines per message
-// (Options.NoInline turns this off). A post to an RC QP that already has 16
-// or more packets in flight is corked, as Linux corks a TCP write while
-// earlier segments are queued: the flight's ACK, taken in by the driver or
-// by a Poll, sends it with the posts that followed in full batches (the
-// retransmission timer does if the ACK is lost), instead of a system call
-// and a driver wake-up per post. The responder holds the ACK of a message
+// (Options.NoInline turns this off). A post to an RC QP that has packets in
+// flight is corked, as Nagle's algorithm holds a TCP segment back: the
+// flight's ACK, taken in by the driver or by a Poll, sends it with the posts
+// that followed (the retransmission timer does if the ACK is lost), and so
+// does the post that makes three quarters of a batch wait, instead of a
+// system call and a driver wake-up per post. The signaled post whose
+// completion the application waits for next is never corked, and a Poll
+// that finds its CQ empty sends a corked run of an eighth of a batch or more
+// (see kickQP). The responder holds the ACK of a message
 // that completed a receive for up to DefaultAckDelay, so that the reply the
 // application is likely to post carries it in the same batch. Close
 // completes every outstanding work request with WR_FLUSH_ERR.
