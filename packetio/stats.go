@@ -14,6 +14,7 @@ type Stats struct {
 	AsyncErrors uint64 // asynchronous socket errors (ICMP unreachable, ...) the kernel reported on a receive or send call, skipped
 	TxErrors    uint64 // packets Transmit did not send (EMSGSIZE, bad address, too large, ...)
 	Wakes       uint64 // pending Wakes consumed by Receive
+	TxWaits     uint64 // times Transmit waited for a socket's full send buffer to drain (EAGAIN)
 	// SourcePortFallbacks counts packets sent from the Conn's own port,
 	// their ICRC recomputed, because the source port they asked for
 	// (Packet.Port) could not be bound (see SourcePorts).
@@ -43,6 +44,7 @@ type Counters struct {
 	RxDrops, AsyncErrors atomic.Uint64
 	TxErrors             atomic.Uint64
 	Wakes                atomic.Uint64
+	TxWaits              atomic.Uint64
 	SourcePortFallbacks  atomic.Uint64
 	SourcePortSockets    atomic.Uint64
 	GSOMessages          atomic.Uint64
@@ -66,6 +68,7 @@ func (c *Counters) Stats() Stats {
 		AsyncErrors: c.AsyncErrors.Load(),
 		TxErrors:    c.TxErrors.Load(),
 		Wakes:       c.Wakes.Load(),
+		TxWaits:     c.TxWaits.Load(),
 
 		SourcePortFallbacks: c.SourcePortFallbacks.Load(),
 		SourcePortSockets:   c.SourcePortSockets.Load(),

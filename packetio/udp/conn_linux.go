@@ -19,8 +19,8 @@ import (
 
 // Conn is a UDP socket for RoCEv2 over IPv4. It implements packetio.Conn.
 type Conn struct {
-	f         *os.File        // the socket, registered with Go's netpoller
-	raw       syscall.RawConn // f's
+	f         *os.File        // the socket, non-blocking and outside Go's netpoller
+	raw       syscall.RawConn // f's: its calls hold the socket open, no more
 	local     netip.AddrPort
 	dstPort   [2]byte // network byte order
 	maxPacket int
@@ -37,14 +37,22 @@ type Conn struct {
 	rxControl []byte
 	rxBuf     int                   // bytes per receive buffer: MaxPacket, or udpsock.GROBuffer with GRO
 	recvFn    func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
+	waitFn    func(fd uintptr) bool // c.recvWait, bound once
 	rxN       int                   // recv's results
 	rxErrno   unix.Errno
-	wait      pollwait.Waiter // Receive's wait in the netpoller, and Wake
+	rxAgain   bool  // recv found nothing (EAGAIN)
+	rxErr     error // recvWait's error from the socket's RawConn
+	// Receive waits in the netpoller on rxEp, an epoll instance that the
+	// socket joins only for a wait (see pollwait.Epoll); Wake ends the
+	// wait.
+	rxEp *pollwait.Epoll
+	wait pollwait.Waiter
 
 	// Send side: one goroutine at a time, perhaps while another uses the
 	// receive side (FullDuplex): it shares no memory with it but the
 	// atomic counters, and the socket's send and receive calls take
-	// separate locks in Go's netpoller (RawConn.Write and Read). Transmit puts the packets in
+	// separate locks of its file (RawConn.Write and Read), and wait on
+	// separate epoll instances (rxEp, txEp). Transmit puts the packets in
 	// socket-group order: packet k (txIdx[k] in Transmit's pkts) has the
 	// iovecs txIovs[txIov0[k]:txIov0[k+1]] (its Buf, or the pieces of its
 	// Buf around its Ext) and txLen[k] bytes in all, txAddr[k]
@@ -66,6 +74,12 @@ type Conn struct {
 	txSend  []mmsghdr             // send's argument
 	txN     int                   // send's results
 	txErrno unix.Errno
+	// A send that finds a socket's buffer full (EAGAIN) waits on txEp,
+	// which that socket joins for the wait (waitWritable).
+	txEp     *pollwait.Epoll
+	txRaw    syscall.RawConn       // the socket waitWritable waits for
+	txErr    error                 // sendWait's error from txRaw
+	txWaitFn func(fd uintptr) bool // c.sendWait, bound once
 
 	// Offloads (gso_linux.go): off.GSO() is read by Transmit; ids
 	// rewrites the ICRCs of GSO segments.
@@ -100,8 +114,11 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A blocking socket, made non-blocking once wrapped: os.NewFile leaves
+	// it out of Go's netpoller (see the package documentation for why not
+	// net.UDPConn, and pollwait.Epoll for where Receive waits instead).
 	fd, port, err := udpsock.Open("packetio/udp", local, udpsock.Config{
-		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS, NonBlock: true,
+		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS,
 		Checksum: o.GSO != OffloadOff,
 	})
 	if err != nil {
@@ -110,10 +127,12 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	if o.DstPort == 0 {
 		o.DstPort = int(port)
 	}
-	// os.NewFile registers the non-blocking socket with the netpoller; see
-	// the package documentation for why not net.UDPConn.
-	f := os.NewFile(uintptr(fd), "udp4:"+netip.AddrPortFrom(local, port).String())
+	name := "udp4:" + netip.AddrPortFrom(local, port).String()
+	f := os.NewFile(uintptr(fd), name)
 	raw, err := f.SyscallConn()
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("packetio/udp: listen: %w", err)
@@ -125,8 +144,17 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 		dstPort:   [2]byte{byte(o.DstPort >> 8), byte(o.DstPort)},
 		maxPacket: o.MaxPacket,
 	}
-	if err := c.off.Probe("packetio/udp", fd, o.GSO, o.GRO); err != nil {
+	if c.rxEp, err = pollwait.NewEpoll("packetio/udp: "+name, unix.EPOLLIN); err == nil {
+		if c.txEp, err = pollwait.NewEpoll("packetio/udp: "+name, unix.EPOLLOUT); err != nil {
+			c.rxEp.Close()
+		}
+	}
+	if err != nil {
 		f.Close()
+		return nil, err
+	}
+	if err := c.off.Probe("packetio/udp", fd, o.GSO, o.GRO); err != nil {
+		c.closeFiles()
 		return nil, err
 	}
 	c.initRx(o.Batch)
@@ -171,8 +199,8 @@ func (c *Conn) initRx(batch int) {
 		h.setIov(&c.rxIovs[i])
 		h.setControl(c.rxControl[i*controlSpace : (i+1)*controlSpace])
 	}
-	c.recvFn = c.recv
-	c.wait.Init(c.f, c.raw, &c.closed, &c.ctr.Wakes)
+	c.recvFn, c.waitFn = c.recv, c.recvWait
+	c.wait.Init(c.rxEp.File(), c.rxEp.Raw(), &c.closed, &c.ctr.Wakes)
 }
 
 func (c *Conn) initTx(batch int) {
@@ -192,29 +220,45 @@ func (c *Conn) initTx(batch int) {
 		c.txNames[i] = sockaddrInet4{family: unix.AF_INET, port: c.dstPort}
 		c.txm.hdrs[i].setName(&c.txNames[i])
 	}
-	c.sendFn = c.send
+	c.sendFn, c.txWaitFn = c.send, c.sendWait
 }
 
-// Receive implements packetio.Conn. It waits in Go's netpoller (the socket's
-// read deadline is the given deadline), then reads up to a batch with one
-// recvmmsg.
+// Receive implements packetio.Conn. It reads up to a batch with one
+// recvmmsg; when there is nothing to read and deadline has not passed, it
+// waits in Go's netpoller, on an epoll instance that the socket joins for
+// the wait (the instance's read deadline is the given deadline), and reads
+// then. A socket polled pollwait.IdlePolls times in a row without a wait
+// leaves the instance again (pollwait.Epoll).
 func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
 	}
 	deadline = c.wait.Begin(deadline)
 	for {
-		for i := range c.rxHdrs {
-			h := &c.rxHdrs[i]
-			h.hdr.Namelen = uint32(sizeofSockaddrInet4)
-			h.hdr.SetControllen(controlSpace)
-			h.hdr.Flags = 0
-		}
-		c.rxN, c.rxErrno = 0, 0
-		if ok, err := c.wait.Wait(deadline, c.recvFn); err != nil {
-			return nil, c.opErr("receive", err)
-		} else if !ok {
-			return c.rx[:0], nil
+		c.rxReset()
+		if c.wait.Stop() {
+			// Only a poll (or a Wake is pending): one recvmmsg.
+			if err := c.raw.Read(c.recvFn); err != nil {
+				return nil, c.opErr("receive", err)
+			}
+			c.rxEp.Polled()
+		} else {
+			// The socket joins before the first read: a datagram queued
+			// after that read wakes the wait.
+			if err := c.rxEp.Join(c.raw); err != nil {
+				return nil, c.opErr("receive", err)
+			}
+			ok, err := c.wait.Wait(deadline, c.waitFn)
+			c.rxEp.Waited()
+			if err == nil {
+				err = c.rxErr
+			}
+			if err != nil {
+				return nil, c.opErr("receive", err)
+			}
+			if !ok {
+				return c.rx[:0], nil
+			}
 		}
 		if c.rxErrno != 0 {
 			if udpsock.AsyncErrno(c.rxErrno) {
@@ -228,24 +272,45 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	}
 }
 
-// recv is the netpoller callback of Receive: it reports true when Receive
-// should stop waiting.
+// rxReset readies the receive headers for a recvmmsg.
+func (c *Conn) rxReset() {
+	for i := range c.rxHdrs {
+		h := &c.rxHdrs[i]
+		h.hdr.Namelen = uint32(sizeofSockaddrInet4)
+		h.hdr.SetControllen(controlSpace)
+		h.hdr.Flags = 0
+	}
+	c.rxErr = nil
+}
+
+// recv is Receive's recvmmsg, through the socket's RawConn: it sets rxN,
+// or rxErrno, or rxAgain when there is nothing to read, and returns true.
 func (c *Conn) recv(fd uintptr) bool {
+	c.rxN, c.rxErrno, c.rxAgain = 0, 0, false
 	for {
 		n, errno := recvmmsg(fd, c.rxHdrs)
 		switch errno {
 		case 0:
 			c.rxN = n
-			return true
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			return c.wait.Stop()
+			c.rxAgain = true
 		default:
 			c.rxErrno = errno
-			return true
 		}
+		return true
 	}
+}
+
+// recvWait is the netpoller callback of Receive's wait (on rxEp): it reads
+// the socket (recv) and reports true when Receive should stop waiting.
+func (c *Conn) recvWait(uintptr) bool {
+	if err := c.raw.Read(c.recvFn); err != nil {
+		c.rxErr = err
+		return true
+	}
+	return !c.rxAgain || c.wait.Stop()
 }
 
 // collect turns the first n received messages into packets, dropping
@@ -425,8 +490,7 @@ func (c *Conn) sendMsgs(raw syscall.RawConn, ms *txMsgs, off, end int, pkts []pa
 	var gsoMsgs, gsoSegs uint64
 	for off < end {
 		c.txSend = ms.hdrs[off:end]
-		c.txN, c.txErrno = 0, 0
-		if err := raw.Write(c.sendFn); err != nil {
+		if err := c.sendOn(raw); err != nil {
 			err = c.opErr("transmit", err)
 			for m := off; m < end; m++ {
 				c.failMsg(ms, m, err, fail)
@@ -490,22 +554,64 @@ func (c *Conn) Gathers() bool { return true }
 // in Stats().SourcePortFallbacks.
 func (c *Conn) PerPacketSourcePort() bool { return c.perPort }
 
-// send is the netpoller callback of Transmit.
+// sendOn sends txSend on the socket of raw (send), waiting while its send
+// buffer is full: it sets txN, or txErrno, and returns an error of the
+// socket's RawConn or epoll instance (closed).
+func (c *Conn) sendOn(raw syscall.RawConn) error {
+	if err := raw.Write(c.sendFn); err != nil {
+		return err
+	}
+	if c.txErrno == unix.EAGAIN {
+		return c.waitWritable(raw)
+	}
+	return nil
+}
+
+// waitWritable waits in Go's netpoller, on txEp, which the socket of raw
+// joins for the wait, until a send of txSend on it takes something or
+// fails otherwise than with EAGAIN.
+func (c *Conn) waitWritable(raw syscall.RawConn) error {
+	c.ctr.TxWaits.Add(1)
+	if err := c.txEp.Join(raw); err != nil {
+		return err
+	}
+	c.txRaw, c.txErr = raw, nil
+	err := c.txEp.Raw().Read(c.txWaitFn)
+	if err == nil {
+		err = c.txErr
+	}
+	if lerr := c.txEp.Leave(); err == nil {
+		err = lerr
+	}
+	c.txRaw = nil
+	return err
+}
+
+// sendWait is the netpoller callback of waitWritable: it sends (send) and
+// reports true unless the socket's buffer is still full.
+func (c *Conn) sendWait(uintptr) bool {
+	if err := c.txRaw.Write(c.sendFn); err != nil {
+		c.txErr = err
+		return true
+	}
+	return c.txErrno != unix.EAGAIN
+}
+
+// send is Transmit's sendmmsg, through a socket's RawConn: it sets txN, or
+// txErrno (EAGAIN when the socket's send buffer is full), and returns true.
 func (c *Conn) send(fd uintptr) bool {
+	c.txN, c.txErrno = 0, 0
 	for {
 		n, errno := sendmmsg(fd, c.txSend)
 		switch errno {
 		case 0:
 			c.txN = n
-			return true
 		case unix.EINTR:
 			continue
-		case unix.EAGAIN:
-			return false // wait until the socket is writable
 		default:
 			c.txErrno = errno
-			return true
 		}
+		return true
 	}
 }
 
@@ -550,12 +656,13 @@ func (c *Conn) SocketBuffers() (recv, send int, err error) {
 	return recv, send, nil
 }
 
-// Close implements packetio.Conn.
+// Close implements packetio.Conn. A Receive or Transmit waiting in the
+// netpoller returns packetio.ErrClosed.
 func (c *Conn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return packetio.ErrClosed
 	}
-	err := c.f.Close()
+	err := c.closeFiles()
 	c.portsMu.Lock()
 	c.ports.close()
 	c.portsMu.Unlock()
@@ -563,6 +670,14 @@ func (c *Conn) Close() error {
 		return fmt.Errorf("packetio/udp: close: %w", err)
 	}
 	return nil
+}
+
+// closeFiles closes the epoll instances, which ends the waits on them, and
+// the socket (its descriptor once no call holds it).
+func (c *Conn) closeFiles() error {
+	c.rxEp.Close()
+	c.txEp.Close()
+	return c.f.Close()
 }
 
 // opErr turns an error from the file or poller into the package's: ErrClosed

@@ -126,10 +126,20 @@
 // unreachable reported as ECONNREFUSED) are counted in AsyncErrors and do
 // not end the Conn.
 //
-// The socket is non-blocking and registered with Go's netpoller: a Receive
-// with nothing to read parks its goroutine until the socket is readable, its
-// deadline (the socket's read deadline) passes, or Wake sets a read deadline
-// in the past. Nothing spins.
+// The socket is non-blocking and kept out of Go's netpoller. A Receive with
+// nothing to read and a deadline to come parks its goroutine in the
+// netpoller on an epoll instance of the Conn's own, which the socket joins
+// for the wait, until the socket is readable, the deadline (the instance's
+// read deadline) passes, or Wake sets a read deadline in the past; a
+// Transmit that finds the send buffer full waits the same way, on a second
+// instance, for it to drain (Stats().TxWaits). Nothing spins. The socket
+// leaves the instance after 64 polls in a row that did not wait: a socket
+// that any epoll instance watches runs epoll's wake-up for every datagram
+// queued to it, in the sender's context, whether a goroutine waits or not
+// (0.27 µs a datagram between two namespaces here), and a busy driver that
+// polls needs none. goroce bench send_lat 64 B between two namespaces, 7
+// interleaved rounds, medians: 6.88 against 7.40 µs with the socket in the
+// netpoller for good, the raw-UDP baseline's 6.33 against 6.64 µs.
 //
 // The system calls are made directly (golang.org/x/sys/unix) rather than
 // through golang.org/x/net/ipv4's PacketConn.ReadBatch/WriteBatch, on a

@@ -40,7 +40,8 @@ const sizeofSockaddrInet4 = unsafe.Sizeof(sockaddrInet4{})
 // more than a third of the processor time of a 64-byte WRITE stream and 1.5x
 // its message rate (goroce bench write_bw -s 64 between two namespaces).
 // The socket never blocks (Listen makes it non-blocking and the waits happen
-// in the netpoller, pollwait), so nothing here can hold a thread for long.
+// in the netpoller, pollwait.Epoll), so nothing here can hold a thread for
+// long.
 func recvmmsg(fd uintptr, hs []mmsghdr) (int, unix.Errno) {
 	n, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(unsafe.SliceData(hs))), uintptr(len(hs)), 0, 0, 0)
 	return int(n), e

@@ -267,3 +267,38 @@ func TestNetnsLoss(t *testing.T) {
 		t.Errorf("receiver stats %+v", s)
 	}
 }
+
+// A Transmit that finds its socket's send buffer full (EAGAIN) waits until
+// the buffer drains, in the netpoller on an epoll instance the socket joins
+// for the wait, and sends the rest: here a token bucket on the veth holds
+// the datagrams back, and the socket's small buffer with them. Every
+// datagram arrives, in order.
+func TestNetnsTransmitWaitsForSendBuffer(t *testing.T) {
+	netns.RequireTool(t, "tc")
+	p := netns.NewPair(t, netns.Options{})
+	if out, err := p.A.Exec("tc", "qdisc", "add", "dev", netns.LinkName, "root", "tbf",
+		"rate", "50mbit", "burst", "32kb", "limit", "8mb"); err != nil {
+		t.Skipf("no token bucket qdisc (tbf) here: %v: %s", err, out)
+	}
+	ao := noGSO()
+	ao.SendBuffer = 16 << 10 // the kernel doubles it: 32 KiB
+	a := listenIn(t, p.A, p.AddrA, ao)
+	bo := noGSO()
+	bo.RecvBuffer = 8 << 20
+	b := listenIn(t, p.B, p.AddrB, bo)
+	const rounds, n, size = 8, 32, 1024 // 256 KiB: 40 ms at 50 Mbit/s
+	for round := range rounds {
+		packetiotest.Send(t, a, b, round*n, n, size)
+	}
+	st := a.Stats()
+	if st.TxWaits == 0 || st.TxErrors != 0 || st.PacketsOut != rounds*n {
+		t.Fatalf("sender: %d waits, %d errors, %d packets out; want waits, no errors and %d packets",
+			st.TxWaits, st.TxErrors, st.PacketsOut, rounds*n)
+	}
+	got := packetiotest.Recv(t, b, rounds*n, 10*time.Second)
+	if len(got) != rounds*n {
+		t.Fatalf("received %d datagrams, want %d", len(got), rounds*n)
+	}
+	packetiotest.Check(t, got, a, b, 0, size)
+	t.Logf("%d waits for the send buffer", st.TxWaits)
+}

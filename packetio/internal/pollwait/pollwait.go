@@ -1,8 +1,8 @@
 // Package pollwait is the wait in Go's netpoller that the packet paths
-// reading a file descriptor the netpoller watches (packetio/udp,
-// packetio/afxdp) share: Receive's wait with a deadline, and Wake, which
-// ends that wait at once from another goroutine by setting a read deadline
-// in the past.
+// reading a file descriptor the netpoller watches (packetio/afxdp's socket,
+// packetio/udp's epoll instance, Epoll) share: Receive's wait with a
+// deadline, and Wake, which ends that wait at once from another goroutine
+// by setting a read deadline in the past.
 //
 // Wake sets a pending flag, then, if Receive is parked in the netpoller,
 // the past deadline; the read callback checks the flag after Receive is
