@@ -47,18 +47,25 @@ func epollWatches(t *testing.T, c *Conn) bool {
 	return found
 }
 
+// listenLoopback opens a Conn on 127.0.0.1 and a free port, closed at the
+// end of the test.
+func listenLoopback(t *testing.T) *Conn {
+	t.Helper()
+	c, err := Listen(netip.MustParseAddr("127.0.0.1"), Options{Port: AnyPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // The socket is in an epoll instance only while Receive waits, or has
 // waited lately: a polled socket leaves it after IdlePolls polls, so that
 // the datagrams queued to it run no epoll wake-up. A datagram that comes
 // while a Receive waits ends the wait; one queued before a wait begins is
 // read at once.
 func TestSocketJoinsEpollOnlyToWait(t *testing.T) {
-	lo := netip.MustParseAddr("127.0.0.1")
-	c, err := Listen(lo, Options{Port: AnyPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := listenLoopback(t)
 	peer, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(c.LocalAddrPort()))
 	if err != nil {
 		t.Fatal(err)
@@ -142,12 +149,7 @@ func TestSocketJoinsEpollOnlyToWait(t *testing.T) {
 // Receive and Transmit allocate nothing on the way into and out of a wait
 // (Join, Leave and the wait's callbacks are bound once).
 func TestEpollWaitNoAllocs(t *testing.T) {
-	lo := netip.MustParseAddr("127.0.0.1")
-	c, err := Listen(lo, Options{Port: AnyPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := listenLoopback(t)
 	allocs := testing.AllocsPerRun(50, func() {
 		// A wait that times out at once, then IdlePolls polls: the socket
 		// joins and leaves its epoll instance each run.
