@@ -138,8 +138,8 @@
 // queued to it, in the sender's context, whether a goroutine waits or not
 // (0.27 µs a datagram between two namespaces here), and a busy driver that
 // polls needs none. goroce bench send_lat 64 B between two namespaces, 7
-// interleaved rounds, medians: 6.88 against 7.40 µs with the socket in the
-// netpoller for good, the raw-UDP baseline's 6.33 against 6.64 µs.
+// interleaved rounds, medians: 6.81 against 7.15 µs with the socket in the
+// netpoller for good, the raw-UDP baseline's 6.18 against 6.43 µs.
 //
 // The system calls are made directly (golang.org/x/sys/unix) rather than
 // through golang.org/x/net/ipv4's PacketConn.ReadBatch/WriteBatch, on a
