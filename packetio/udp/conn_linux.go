@@ -249,7 +249,6 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 				return nil, c.opErr("receive", err)
 			}
 			ok, err := c.wait.Wait(deadline, c.waitFn)
-			c.rxEp.Waited()
 			if err == nil {
 				err = c.rxErr
 			}

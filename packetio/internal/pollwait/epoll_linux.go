@@ -31,7 +31,7 @@ type Epoll struct {
 	raw    syscall.RawConn // f's
 	events uint32          // what the socket joins for (EPOLLIN, EPOLLOUT)
 	joined syscall.RawConn // the socket in the instance, nil if none
-	polls  int             // Polled calls since the last Join or Waited
+	polls  int             // Polled calls since the last Join (each wait joins)
 
 	// ctl's state and its two callbacks, bound once.
 	op, fd   int
@@ -104,9 +104,6 @@ func (e *Epoll) Leave() error {
 	return e.ctl(unix.EPOLL_CTL_DEL, sock)
 }
 
-// Joined reports whether a socket is in the instance.
-func (e *Epoll) Joined() bool { return e.joined != nil }
-
 // Polled counts a poll of the socket that did not wait; after IdlePolls
 // of them in a row the socket leaves the instance.
 func (e *Epoll) Polled() {
@@ -117,9 +114,6 @@ func (e *Epoll) Polled() {
 		e.Leave() // an error is the socket's or instance's closing
 	}
 }
-
-// Waited restarts the count of Polled: the socket was just waited for.
-func (e *Epoll) Waited() { e.polls = 0 }
 
 // Close closes the instance: a goroutine waiting on File returns with the
 // file's closing error.
