@@ -227,8 +227,9 @@ func (c *Conn) initTx(batch int) {
 // recvmmsg; when there is nothing to read and deadline has not passed, it
 // waits in Go's netpoller, on an epoll instance that the socket joins for
 // the wait (the instance's read deadline is the given deadline), and reads
-// then. A socket polled pollwait.IdlePolls times in a row without a wait
-// leaves the instance again (pollwait.Epoll).
+// then. A socket polled pollwait.IdlePolls times in a row without a wait,
+// or whose polls took pollwait.IdleDatagrams datagrams, leaves the
+// instance again (pollwait.Epoll).
 func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
@@ -241,7 +242,7 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 			if err := c.raw.Read(c.recvFn); err != nil {
 				return nil, c.opErr("receive", err)
 			}
-			c.rxEp.Polled()
+			c.rxEp.Polled(c.rxN)
 		} else {
 			// The socket joins before the first read: a datagram queued
 			// after that read wakes the wait.

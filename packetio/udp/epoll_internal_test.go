@@ -146,6 +146,74 @@ func TestSocketJoinsEpollOnlyToWait(t *testing.T) {
 	}
 }
 
+// A socket whose polls take IdleDatagrams datagrams after a wait leaves its
+// epoll instance before IdlePolls polls: each datagram queued to it while
+// in costs its sender a wake-up that nobody waits for.
+func TestSocketLeavesEpollAfterDatagrams(t *testing.T) {
+	c := listenLoopback(t)
+	peer, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(c.LocalAddrPort()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	send := func(b byte) {
+		t.Helper()
+		if _, err := peer.Write([]byte{b, 1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// poll polls until it has the datagram just sent (loopback queues it
+	// within the send; the retries are margin, far fewer than IdlePolls).
+	poll := func(b byte) {
+		t.Helper()
+		for range 10 {
+			pkts, err := c.Receive(packetio.PollDeadline())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(pkts) == 1 && pkts[0].Buf[0] == b {
+				return
+			}
+			if len(pkts) != 0 {
+				t.Fatalf("poll: %d packets", len(pkts))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Fatalf("datagram %#x not received", b)
+	}
+	got := make(chan error, 1)
+	go func() {
+		pkts, err := c.Receive(time.Now().Add(10 * time.Second))
+		if err == nil && len(pkts) != 1 {
+			err = fmt.Errorf("%d packets", len(pkts))
+		}
+		got <- err
+	}()
+	deadline := time.Now().Add(5 * time.Second)
+	for !epollWatches(t, c) {
+		if time.Now().After(deadline) {
+			t.Fatal("a waiting Receive's socket is not in its epoll instance")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	send(0xB0)
+	if err := <-got; err != nil {
+		t.Fatalf("waiting Receive: %v", err)
+	}
+	for i := range pollwait.IdleDatagrams - 1 {
+		send(byte(i))
+		poll(byte(i))
+		if !epollWatches(t, c) {
+			t.Fatalf("the socket left its epoll instance after %d datagrams polled, want %d", i+1, pollwait.IdleDatagrams)
+		}
+	}
+	send(0xBF)
+	poll(0xBF)
+	if epollWatches(t, c) {
+		t.Fatalf("the socket is still in its epoll instance after %d datagrams polled", pollwait.IdleDatagrams)
+	}
+}
+
 // Receive and Transmit allocate nothing on the way into and out of a wait
 // (Join, Leave and the wait's callbacks are bound once).
 func TestEpollWaitNoAllocs(t *testing.T) {

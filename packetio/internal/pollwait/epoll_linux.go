@@ -32,6 +32,7 @@ type Epoll struct {
 	events uint32          // what the socket joins for (EPOLLIN, EPOLLOUT)
 	joined syscall.RawConn // the socket in the instance, nil if none
 	polls  int             // Polled calls since the last Join (each wait joins)
+	got    int             // datagrams those polls returned
 
 	// ctl's state and its two callbacks, bound once.
 	op, fd   int
@@ -45,6 +46,18 @@ type Epoll struct {
 // its Epoll: a driver that polls for a while after every burst, and waits
 // between bursts, then joins and leaves once a burst, not once a poll.
 const IdlePolls = 64
+
+// IdleDatagrams is how many datagrams taken by polls without a wait take a
+// socket out of its Epoll sooner: each one queued while the socket is in
+// it cost its sender a wake-up that nobody needed (0.27 µs between two
+// namespaces here), while a leave and a later join cost two epoll_ctl
+// (about 1 µs together). A stream that the driver polls after a wait then
+// pays for 8 such wake-ups, not for IdlePolls polls' worth of them (a
+// 64 KiB WRITE stream between two namespaces: the wake-ups' share of the
+// machine's processor time, sampled with perf, fell from 2.0% to 1.1%),
+// while a ping-pong that waits for every message, a datagram or two a
+// wait, stays in.
+const IdleDatagrams = 8
 
 // NewEpoll creates an epoll instance for sockets that join it for events
 // (unix.EPOLLIN or unix.EPOLLOUT). name names its file in errors.
@@ -80,7 +93,7 @@ func (e *Epoll) Raw() syscall.RawConn { return e.raw }
 // Join puts sock (the RawConn of a socket outside the netpoller) in the
 // instance, taking out the socket there before if it is another one.
 func (e *Epoll) Join(sock syscall.RawConn) error {
-	e.polls = 0
+	e.polls, e.got = 0, 0
 	if e.joined == sock {
 		return nil
 	}
@@ -104,13 +117,16 @@ func (e *Epoll) Leave() error {
 	return e.ctl(unix.EPOLL_CTL_DEL, sock)
 }
 
-// Polled counts a poll of the socket that did not wait; after IdlePolls
-// of them in a row the socket leaves the instance.
-func (e *Epoll) Polled() {
+// Polled counts a poll of the socket that did not wait and the n datagrams
+// it returned; after IdlePolls such polls in a row, or IdleDatagrams
+// datagrams taken by them, the socket leaves the instance.
+func (e *Epoll) Polled(n int) {
 	if e.joined == nil {
 		return
 	}
-	if e.polls++; e.polls >= IdlePolls {
+	e.polls++
+	e.got += n
+	if e.polls >= IdlePolls || e.got >= IdleDatagrams {
 		e.Leave() // an error is the socket's or instance's closing
 	}
 }
