@@ -41,8 +41,9 @@ type Config struct {
 	MaxAH         int // max_ah (default 65536)
 	// Window is the most packets a QP has unacknowledged (default 512).
 	Window int
-	// AckEvery sets AckReq on every n-th packet of a long message as well
-	// as on its last (default 64).
+	// AckEvery sets AckReq on at least every n-th packet a QP sends, and
+	// on the last packet of a message that ends a burst of posts or is
+	// signaled (default 64, at most Window/2).
 	AckEvery int
 	// AckDelay is how long (ns) the responder may hold back the ACK of a
 	// message that completed a receive (SEND, WRITE with immediate), hoping
@@ -166,6 +167,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64
 	}
+	// A window never fills with packets that ask for no ACK (ackReq).
+	cfg.AckEvery = max(1, min(cfg.AckEvery, cfg.Window/2))
 	wire.PrepareICRCRecovery() // not at the first packet (4 ms)
 	e := &Engine{cfg: cfg, MRs: NewMRTable(cfg.MaxMR), qps: make([]*QP, cfg.MaxQP)}
 	e.txFlows.local = cfg.Local

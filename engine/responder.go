@@ -58,6 +58,7 @@ type responder struct {
 	replay     []atomicReplay
 	replayNext int
 	ackDue     int64 // when a held ACK (the only queued item) must go out; 0: none held
+	stream     bool  // a message ended without AckReq since the last ACK queued
 
 	// cqLost: a receive completion found the receive CQ full (overrun).
 	// The message is not acknowledged and nothing more is taken; the
@@ -231,11 +232,16 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 		return // the message's completion was lost: it is not acknowledged
 	}
 	r.epsn = psn.Add(1)
-	if bth.AckReq() {
+	if !bth.AckReq() {
+		// A message that asks for no ACK leaves it to a later one: the
+		// requester has more queued (a stream).
+		r.stream = r.stream || ends
+	} else {
 		// The ACK of a message that completed a receive may wait for the
-		// reply the application is likely to post (Config.AckDelay).
+		// reply the application is likely to post (Config.AckDelay),
+		// unless messages that asked for none came before it.
 		if !r.mergeACK(psn) { // queueACK, the common case inlined
-			qp.pushACK(psn, ends && (op == wire.OpSend || info.Imm))
+			qp.pushACK(psn, ends && (op == wire.OpSend || info.Imm) && !r.stream)
 		} else {
 			// A second message behind a held ACK: a stream, which awaits
 			// no reply. Holding its ACK would only stall the sender's
@@ -243,6 +249,7 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 			// 3 GB/s when the hold's timer fired late).
 			r.ackDue = 0
 		}
+		r.stream = false
 	}
 }
 
