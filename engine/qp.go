@@ -147,6 +147,22 @@ func (qp *QP) InFlight() int {
 	return int(qp.req.ackPSN.Distance(qp.req.psn)) - 1
 }
 
+// AckAwaited reports whether an RC QP sent a request packet that asked for
+// an acknowledgement (AckReq, a READ or an atomic) which has not come: its
+// ACK or response is on its way (or the retransmission timer runs), and
+// whoever takes that in calls Output again. Packets in flight alone
+// (InFlight) do not say so: the last packet of a message with more queued
+// behind it asks for nothing (see QP.ackReq). Call it with the engine
+// serialised, as Output.
+func (qp *QP) AckAwaited() bool {
+	if qp.typ != verbs.QPTRC || qp.state != verbs.QPSRTS {
+		return false
+	}
+	r := &qp.req
+	d := r.ackPSN.Distance(r.askPSN)
+	return d > 0 && d < r.ackPSN.Distance(r.psn)
+}
+
 // Unsent returns how many work requests are posted to the QP's send queue
 // and not yet fully sent, and an estimate of the packets they will take:
 // their number times the packets of the last one (a stream of posts is
@@ -369,6 +385,7 @@ func (qp *QP) setAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	if mask&verbs.AttrSQPSN != 0 {
 		qp.req.psn = wire.PSN(a.SQPSN)
 		qp.req.ackPSN = qp.req.psn.Sub(1)
+		qp.req.askPSN = qp.req.ackPSN
 	}
 	if mask&verbs.AttrTimeout != 0 {
 		qp.timeout = a.Timeout

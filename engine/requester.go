@@ -27,8 +27,9 @@ type requester struct {
 	rnrUntil  int64    // sending paused after an RNR NAK until then
 	retryLeft int
 	rnrLeft   int
-	resend    bool // packets now going out are retransmissions
-	unasked   int  // packets sent since the last one with AckReq
+	resend    bool     // packets now going out are retransmissions
+	unasked   int      // packets sent since the last one with AckReq
+	askPSN    wire.PSN // the last packet sent that asked for an ACK (AckAwaited)
 }
 
 func (qp *QP) timeoutNs() int64 {
@@ -127,6 +128,9 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 		}
 	}
 	n := qp.e.finish(buf, payload, qp.remote, qp.sport)
+	if h.AckReq {
+		r.askPSN = h.PSN
+	}
 	if r.resend {
 		qp.e.stats.Retransmits++
 	}
@@ -196,24 +200,24 @@ func rdAtomicHeader(h *wire.Header, s *sendSlot, off uint32) {
 
 // ackReq decides the AckReq bit of a SEND's or WRITE's packet: every
 // AckEvery-th packet asks, and so does a message's last packet when it
-// ends a burst (no WQE is queued behind it), when the WQE is signaled
-// (its application waits for that completion), or on a retransmission.
-// The last packet of a message with another queued behind it does not
-// ask: that one's ACK, which acknowledges every PSN before it, retires
-// both. rdma_rxe asks on every message's last packet; a 64 KiB WRITE
-// stream then draws an ACK a WRITE (0.68 a WRITE between two namespaces,
-// a responder merging those of a batch), each a system call and a
-// datagram on both sides, where one every AckEvery packets is enough.
-// The window (Config.Window, at least 2*AckEvery) never fills with
-// packets that ask for nothing; a READ or atomic that a later WQE waits
-// for (fence, max_rd_atomic) is answered, which acknowledges the PSNs
-// before it.
+// ends a burst (no WQE is queued behind it), when its WQE is signaled (the
+// application waits for that completion), when no packet that asked is
+// awaiting its ACK (AckAwaited), or on a retransmission. The last packet
+// of a message with more queued behind it asks for nothing otherwise: the
+// ACK of a later one acknowledges every PSN before it. rdma_rxe asks on
+// every message's last packet; a 64 KiB WRITE stream between two
+// namespaces then drew 0.68 ACKs a WRITE (a responder merges those of a
+// batch), each a system call and a datagram on both sides, where one every
+// AckEvery packets, or a round trip, is enough: 0.27. The window
+// (Config.Window, at least 2*AckEvery) never fills with packets that ask
+// for nothing, and a READ or atomic that a later WQE waits for (a fence,
+// max_rd_atomic) is answered, which acknowledges the PSNs before it.
 func (qp *QP) ackReq(s *sendSlot, last bool) bool {
 	r := &qp.req
 	r.unasked++
 	ask := r.unasked >= qp.e.cfg.AckEvery
 	if last && !ask {
-		ask = r.resend || r.next+1 == qp.sq.posted() || s.wr.Flags&verbs.SendSignaled != 0 || qp.sigAll
+		ask = r.resend || r.next+1 == qp.sq.posted() || s.wr.Flags&verbs.SendSignaled != 0 || qp.sigAll || !qp.AckAwaited()
 	}
 	if ask {
 		r.unasked = 0

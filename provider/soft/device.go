@@ -403,10 +403,10 @@ func (d *Device) input(pkts []packetio.Packet) {
 func (d *Device) kick() { d.kickQP(nil, nil, false) }
 
 // kickQP is kick after a post to qp, corked as Nagle's algorithm holds a
-// TCP segment back: while qp has packets sent and not acknowledged, an ACK
-// is on its way (or the retransmission timer, which the driver's deadline
-// covers), and whoever takes it in (the driver, or a Poll inline) sends
-// what was posted meanwhile. Unlike Nagle's, the cork ends once three
+// TCP segment back: while a packet qp sent awaits the ACK it asked for
+// (engine.QP.AckAwaited), that ACK is on its way (or the retransmission
+// timer, which the driver's deadline covers), and whoever takes it in (the
+// driver, or a Poll inline) sends what was posted meanwhile. Unlike Nagle's, the cork ends once three
 // quarters of a batch (Options.Batch) wait to be sent (QP.Unsent), and
 // those leave at once, while the application may still be posting: a
 // burst of posts leaves in a few full system calls, the first of them
@@ -454,7 +454,7 @@ func (d *Device) kickQP(qp *engine.QP, hint *corkHint, awaited bool) {
 	}
 	d.mu.Lock()
 	corked := false
-	if qp != nil && !awaited && !d.opts.Busy && qp.InFlight() > 0 {
+	if qp != nil && !awaited && !d.opts.Busy && qp.AckAwaited() {
 		limit := d.opts.Batch * 3 / 4
 		wrs, pkts := qp.Unsent()
 		if corked = pkts < limit; corked {
