@@ -142,3 +142,40 @@ func TestAckDelayStream(t *testing.T) {
 		t.Errorf("x has %d packets in flight after the ACK", n)
 	}
 }
+
+// TestAckDelayStreamNoAckReq: a held ACK goes as soon as a message that
+// asks for none follows (a stream whose requester has more queued), before
+// the delay ends and before the stream's next ACK request.
+func TestAckDelayStreamNoAckReq(t *testing.T) {
+	l, x, y := ackDelayLink(t)
+	rwr := verbs.RecvWR{WRID: 9, SGList: y.sge(2048, 64)}
+	if _, err := y.qp.PostRecv([]verbs.RecvWR{rwr, rwr, rwr}); err != nil {
+		t.Fatal(err)
+	}
+	wr := verbs.SendWR{WRID: 1, Opcode: verbs.WRSend, SGList: x.sge(0, 64)}
+	if _, err := x.qp.PostSend([]verbs.SendWR{wr, wr, wr}); err != nil {
+		t.Fatal(err)
+	}
+	// One packet at a time: the first asks (no ACK is awaited yet), the
+	// second does not (a third is queued).
+	step := func() bool {
+		n, _, ok := l.a.Output(l.now, l.buf)
+		if !ok {
+			t.Fatal("x has nothing to send")
+		}
+		l.b.Input(l.now, l.buf[:n], l.a.Local(), wire.RoCEv2Port)
+		return wire.BTH(l.buf[:n]).AckReq()
+	}
+	if !step() {
+		t.Fatal("the first SEND does not ask for an ACK")
+	}
+	if ops := outputAll(l.b, l.now, l.buf, nil); len(ops) != 0 {
+		t.Fatalf("y sent %v at once for a lone SEND, want its ACK held", ops)
+	}
+	if step() {
+		t.Fatal("the second SEND of three asks for an ACK")
+	}
+	if ops := outputAll(l.b, l.now, l.buf, l.a); len(ops) != 1 || ops[0] != wire.RCAcknowledge {
+		t.Fatalf("y sent %v behind a SEND that asked for no ACK, want the held ACK at once", ops)
+	}
+}

@@ -234,8 +234,11 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	r.epsn = psn.Add(1)
 	if !bth.AckReq() {
 		// A message that asks for no ACK leaves it to a later one: the
-		// requester has more queued (a stream).
-		r.stream = r.stream || ends
+		// requester has more queued (a stream), which awaits no reply, so
+		// an ACK held for one goes (as below).
+		if ends {
+			r.stream, r.ackDue = true, 0
+		}
 	} else {
 		// The ACK of a message that completed a receive may wait for the
 		// reply the application is likely to post (Config.AckDelay),
