@@ -37,8 +37,10 @@
 //     (PostSend, PostRecv), flush; and the output arbiter: Output and
 //     OutputFrom pick, round-robin over the active QPs, the QP that sends
 //     next, and QP.output its packet, responses before requests.
-//   - requester.go: send WQEs become request packets (reqOutput, startWQE,
-//     reqPacket; rxe_req.c).
+//   - requester.go: send WQEs become request packets (reqOutput, startWQE;
+//     rxe_req.c); ackReq decides which ask for an ACK (every AckEvery
+//     packets, and a message's last when it ends a burst, is signaled, or
+//     no ACK is awaited), where rdma_rxe asks on every message's last.
 //   - responder.go: request packets are executed and answered (rxe_resp.c):
 //     respond checks the PSN and the opcode sequence, then one function per
 //     operation family executes: respSend, respWrite, respRead, respAtomic,
