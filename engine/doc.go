@@ -38,7 +38,7 @@
 //     OutputFrom pick, round-robin over the active QPs, the QP that sends
 //     next, and QP.output its packet, responses before requests.
 //   - requester.go: send WQEs become request packets (reqOutput, startWQE;
-//     rxe_req.c); ackReq decides which ask for an ACK (every AckEvery
+//     rxe_req.c); askLast decides which ask for an ACK (every AckEvery
 //     packets, and a message's last when it ends a burst, is signaled, or
 //     no ACK is awaited), where rdma_rxe asks on every message's last.
 //   - responder.go: request packets are executed and answered (rxe_resp.c):

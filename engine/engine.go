@@ -167,7 +167,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64
 	}
-	// A window never fills with packets that ask for no ACK (ackReq).
+	// A window never fills with packets that ask for no ACK (askLast).
 	cfg.AckEvery = max(1, min(cfg.AckEvery, cfg.Window/2))
 	wire.PrepareICRCRecovery() // not at the first packet (4 ms)
 	e := &Engine{cfg: cfg, MRs: NewMRTable(cfg.MaxMR), qps: make([]*QP, cfg.MaxQP)}

@@ -152,7 +152,7 @@ func (qp *QP) InFlight() int {
 // ACK or response is on its way (or the retransmission timer runs), and
 // whoever takes that in calls Output again. Packets in flight alone
 // (InFlight) do not say so: the last packet of a message with more queued
-// behind it asks for nothing (see QP.ackReq). Call it with the engine
+// behind it asks for nothing (see QP.askLast). Call it with the engine
 // serialised, as Output.
 func (qp *QP) AckAwaited() bool {
 	if qp.typ != verbs.QPTRC || qp.state != verbs.QPSRTS {
