@@ -2,6 +2,7 @@ package engine
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/goroce/goroce/verbs"
@@ -61,7 +62,7 @@ func TestAckReqBurst(t *testing.T) {
 				t.Fatal(err)
 			}
 			asked, _ := sendAll(t, l.a, l.now, l.buf, l.b)
-			if !equalInts(asked, c.want) {
+			if !slices.Equal(asked, c.want) {
 				t.Fatalf("packets with AckReq %v, want %v", asked, c.want)
 			}
 			if !x.qp.AckAwaited() {
@@ -143,16 +144,4 @@ func TestAckReqWindow(t *testing.T) {
 	if w := x.poll(x.scq); len(w) != 1 || w[0].Status != verbs.WCSuccess {
 		t.Errorf("completions %+v, want the signaled WR's", w)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -59,6 +59,35 @@ func listenLoopback(t *testing.T) *Conn {
 	return c
 }
 
+// loopbackSender returns a function that sends c a 4-byte datagram
+// starting with b from a socket of its own.
+func loopbackSender(t *testing.T, c *Conn) func(b byte) {
+	peer, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(c.LocalAddrPort()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Close() })
+	return func(b byte) {
+		t.Helper()
+		if _, err := peer.Write([]byte{b, 1, 2, 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// awaitJoined waits until c's socket is in its epoll instance (a Receive
+// waits), for at most 5 s.
+func awaitJoined(t *testing.T, c *Conn) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !epollWatches(t, c) {
+		if time.Now().After(deadline) {
+			t.Fatal("a waiting Receive's socket is not in its epoll instance")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // The socket is in an epoll instance only while Receive waits, or has
 // waited lately: a polled socket leaves it after IdlePolls polls, so that
 // the datagrams queued to it run no epoll wake-up. A datagram that comes
@@ -66,17 +95,7 @@ func listenLoopback(t *testing.T) *Conn {
 // read at once.
 func TestSocketJoinsEpollOnlyToWait(t *testing.T) {
 	c := listenLoopback(t)
-	peer, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(c.LocalAddrPort()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	send := func(b byte) {
-		t.Helper()
-		if _, err := peer.Write([]byte{b, 1, 2, 3}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := loopbackSender(t, c)
 	if epollWatches(t, c) {
 		t.Fatal("a new Conn's socket is in its epoll instance")
 	}
@@ -99,13 +118,7 @@ func TestSocketJoinsEpollOnlyToWait(t *testing.T) {
 		pkts, err := c.Receive(time.Now().Add(10 * time.Second))
 		got <- result{pkts, err}
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for !epollWatches(t, c) {
-		if time.Now().After(deadline) {
-			t.Fatal("a waiting Receive's socket is not in its epoll instance")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	awaitJoined(t, c)
 	send(0xA1)
 	select {
 	case r := <-got:
@@ -151,17 +164,7 @@ func TestSocketJoinsEpollOnlyToWait(t *testing.T) {
 // in costs its sender a wake-up that nobody waits for.
 func TestSocketLeavesEpollAfterDatagrams(t *testing.T) {
 	c := listenLoopback(t)
-	peer, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(c.LocalAddrPort()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	send := func(b byte) {
-		t.Helper()
-		if _, err := peer.Write([]byte{b, 1, 2, 3}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	send := loopbackSender(t, c)
 	// poll polls until it has the datagram just sent (loopback queues it
 	// within the send; the retries are margin, far fewer than IdlePolls).
 	poll := func(b byte) {
@@ -189,13 +192,7 @@ func TestSocketLeavesEpollAfterDatagrams(t *testing.T) {
 		}
 		got <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for !epollWatches(t, c) {
-		if time.Now().After(deadline) {
-			t.Fatal("a waiting Receive's socket is not in its epoll instance")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	awaitJoined(t, c)
 	send(0xB0)
 	if err := <-got; err != nil {
 		t.Fatalf("waiting Receive: %v", err)
