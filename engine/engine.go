@@ -41,9 +41,9 @@ type Config struct {
 	MaxAH         int // max_ah (default 65536)
 	// Window is the most packets a QP has unacknowledged (default 512).
 	Window int
-	// AckEvery sets AckReq on at least every n-th packet a QP sends, and
-	// on the last packet of a message that ends a burst of posts or is
-	// signaled (default 64, at most Window/2).
+	// AckEvery sets AckReq on at least every n-th packet a QP sends; the
+	// last packet of a message asks too when it ends a burst of posts, is
+	// signaled, or no ACK is awaited (default 64, at most Window/2).
 	AckEvery int
 	// AckDelay is how long (ns) the responder may hold back the ACK of a
 	// message that completed a receive (SEND, WRITE with immediate), hoping
