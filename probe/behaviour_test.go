@@ -306,7 +306,10 @@ func TestResponderGarbage(t *testing.T) {
 	for _, g := range garbage {
 		u.send(g, x.r.GID(), x.r.QPNs()[0])
 	}
-	time.Sleep(50 * time.Millisecond)
+	// Wait (bounded) until the responder has taken in every payload.
+	for deadline := time.Now().Add(5 * time.Second); x.r.Stats().Invalid < uint64(len(garbage)) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if _, _, ok := u.recv(10 * time.Millisecond); ok {
 		t.Fatal("the responder answered garbage")
 	}
