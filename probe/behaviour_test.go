@@ -266,7 +266,7 @@ func TestForgedACK(t *testing.T) {
 	ack(other, probe.AckFirst, m.T1)
 	ack(evil, probe.AckFirst, m.T1)
 	ack(fake, probe.AckFirst, m.T1+1) // the wrong T1
-	time.Sleep(50 * time.Millisecond)
+	proberStats(p, func(s probe.ProberStats) bool { return s.Mismatched >= 3 })
 	if s := p.Stats(); s.Mismatched != 3 || s.InFlight != 1 || len(col.wait(t, 0, count(0))) != 0 {
 		t.Fatalf("stats %+v after three forged ACKs", s)
 	}
@@ -278,9 +278,17 @@ func TestForgedACK(t *testing.T) {
 	}
 	// An ACK for no probe is counted as unmatched.
 	ack(fake, probe.AckFirst, m.T1)
-	time.Sleep(20 * time.Millisecond)
+	proberStats(p, func(s probe.ProberStats) bool { return s.Unmatched >= 1 })
 	if s := p.Stats(); s.Unmatched != 1 || s.Completed != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// proberStats waits, up to 5 s, until p's counters satisfy cond: packets
+// sent to it are taken in by its own goroutine, some time after they leave.
+func proberStats(p *probe.Prober, cond func(probe.ProberStats) bool) {
+	for deadline := time.Now().Add(5 * time.Second); !cond(p.Stats()) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 }
 
