@@ -49,7 +49,10 @@
 # When goroce bench has --gso (packetio/udp's UDP GSO), a "goroce (no GSO)"
 # row runs it with --gso=false (and --gro=false when that exists too); when
 # it has --events (latency tests waiting on a completion channel instead of
-# polling), a "goroce (events)" row does the same for latency tests.
+# polling), a "goroce (events)" row does the same for latency tests. When it
+# has --baseline-ack, latency tests get a "raw UDP + ACK" row: the raw
+# ping-pong with each message followed by an ACK datagram in a send of its
+# own, as RC acknowledges every message (the floor of such a transport).
 #
 # Needs root, iproute2, ucx-utils and libfabric-bin (apt-get install -y
 # ucx-utils libfabric-bin; a missing tool's rows say so). Creates the
@@ -93,6 +96,8 @@ if "$TMP/goroce" bench write_bw -h 2>&1 | grep -qE '^ +-+gso\b'; then
 fi
 EVENTS=""
 if "$TMP/goroce" bench send_lat -h 2>&1 | grep -qE '^ +-+events\b'; then EVENTS="--events"; fi
+BASEACK=""
+if "$TMP/goroce" bench send_lat -h 2>&1 | grep -qE '^ +-+baseline-ack\b'; then BASEACK=1; fi
 
 # wait_port NS PORT: until something listens on TCP PORT in NS (at most 5 s).
 wait_port() {
@@ -197,7 +202,10 @@ tools() {
 	echo "goroce"
 	[ -n "$NOGSO" ] && echo "goroce (no GSO)"
 	[ -n "$EVENTS" ] && [ "${test%_lat}" != "$test" ] && echo "goroce (events)"
-	[ "$(echo "$c" | cut -d'|' -f4)" = nobase ] || echo "raw UDP"
+	if [ "$(echo "$c" | cut -d'|' -f4)" != nobase ]; then
+		echo "raw UDP"
+		[ -z "$BASEACK" ] || [ "${test%_lat}" = "$test" ] || echo "raw UDP + ACK"
+	fi
 	[ -n "$NO_PEERS" ] && return 0
 	echo "$c" | cut -d'|' -f3 | tr ';' '\n' | cut -d= -f1
 }
@@ -238,6 +246,10 @@ for round in $(seq "$ROUNDS"); do
 			if [ "$nobase" != nobase ]; then
 				# shellcheck disable=SC2086
 				record "$mtu" "$i" "raw UDP" t_goroce "--path udp" $gargs -m $pmtu --baseline
+				if [ -n "$BASEACK" ] && [ "$KIND" = lat ]; then
+					# shellcheck disable=SC2086
+					record "$mtu" "$i" "raw UDP + ACK" t_goroce "--path udp" $gargs -m $pmtu --baseline --baseline-ack
+				fi
 			fi
 			[ -n "$NO_PEERS" ] && continue
 			IFS=';' read -r -a plist <<< "$peers"

@@ -109,6 +109,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.json, "json", false, "print the results as JSON instead of the table")
 	fs.BoolVar(&c.loopback, "loopback", false, "run both sides in this process on two soft devices: --addr (default 127.0.0.1) and the next address")
 	fs.BoolVar(&c.baseline, "baseline", false, "run the raw-UDP equivalent of the test instead (send/write/read_bw, send/write_lat): the same packet sizes and window as plain datagrams on the same UDP path, for comparison")
+	fs.BoolVar(&o.BaseACK, "baseline-ack", false, "with --baseline on a latency test: each side follows its message with a 16-byte ACK datagram in a send of its own, as an RC responder's ACK follows its reply (the floor of a transport that acknowledges every message)")
 	fs.BoolVar(&c.rdmaCM, "R", false, "connect through rdma_cm (perftest's -R): the exchange over an RC connection to rdma_cm port -p, then one rdma_cm connection per QP")
 	fs.BoolVar(&c.rdmaCM, "rdma_cm", false, "same as -R")
 	fs.BoolVar(&o.Verify, "verify", false, "check the data of SEND, WRITE and READ tests (goroce on both sides)")
@@ -170,6 +171,12 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if c.baseline && c.loopback {
 		return usageErr("--baseline runs between two hosts (or namespaces), not with --loopback")
+	}
+	if o.BaseACK && !c.baseline {
+		return usageErr("--baseline-ack goes with --baseline")
+	}
+	if o.BaseACK && !o.Test.Lat {
+		return usageErr("--baseline-ack is for latency tests (send_lat, write_lat): a bandwidth baseline acknowledges as RoCE does already")
 	}
 	if c.rdmaCM && c.baseline {
 		return usageErr("--baseline runs over TCP and UDP, not rdma_cm (-R)")

@@ -168,6 +168,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "write_bw", "--loopback", "host"}, "--loopback takes no HOST"},
 		{[]string{"bench", "write_bw", "-p", "70000"}, "port 70000"},
 		{[]string{"bench", "write_bw", "a", "b"}, "usage"},
+		{[]string{"bench", "send_lat", "--baseline-ack", "host"}, "goes with --baseline"},
+		{[]string{"bench", "write_bw", "--baseline", "--baseline-ack", "host"}, "is for latency tests"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(c.args, &out, &errb); code != 2 || !strings.Contains(errb.String(), c.want) {

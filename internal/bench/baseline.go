@@ -24,8 +24,8 @@ import (
 // baseAckEvery datagrams), as RoCE's ACKs do; READ runs the stream the other
 // way. Both sides poll for 50 µs after the last datagram and then sleep in
 // Receive, as the soft device's driver does. A latency test is a ping-pong of one
-// datagram each way. The TCP connection carries only the start and the
-// receiver's count and time.
+// datagram each way (Options.BaseACK: each followed by an ACK datagram). The
+// TCP connection carries only the start and the receiver's count and time.
 
 const (
 	baseAckEvery = 16
@@ -35,6 +35,9 @@ const (
 	baseWindow   = 512
 	baseSpin     = 50 * time.Microsecond // as soft.Options.Spin's default
 	baseBlock    = 5 * time.Millisecond
+	// baseAckSeq marks the ACK datagrams of a ping-pong (Options.BaseACK)
+	// where its messages carry their sequence number.
+	baseAckSeq = math.MaxUint32
 )
 
 // baseSizes returns the datagram sizes of one message of size bytes.
@@ -65,6 +68,9 @@ func Baseline(ctx context.Context, conn packetio.Conn, peer netip.Addr, ctl *per
 	}
 	if o.QPs != 1 || o.All || o.Duration > 0 || o.Test.Verb == Atomic || o.Test.Verb == Read && o.Test.Lat {
 		return Result{}, fmt.Errorf("%w: the UDP baseline covers send/write/read_bw and send/write_lat with one QP and -n", ErrUsage)
+	}
+	if o.BaseACK && !o.Test.Lat {
+		return Result{}, fmt.Errorf("%w: the baseline's ACK per message is for latency tests (a bandwidth baseline acknowledges as RoCE does already)", ErrUsage)
 	}
 	stop := context.AfterFunc(ctx, func() { ctl.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -263,16 +269,36 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 	n := o.Iters
 	tposted := timestamps(n)
 	clk := newClock()
-	send := func(i int) error {
+	dgram := func(seq uint32, n int) error {
 		pkts := b.conn.TxBatch(1)
 		if len(pkts) == 0 {
 			return packetio.ErrClosed
 		}
-		pkts[0].Buf = pkts[0].Buf[:size]
-		binary.BigEndian.PutUint32(pkts[0].Buf, uint32(i))
+		pkts[0].Buf = pkts[0].Buf[:n]
+		binary.BigEndian.PutUint32(pkts[0].Buf, seq)
 		pkts[0].Addr = b.peer
 		_, err := b.conn.Transmit(pkts[:1])
 		return err
+	}
+	// acked counts the peer's ACK datagrams received (Options.BaseACK);
+	// got whether this side has received a message it has not yet
+	// acknowledged.
+	acked, got := 0, false
+	// ackCheck: every ACK but the last (on the server, the last two: the
+	// client sends each behind its next message) arrived before the last
+	// message; fewer mean the baseline is not what it says.
+	ackCheck := func() error {
+		if o.BaseACK && acked < n-2 {
+			return fmt.Errorf("raw UDP ping-pong: %d ACK datagrams of %d arrived", acked, n)
+		}
+		return nil
+	}
+	send := func(i int) error {
+		if err := dgram(uint32(i), size); err != nil || !o.BaseACK || !got {
+			return err
+		}
+		got = false
+		return dgram(baseAckSeq, baseAckLen)
 	}
 	// wait returns the sequence numbers received until one >= want.
 	wait := func(want int, retry func() error) error {
@@ -286,10 +312,20 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 			if err != nil {
 				return err
 			}
+			done := false
 			for _, p := range pk {
-				if len(p.Buf) >= 4 && int(binary.BigEndian.Uint32(p.Buf)) >= want {
-					return nil
+				if len(p.Buf) < 4 {
+					continue
 				}
+				switch seq := binary.BigEndian.Uint32(p.Buf); {
+				case seq == baseAckSeq && len(p.Buf) == baseAckLen:
+					acked++
+				case int(seq) >= want:
+					done, got = true, true
+				}
+			}
+			if done {
+				return nil
 			}
 			if len(pk) == 0 {
 				if time.Since(since) > baseRetry && retry != nil {
@@ -331,6 +367,9 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 		for {
 			select {
 			case err := <-done:
+				if err == nil {
+					err = ackCheck()
+				}
 				return Result{}, err
 			default:
 			}
@@ -345,7 +384,17 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 			}
 		}
 	}
+	if o.BaseACK && o.Client {
+		// The last reply's ACK, which the server takes in while it waits
+		// for the end.
+		if err := dgram(baseAckSeq, baseAckLen); err != nil {
+			return Result{}, err
+		}
+	}
 	if _, err := ctl.HandShake(perftest.Dest{}); err != nil {
+		return Result{}, err
+	}
+	if err := ackCheck(); err != nil {
 		return Result{}, err
 	}
 	r := latResult(o.Size, tposted, 2)

@@ -141,6 +141,13 @@ type Options struct {
 	// polls too (soft.Options.Busy): that is what `goroce bench` does for
 	// latency tests unless -e.
 	Busy bool
+	// BaseACK makes the raw-UDP baseline of a latency test acknowledge
+	// every message, as RC does: each side follows its message with a
+	// baseAckLen-byte ACK datagram for the one it last received, in a
+	// Transmit of its own, as the soft device sends the ACK it held for a
+	// message after the reply (soft's ackAside). It is the floor of a
+	// transport that acknowledges every message on this path.
+	BaseACK bool
 }
 
 // Result is one row of the report.

@@ -459,8 +459,16 @@ func TestBaselineLoopback(t *testing.T) {
 		{Test: Test{Verb: Send}, Size: 65536, Iters: 50, TxDepth: 8},
 		{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200},
 		{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200},
+		// An ACK datagram behind every message: Baseline fails unless
+		// the peer's arrive.
+		{Test: Test{Verb: Send, Lat: true}, Size: 2, Iters: 200, BaseACK: true},
+		{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, BaseACK: true},
 	} {
-		t.Run(c.Test.String(), func(t *testing.T) {
+		name := c.Test.String()
+		if c.BaseACK {
+			name += "+ack"
+		}
+		t.Run(name, func(t *testing.T) {
 			ua, err := udp.Listen(addrA, udp.Options{})
 			if err != nil {
 				t.Skipf("no UDP socket on %v: %v", addrA, err)
@@ -511,6 +519,9 @@ func TestBaselineLoopback(t *testing.T) {
 	}
 	if _, err := Baseline(context.Background(), nil, addrA, nil, Options{Test: Test{Verb: Atomic}}); !errors.Is(err, ErrUsage) {
 		t.Errorf("atomic baseline: %v", err)
+	}
+	if _, err := Baseline(context.Background(), nil, addrA, nil, Options{Test: Test{Verb: Write}, BaseACK: true}); !errors.Is(err, ErrUsage) {
+		t.Errorf("bandwidth baseline with an ACK per message: %v", err)
 	}
 }
 
