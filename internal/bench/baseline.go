@@ -269,12 +269,12 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 	n := o.Iters
 	tposted := timestamps(n)
 	clk := newClock()
-	dgram := func(seq uint32, n int) error {
+	dgram := func(seq uint32, length int) error {
 		pkts := b.conn.TxBatch(1)
 		if len(pkts) == 0 {
 			return packetio.ErrClosed
 		}
-		pkts[0].Buf = pkts[0].Buf[:n]
+		pkts[0].Buf = pkts[0].Buf[:length]
 		binary.BigEndian.PutUint32(pkts[0].Buf, seq)
 		pkts[0].Addr = b.peer
 		_, err := b.conn.Transmit(pkts[:1])
