@@ -205,10 +205,11 @@ func rdAtomicHeader(h *wire.Header, s *sendSlot, off uint32) {
 // askLast and reqOutput decide the AckReq bit of a SEND's or WRITE's
 // packet: every AckEvery-th packet asks, and so does a message's last
 // packet when it ends a burst (no WQE is queued behind it), when its WQE
-// is signaled (the application waits for that completion), when no packet
-// that asked is awaiting its ACK (AckAwaited), or on a retransmission. The last packet
-// of a message with more queued behind it asks for nothing otherwise: the
-// ACK of a later one acknowledges every PSN before it. rdma_rxe asks on
+// is signaled (the application waits for that completion), when no
+// packet that asked is awaiting its ACK (AckAwaited), or on a
+// retransmission. The last packet of a message with more queued behind it
+// asks for nothing otherwise: the ACK of a later one acknowledges every
+// PSN before it. rdma_rxe asks on
 // every message's last packet; a 64 KiB WRITE stream between two
 // namespaces then drew 0.68 ACKs a WRITE (a responder merges those of a
 // batch), each a system call and a datagram on both sides, where one every

@@ -407,8 +407,9 @@ func (d *Device) kick() { d.kickQP(nil, nil, false) }
 // (engine.QP.AckAwaited), that ACK is on its way (or the retransmission
 // timer, which the driver's deadline covers), and whoever takes it in (the
 // driver, or a Poll inline) sends what was posted meanwhile. Unlike
-// Nagle's, the cork ends once three quarters of a batch (Options.Batch) wait to be sent (QP.Unsent), and
-// those leave at once, while the application may still be posting: a
+// Nagle's, the cork ends once three quarters of a batch (Options.Batch)
+// wait to be sent (QP.Unsent), and those leave at once, while the
+// application may still be posting: a
 // burst of posts leaves in a few full system calls, the first of them
 // early enough for the peer to work on it while the rest are posted.
 // perftest's write_bw, which posts bursts of 100 (its CQ moderation) into
