@@ -160,9 +160,10 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	c.initRx(o.Batch)
 	tx := o.Batch
 	if c.off.GSO() {
-		// Room for a whole GSO message: one sendmmsg entry then carries as
-		// many packets as the kernel takes in one.
-		tx = max(tx, wire.GSOMaxSegments)
+		// Room for several whole GSO messages: one sendmmsg entry then
+		// carries as many packets as the kernel takes in one, also where a
+		// run of equal packets crosses the messages of a stream.
+		tx = max(tx, udpsock.GSOTxBatch)
 	}
 	c.initTx(tx)
 	if o.SourcePorts > 0 {

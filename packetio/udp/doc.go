@@ -155,7 +155,8 @@
 // socket that never blocks they return within microseconds, and with
 // unix.Syscall6 the runtime's monitor handed the processor to another thread
 // on almost every tick while packets flowed (see recvmmsg). With GSO a
-// TxBatch lends up to 64 packets, a full GSO message, whatever Options.Batch.
+// TxBatch lends up to 256 packets, four full GSO messages, whatever
+// Options.Batch (udpsock.GSOTxBatch).
 //
 // The UDP path is implemented on Linux, for IPv4; Listen elsewhere, or for an
 // IPv6 address, returns an error matching packetio.ErrNotSupported.

@@ -18,6 +18,7 @@ import (
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/testenv"
 	"github.com/goroce/goroce/packetio/internal/rocetest"
+	"github.com/goroce/goroce/packetio/internal/udpsock"
 	"github.com/goroce/goroce/packetio/packetiotest"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/wire"
@@ -34,7 +35,7 @@ func TestGSOTxBatch(t *testing.T) {
 	for _, gso := range []udp.Offload{udp.OffloadRequire, udp.OffloadOff} {
 		t.Run("gso="+gso.String(), func(t *testing.T) {
 			a, b := loopbackPair(t, udp.Options{GSO: gso, GRO: udp.OffloadOff, Batch: 8})
-			rocetest.GSOTxBatch(t, a, b, gso == udp.OffloadRequire)
+			rocetest.GSOTxBatch(t, a, b, gso == udp.OffloadRequire, udpsock.GSOTxBatch)
 		})
 	}
 }

@@ -21,8 +21,8 @@ type Options struct {
 	DstPort int
 	// Batch is the largest number of packets one Receive returns (one
 	// recvmmsg) and one TxBatch lends; with GSO on, TxBatch lends up to
-	// wire.GSOMaxSegments (64) if Batch is smaller, so that a run of
-	// packets fills a GSO message. Default packetio.DefaultBatch; at most
+	// four GSO messages' packets (256) if Batch is smaller, so that runs of
+	// packets fill GSO messages. Default packetio.DefaultBatch; at most
 	// 1024 (the kernel's UIO_MAXIOV, the most one recvmmsg or sendmmsg call
 	// handles).
 	Batch int

@@ -53,7 +53,7 @@ func TestGSOTxBatchAndOff(t *testing.T) {
 	for _, gso := range []uring.Offload{uring.OffloadRequire, uring.OffloadOff} {
 		t.Run("gso="+gso.String(), func(t *testing.T) {
 			a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: gso, GRO: uring.OffloadOff, Batch: 8})
-			rocetest.GSOTxBatch(t, a, b, gso == uring.OffloadRequire)
+			rocetest.GSOTxBatch(t, a, b, gso == uring.OffloadRequire, wire.GSOMaxSegments)
 		})
 	}
 }

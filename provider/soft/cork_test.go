@@ -67,14 +67,15 @@ func TestCorkedPosts(t *testing.T) {
 }
 
 // TestCorkReleasedByPosts: on a duplex Conn (packetio/udp), posts to a QP
-// with a packet in flight are held while fewer than three quarters of a
-// batch wait, and the post that completes them sends them, in one transmit
-// call, while the driver waits in Receive, without waking it. The peer is
+// with a packet in flight are held while fewer than corkLimit packets wait
+// (three quarters of a GSO message), and the post that completes them
+// sends them, in one transmit call, while the driver waits in Receive,
+// without waking it. The peer is
 // a bare UDP socket that never acknowledges, and the retransmission
 // timeout is seconds long: nothing but a post can send them.
 func TestCorkReleasedByPosts(t *testing.T) {
 	c := newCorkRig(t)
-	corked := c.d.opts.Batch*3/4 - 1
+	corked := corkLimit - 1
 	before := c.conn.Stats()
 	for i := 1; i <= corked; i++ {
 		c.post(i, false)
@@ -86,8 +87,8 @@ func TestCorkReleasedByPosts(t *testing.T) {
 	c.expect(1, corked+1, before, "after the post that ends the cork")
 }
 
-// TestCorkEndsEarly: the two things that end a cork before three quarters
-// of a batch wait (kickQP), over the rig of TestCorkReleasedByPosts. A
+// TestCorkEndsEarly: the two things that end a cork before corkLimit
+// packets wait (kickQP), over the rig of TestCorkReleasedByPosts. A
 // signaled post whose completion is the next the application can wait
 // for (engine.QP.PostSendAwaited) sends what is corked with it, at once;
 // a signaled post behind an outstanding one stays corked. A push (what a

@@ -23,11 +23,11 @@
 // flight is corked, as Nagle's algorithm holds a TCP segment back: the
 // flight's ACK, taken in by the driver or by a Poll, sends it with the posts
 // that followed (the retransmission timer does if the ACK is lost), and so
-// does the post that makes three quarters of a batch wait, instead of a
-// system call and a driver wake-up per post. The signaled post whose
-// completion the application waits for next is never corked, and a Poll
-// that finds its CQ empty sends a corked run of an eighth of a batch or more
-// (see kickQP). The responder holds the ACK of a message
+// does the post that makes 48 packets wait (three quarters of a GSO
+// message), instead of a system call and a driver wake-up per post. The
+// signaled post whose completion the application waits for next is never
+// corked, and a Poll that finds its CQ empty sends a corked run of 8
+// packets or more (see kickQP). The responder holds the ACK of a message
 // that completed a receive for up to DefaultAckDelay, so that the reply the
 // application is likely to post carries it in the same batch. Close
 // completes every outstanding work request with WR_FLUSH_ERR.

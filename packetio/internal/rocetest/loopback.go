@@ -117,15 +117,16 @@ func GROSingles(t *testing.T, a, b Conn) {
 
 // GSOTxBatch checks TxBatch and Transmit of a (opened with Batch 8, GRO
 // off, and GSO required when gso, off when not) sending to b. With GSO on,
-// TxBatch lends a whole GSO message's packets (64) even with the smaller
-// Batch, and they leave as one message, segment k with Identification k;
-// with GSO off it lends Batch, Offloads says why GSO is off, and every
+// TxBatch lends lend packets, whole GSO messages' (a multiple of
+// wire.GSOMaxSegments), even with the smaller Batch, and they leave as that
+// many GSO messages, in one batch, segment k of each with Identification
+// k; with GSO off it lends Batch, Offloads says why GSO is off, and every
 // datagram leaves alone with Identification 0. Either way the batch is
 // handed to the kernel at once.
-func GSOTxBatch(t *testing.T, a, b Conn, gso bool) {
+func GSOTxBatch(t *testing.T, a, b Conn, gso bool, lend int) {
 	want := 8
 	if gso {
-		want = wire.GSOMaxSegments
+		want = lend
 	}
 	if got := len(a.TxBatch(1000)); got != want {
 		t.Fatalf("GSO %v: TxBatch(1000) lent %d, want %d", gso, got, want)
@@ -136,9 +137,14 @@ func GSOTxBatch(t *testing.T, a, b Conn, gso bool) {
 	got := packetiotest.Recv(t, b, len(sent), 5*time.Second)
 	s := a.Stats()
 	if gso {
-		CheckIDs(t, got, sent, fl, Seq(want))
-		if s.GSOMessages != 1 || s.TxBatches != 1 {
-			t.Errorf("GSO on: stats %+v, want one GSO message in one batch", s)
+		msgs := want / wire.GSOMaxSegments
+		var segs []int
+		for range msgs {
+			segs = append(segs, wire.GSOMaxSegments)
+		}
+		CheckIDs(t, got, sent, fl, Seq(segs...))
+		if s.GSOMessages != uint64(msgs) || s.GSOSegments != uint64(want) || s.TxBatches != 1 {
+			t.Errorf("GSO on: stats %+v, want %d GSO messages of %d packets in one batch", s, msgs, wire.GSOMaxSegments)
 		}
 		return
 	}

@@ -32,6 +32,13 @@ const GROMaxSegments = 64
 // (CmsgSpace(4): 24 bytes on 64-bit), beyond ControlSpace.
 const GROCmsgSpace = 24
 
+// GSOTxBatch is the most packets a Conn with GSO lends for one Transmit:
+// four GSO messages of wire.GSOMaxSegments. A run of packets of one size
+// that crosses the messages of a stream (a 64 KiB SEND is 16 packets at
+// path MTU 4096, a GSO message takes 15) then fills the kernel's GSO
+// messages instead of ending with the Transmit.
+const GSOTxBatch = 4 * wire.GSOMaxSegments
+
 // GSORun returns how many packets from k on (at most end) go in one GSO
 // message, packet i being lens[i] bytes to addrs[i]: packets to the first's
 // address, all of the first's size but the last, which may be shorter, at
