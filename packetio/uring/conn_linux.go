@@ -244,8 +244,8 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 	c.nSlots = o.rxBuffers(c.off.GRO)
 	c.txCap = o.Batch
 	if c.off.GSO() {
-		// Room for a whole GSO message, as package udp lends.
-		c.txCap = max(c.txCap, wire.GSOMaxSegments)
+		// Room for several whole GSO messages, as package udp lends.
+		c.txCap = max(c.txCap, udpsock.GSOTxBatch)
 	}
 
 	sqEntries := pow2(max(c.txCap, 8) + 8)

@@ -95,7 +95,8 @@
 // already submitted, so a refused message's packets leave after the rest
 // of the batch (the kernel refuses GSO for a misconfiguration, a segment
 // beyond the path MTU or a device without checksum offload, not in steady
-// state). With GSO a TxBatch lends up to 64 packets whatever Options.Batch.
+// state). With GSO a TxBatch lends up to 256 packets (four GSO messages',
+// as package udp) whatever Options.Batch.
 //
 // With GRO each receive slot holds a 64 KiB payload (a whole train) and
 // room for the UDP_GRO cmsg, which the kernel writes before IP_PKTINFO and

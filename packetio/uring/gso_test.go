@@ -17,6 +17,7 @@ import (
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/internal/rocetest"
+	"github.com/goroce/goroce/packetio/internal/udpsock"
 	"github.com/goroce/goroce/packetio/packetiotest"
 	"github.com/goroce/goroce/packetio/uring"
 	"github.com/goroce/goroce/verbs"
@@ -53,7 +54,7 @@ func TestGSOTxBatchAndOff(t *testing.T) {
 	for _, gso := range []uring.Offload{uring.OffloadRequire, uring.OffloadOff} {
 		t.Run("gso="+gso.String(), func(t *testing.T) {
 			a, b := loopbackPair(t, uring.Listen, uring.Options{GSO: gso, GRO: uring.OffloadOff, Batch: 8})
-			rocetest.GSOTxBatch(t, a, b, gso == uring.OffloadRequire, wire.GSOMaxSegments)
+			rocetest.GSOTxBatch(t, a, b, gso == uring.OffloadRequire, udpsock.GSOTxBatch)
 		})
 	}
 }
