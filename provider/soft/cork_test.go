@@ -98,7 +98,7 @@ func TestCorkReleasedByPosts(t *testing.T) {
 // pushMin packets, and leaves fewer corked.
 func TestCorkEndsEarly(t *testing.T) {
 	c := newCorkRig(t)
-	push := c.d.pushMin()
+	push := pushMin
 	before := c.conn.Stats()
 	for i := 1; i <= 3; i++ {
 		c.post(i, false)

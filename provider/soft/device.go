@@ -104,8 +104,12 @@ type Options struct {
 const DefaultBatch = 4 * wire.GSOMaxSegments
 
 // corkLimit is how many unsent packets end a cork (kickQP): three quarters
-// of a GSO message.
-const corkLimit = wire.GSOMaxSegments * 3 / 4
+// of a GSO message, 48. pushMin is the fewest corked packets an empty Poll
+// sends (push): an eighth of one, 8.
+const (
+	corkLimit = wire.GSOMaxSegments * 3 / 4
+	pushMin   = wire.GSOMaxSegments / 8
+)
 
 // DefaultAckDelay is how long a soft device's responder holds back the ACK
 // of a message that completed a receive, waiting for the application's
@@ -425,9 +429,9 @@ func (d *Device) kick() { d.kickQP(nil, nil, false) }
 // driver, or a Poll inline) sends what was posted meanwhile. Unlike
 // Nagle's, the cork ends once three quarters of a GSO message (corkLimit)
 // wait to be sent (QP.Unsent), and those leave at once, while the
-// application may still be posting: a
-// burst of posts leaves in a few full system calls, the first of them
-// early enough for the peer to work on it while the rest are posted.
+// application may still be posting: a burst of posts leaves in a few full
+// system calls, the first of them early enough for the peer to work on it
+// while the rest are posted.
 // perftest's write_bw, which posts bursts of 100 (its CQ moderation) into
 // a window of 128: 1.15x the 64-byte message rate of one batch at the
 // burst's end, 1.2x at 4 KiB; read_bw 64 B 1.55x. A post to an idle QP (a
@@ -472,14 +476,13 @@ func (d *Device) kickQP(qp *engine.QP, hint *corkHint, awaited bool) {
 	d.mu.Lock()
 	corked := false
 	if qp != nil && !awaited && !d.opts.Busy && qp.AckAwaited() {
-		limit := corkLimit
 		wrs, pkts := qp.Unsent()
-		if corked = pkts < limit; corked {
+		if corked = pkts < corkLimit; corked {
 			if !d.corked.Load() {
 				d.corked.Store(true)
 			}
 			if hint != nil {
-				hint.set(d, qp, wrs, pkts, limit)
+				hint.set(d, qp, wrs, pkts, corkLimit)
 			}
 		}
 	}
@@ -585,17 +588,13 @@ func (d *Device) pollInline() bool {
 	return true
 }
 
-// pushMin is the fewest corked packets an empty Poll sends (push): an
-// eighth of a batch, 8 of 64.
-func (d *Device) pushMin() int { return wire.GSOMaxSegments / 8 }
-
 // push follows an empty Poll while posts may be corked (kickQP): it sends
 // them if they are pushMin packets or more. It takes the send side (tx on
 // a duplex Conn) and mu: called with io held, or on a duplex Conn.
 func (d *Device) push() {
 	d.lockTx()
 	d.mu.Lock()
-	if least := d.pushMin(); d.eng.PendingOutput(least) >= least {
+	if d.eng.PendingOutput(pushMin) >= pushMin {
 		d.flush(d.now())
 	}
 	d.mu.Unlock()
