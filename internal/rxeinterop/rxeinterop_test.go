@@ -320,6 +320,16 @@ func (h *harness) peerResult(t *testing.T) result {
 	if r.pcap == "" {
 		t.Fatalf("no report of the first pair in run-peer.sh's output:\n%s", h.peerOut.String())
 	}
+	// run-peer.sh reads the guest's status file as soon as it exists, and
+	// can catch it empty (see waitJob): its shell then reports status 2
+	// ("return: : numeric argument required") for a job that succeeded.
+	// The job's files stay in the kept guest's share; take the status and
+	// output from there, once the number is written.
+	out, rc := h.waitJob(t, "guest", 10*time.Second)
+	if rc != r.guestRC {
+		t.Logf("run-peer.sh reported the guest's status as %d; its status file says %d", r.guestRC, rc)
+	}
+	r.guestOut, r.guestRC = out, rc
 	return r
 }
 
@@ -400,12 +410,17 @@ func (h *harness) guestJob(t *testing.T, name string, timeout int, cmd string) {
 }
 
 // waitJob waits for a guest job's exit status and returns its output.
+//
+// The guest writes the status with "echo $rc > NAME.rc", which creates the
+// file before it writes the number; over the shared folder the host can see
+// it empty. An empty or unparsable status is not yet a status: read as 0 it
+// would pass a failed job, which is why this loop goes on until the number is
+// there.
 func (h *harness) waitJob(t *testing.T, name string, timeout time.Duration) (string, int) {
 	jobs := filepath.Join(h.share(), "jobs")
 	for deadline := time.Now().Add(timeout); ; time.Sleep(200 * time.Millisecond) {
 		b, err := os.ReadFile(filepath.Join(jobs, name+".rc"))
-		if err == nil {
-			rc, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if rc, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil {
 			out, _ := os.ReadFile(filepath.Join(jobs, name+".out"))
 			return string(out), rc
 		}
