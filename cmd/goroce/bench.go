@@ -93,7 +93,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	intFlag("D", "duration", 0, "run the test for a customized period of `seconds` (write_bw, read_bw, atomic_bw, read_lat, atomic_lat)", &c.duration)
 	intFlag("q", "qp", 1, "num of QPs running in the process (bandwidth tests)", &o.QPs)
 	intFlag("t", "tx-depth", 0, "size of tx queue (default: 128 for bandwidth, 1 for latency)", &o.TxDepth)
-	intFlag("r", "rx-depth", bench.DefaultRxDepthSend, "rx queue size (SEND tests)", &o.RxDepth)
+	intFlag("r", "rx-depth", bench.DefaultRxDepthSend, "rx queue size (SEND tests; with -c UD default: a receive for every message, -n, up to 16000)", &o.RxDepth)
 	intFlag("Q", "cq-mod", bench.DefaultCQMod, "generate a CQE every `n` requests (bandwidth tests)", &o.CQMod)
 	intFlag("m", "mtu", 0, "path MTU in bytes (256..4096; default: the port's active MTU)", &c.mtu)
 	intFlag("o", "outs", 0, "num of outstanding reads/atomics (default: the device's max for READ and atomic tests)", &o.OutReads)
@@ -104,7 +104,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.WarmUp, "perform_warm_up", false, "perform a window of iterations before measuring, to warm up caches (write_bw, read_bw, atomic_bw)")
 	fs.StringVar(&c.atomic, "A", "FETCH_AND_ADD", "atomic `type`: CMP_AND_SWAP or FETCH_AND_ADD")
 	fs.StringVar(&c.atomic, "atomic_type", "FETCH_AND_ADD", "same as -A")
-	fs.StringVar(&c.conn, "c", "RC", "connection `type`: RC (the only one goroce bench runs)")
+	fs.StringVar(&c.conn, "c", "RC", "connection `type`: RC, or UD for send_bw and send_lat (messages of one packet: -s is cut to the path MTU)")
 	fs.StringVar(&c.conn, "connection", "RC", "same as -c")
 	fs.BoolVar(&c.json, "json", false, "print the results as JSON instead of the table")
 	fs.BoolVar(&c.loopback, "loopback", false, "run both sides in this process on two soft devices: --addr (default 127.0.0.1) and the next address")
@@ -161,8 +161,16 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	switch strings.ToUpper(c.conn) {
 	case "RC":
-	case "UC", "UD", "XRC", "DC", "SRD":
-		return usageErr("connection type %s is not supported: goroce bench runs RC", c.conn)
+	case "UD":
+		if o.Test.Verb != bench.Send {
+			return usageErr("UD connection only possible in SEND tests (send_bw, send_lat)")
+		}
+		o.UD = true
+		if !cliflag.Given(fs, "r", "rx-depth") {
+			o.RxDepth = min(o.Iters, bench.UDMaxRx) // perftest's default under UD: nothing resends a message that finds no receive
+		}
+	case "UC", "XRC", "DC", "SRD":
+		return usageErr("connection type %s is not supported: goroce bench runs RC and UD", c.conn)
 	default:
 		return usageErr("unknown connection type %q", c.conn)
 	}
@@ -177,6 +185,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	if o.BaseACK && !o.Test.Lat {
 		return usageErr("--baseline-ack is for latency tests (send_lat, write_lat): a bandwidth baseline acknowledges as RoCE does already")
+	}
+	if o.UD && (c.rdmaCM || c.baseline) {
+		return usageErr("-c UD runs over the Ethernet exchange on the soft device: not with -R or --baseline")
 	}
 	if c.rdmaCM && c.baseline {
 		return usageErr("--baseline runs over TCP and UDP, not rdma_cm (-R)")

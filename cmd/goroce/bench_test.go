@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strconv"
@@ -160,7 +161,10 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench"}, "usage: goroce bench TEST"},
 		{[]string{"bench", "rdma_bw"}, "unknown test"},
 		{[]string{"bench", "write_bw", "-m", "1000"}, "MTU 1000"},
-		{[]string{"bench", "write_bw", "-c", "UD"}, "not supported"},
+		{[]string{"bench", "write_bw", "-c", "UD"}, "only possible in SEND tests"},
+		{[]string{"bench", "send_bw", "-c", "UC"}, "not supported"},
+		{[]string{"bench", "send_bw", "-c", "UD", "-R", "host"}, "not with -R"},
+		{[]string{"bench", "send_bw", "-c", "XY"}, "unknown connection type"},
 		{[]string{"bench", "atomic_bw", "-A", "SWAP"}, "atomic type"},
 		{[]string{"bench", "write_bw", "-n", "2", "--loopback"}, "iterations 2"},
 		{[]string{"bench", "send_bw", "-D", "1", "--loopback"}, "-D is supported"},
@@ -202,6 +206,55 @@ func TestBenchLoopback(t *testing.T) {
 		t.Fatalf("%v:\n%s", err, out.String())
 	}
 	checkJSON(t, rep, "send_lat", "client", 2, 100)
+	// UD over the udp path, with the server's device recording: every
+	// message one UD SEND-only packet of the client's QP, Q_Key
+	// 0x11111111, each in the capture once.
+	pcap := filepath.Join(t.TempDir(), "ud.pcap")
+	out.Reset()
+	if code := run([]string{"bench", "send_bw", "-c", "UD", "--loopback", "--addr", "127.0.6.3", "--path", "udp", "--pcap", pcap, "-s", "1024", "-n", "100", "--json", "--timeout", "30s"}, &out, &errb); code != 0 {
+		t.Fatalf("send_bw -c UD: exit %d: %s%s", code, out.String(), errb.String())
+	}
+	rep = bench.JSONReport{}
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("%v:\n%s", err, out.String())
+	}
+	checkJSON(t, rep, "send_bw", "client", 1024, 100)
+	if rep.Connection != "UD" || !strings.HasPrefix(rep.Path, "udp") {
+		t.Errorf("connection %q, path %q; want UD over udp", rep.Connection, rep.Path)
+	}
+	out.Reset()
+	if code := run([]string{"decode", "--json", pcap}, &out, &errb); code != 0 {
+		t.Fatalf("decode: exit %d: %s", code, errb.String())
+	}
+	ud := 0
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var p struct {
+			Opcode  string `json:"opcode_name"`
+			Payload int    `json:"payload_len"`
+			OK      bool   `json:"icrc_ok"`
+			BTH     struct {
+				DQPN uint32 `json:"dqpn"`
+			} `json:"bth"`
+			Ext struct {
+				DETH struct {
+					QKey  uint32 `json:"qkey"`
+					SrcQP uint32 `json:"srcqp"`
+				} `json:"DETH"`
+			} `json:"ext"`
+		}
+		if err := json.Unmarshal([]byte(l), &p); err != nil {
+			t.Fatalf("decode --json line %q: %v", l, err)
+		}
+		if p.Opcode != "UD_SEND_ONLY" || p.Payload != 1024 || !p.OK || p.Ext.DETH.QKey != bench.UDQKey ||
+			p.BTH.DQPN != rep.Remote[0].QPN || p.Ext.DETH.SrcQP != rep.Local[0].QPN {
+			t.Errorf("packet %s: want a UD SEND-only of 1024 bytes from QP %#x to %#x, Q_Key %#x, ICRC good", l, rep.Local[0].QPN, rep.Remote[0].QPN, bench.UDQKey)
+			break
+		}
+		ud++
+	}
+	if ud != 100 {
+		t.Errorf("%d UD packets captured, want 100", ud)
+	}
 	// Every test runs on one thread by default (and gives the process its
 	// GOMAXPROCS back); latency tests poll busily, -e and --events wait on completion
 	// channels. (write_lat, which polls memory the driver writes, runs in

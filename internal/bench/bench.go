@@ -49,6 +49,16 @@ var Tests = []string{"send_bw", "write_bw", "read_bw", "atomic_bw", "send_lat", 
 // are out of range.
 var ErrUsage = errors.New("bench: invalid options")
 
+// ErrUDLoss is matched by the error of a UD test whose messages stopped
+// coming before all had arrived: UD does not resend what is lost.
+var ErrUDLoss = errors.New("bench: UD messages lost")
+
+// UDQuiet is how long a UD test waits, once its messages have begun, for
+// the next before it takes the rest as lost. perftest's receiver waits 60
+// to 120 seconds; on a path where consecutive messages are microseconds
+// apart, a few seconds of silence already means loss.
+const UDQuiet = 3 * time.Second
+
 // ErrVerify is matched by errors from data verification.
 var ErrVerify = errors.New("bench: data verification failed")
 
@@ -85,6 +95,16 @@ const (
 	CycleBuffer        = 4096 // perftest's default: the page size
 	CacheLine          = 64
 	MaxSize            = 1 << 23 // perftest's largest size (-a goes up to it)
+	// UDQKey is the Q_Key of perftest's UD QPs (DEF_QKEY), on both sides.
+	UDQKey = 0x11111111
+	// UDMaxRx is perftest's UC_MAX_RX: a UD receiver posts a receive for
+	// every message of a run (-n), up to this many, since nothing resends
+	// what finds no receive.
+	UDMaxRx = 16000
+	// grhRoom is the room a UD receive leaves for the GRH before the
+	// message (UD_ADDITION): the verbs write the GRH there (for RoCEv2
+	// over IPv4, the IPv4 header in its last 20 bytes).
+	grhRoom = 40
 )
 
 // Options configure one side of a test. Zero values take perftest's
@@ -92,6 +112,13 @@ const (
 type Options struct {
 	Test   Test
 	Client bool // the side that runs the traffic (perftest's client)
+	// UD runs the test over UD QPs (-c UD), as perftest: SEND tests only,
+	// each message at most one packet (a larger -s is cut to the path
+	// MTU), Q_Key UDQKey, and a receiver with a receive posted for every
+	// message (RxDepth 0: Iters, up to UDMaxRx). UD does not resend: the
+	// server of send_bw reports what arrived and fails when a message is
+	// missing (see UDQuiet).
+	UD bool
 	// Size of each message (-s); 0: 65536 for bandwidth, 2 for latency, 8
 	// for atomics (always 8).
 	Size int
@@ -242,8 +269,14 @@ func (o *Options) normalize() error {
 	if o.TxDepth < 1 || o.TxDepth > 15000 {
 		return fmt.Errorf("%w: tx depth %d not in 1..15000", ErrUsage, o.TxDepth)
 	}
+	if o.UD && t.Verb != Send {
+		return fmt.Errorf("%w: UD connection only possible in SEND tests (send_bw, send_lat)", ErrUsage)
+	}
 	if o.RxDepth == 0 {
 		o.RxDepth = DefaultRxDepthSend
+		if o.UD {
+			o.RxDepth = min(o.Iters, UDMaxRx)
+		}
 	}
 	if o.RxDepth < 1 || o.RxDepth > 16384 {
 		return fmt.Errorf("%w: rx depth %d not in 1..16384", ErrUsage, o.RxDepth)
@@ -382,6 +415,13 @@ type session struct {
 	vmr  verbs.MR
 	sq   int // the send queue's depth
 
+	// UD (Options.UD): an AH per QP aimed at the peer's, the largest
+	// message (the path MTU), and the room before the receive region
+	// that the first receive's GRH takes.
+	ahs    []verbs.AH
+	udMax  int
+	rxHead int
+
 	cmConns []*rdmacm.Conn // the data connections under -R
 
 	rposted []uint64 // receives posted per QP
@@ -419,6 +459,15 @@ func (s *session) run(ctx context.Context) error {
 		return err
 	}
 	s.out.MTU = s.mtu
+	if o.UD {
+		if _, ok := s.conn.CM(); ok {
+			return fmt.Errorf("%w: goroce bench runs UD over the Ethernet exchange, not rdma_cm (-R)", ErrUsage)
+		}
+		// A UD message is one packet: perftest cuts a larger -s to the
+		// MTU, and -a stops there.
+		s.udMax = s.mtu.Bytes()
+		o.Size = min(o.Size, s.udMax)
+	}
 	if err := s.setup(pa); err != nil {
 		return err
 	}
@@ -445,8 +494,17 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 	s.maxSize = o.Size
 	if o.All {
 		s.maxSize = MaxSize
+		if o.UD {
+			s.maxSize = s.udMax
+		}
 	}
 	s.buff = buffSize(s.maxSize, s.cycle)
+	qpt, grh := verbs.QPTRC, 0
+	if o.UD {
+		// A cache line before the receive region (perftest adds one to
+		// its buffer too): the GRH room of its first slot.
+		qpt, grh, s.rxHead = verbs.QPTUD, grhRoom, s.cacheLine
+	}
 	if s.ch, err = s.vctx.CreateCompChannel(); err != nil {
 		return fmt.Errorf("couldn't create a completion channel: %w", err)
 	}
@@ -454,7 +512,7 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 		return fmt.Errorf("couldn't allocate a PD: %w", err)
 	}
 	q := o.QPs
-	s.buf = make([]byte, 2*q*s.buff)
+	s.buf = make([]byte, 2*q*s.buff+s.rxHead)
 	packetio.Prefault(s.buf) // the peer's first WRITEs or READ responses then take no page faults
 	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
@@ -464,7 +522,7 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 	if o.Test.Verb == Send {
 		rx = o.RxDepth
 		if o.Verify {
-			s.vbuf = make([]byte, q*rx*inc(s.maxSize, s.cacheLine))
+			s.vbuf = make([]byte, q*rx*inc(s.maxSize+grh, s.cacheLine))
 			packetio.Prefault(s.vbuf)
 			if s.vmr, err = s.pd.RegMR(s.vbuf, verbs.AccessLocalWrite); err != nil {
 				return fmt.Errorf("couldn't register the receive slots: %w", err)
@@ -487,14 +545,19 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 		s.sq = max(o.TxDepth, 16)
 	}
 	for i := 0; i < q; i++ {
-		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: verbs.QPTRC,
+		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: qpt,
 			Cap: verbs.QPCap{MaxSendWR: uint32(s.sq), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			return fmt.Errorf("couldn't create QP %d: %w", i, err)
 		}
 		s.qps = append(s.qps, qp)
 		init := verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: o.Port, AccessFlags: access}
-		if err := qp.Modify(&init, verbs.AttrState|verbs.AttrPKeyIndex|verbs.AttrPort|verbs.AttrAccessFlags); err != nil {
+		mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort | verbs.AttrAccessFlags
+		if o.UD {
+			init.AccessFlags, init.QKey = 0, UDQKey
+			mask = mask&^verbs.AttrAccessFlags | verbs.AttrQKey
+		}
+		if err := qp.Modify(&init, mask); err != nil {
 			return fmt.Errorf("failed to modify QP %d to INIT: %w", i, err)
 		}
 		s.out.Local = append(s.out.Local, perftest.Dest{LID: pa.LID, OutReads: uint16(outReads), QPN: qp.Num(),
@@ -534,6 +597,12 @@ func (s *session) connect() error {
 			return fmt.Errorf("the peer sent no GID (%v): RoCE needs one; give it a GID index (-x; on rdma_rxe over IPv4 the IPv4-mapped GID's index, often 1)", r.GID)
 		}
 		ah := verbs.AHAttr{DGID: r.GID, SGIDIndex: uint8(o.GIDIndex), HopLimit: 0xFF, PortNum: o.Port}
+		if o.UD {
+			if err := s.connectUD(i, qp, &ah); err != nil {
+				return err
+			}
+			continue
+		}
 		rtr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: s.mtu, DestQPN: r.QPN, RQPSN: r.PSN,
 			MaxDestRdAtomic: uint8(min(int(l.OutReads), 255)), MinRNRTimer: 12, AHAttr: ah}
 		if err := qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
@@ -548,6 +617,40 @@ func (s *session) connect() error {
 		}
 	}
 	return nil
+}
+
+// connectUD brings UD QP i to RTS and makes the AH its sends go to, as
+// perftest's ctx_modify_qp_to_rtr/rts for UD: RTR and RTS with nothing but
+// the send PSN, the peer's address in the AH.
+func (s *session) connectUD(i int, qp verbs.QP, ah *verbs.AHAttr) error {
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
+		return fmt.Errorf("failed to modify QP %d to RTR: %w", i, err)
+	}
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: s.out.Local[i].PSN}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
+		return fmt.Errorf("failed to modify QP %d to RTS: %w", i, err)
+	}
+	a, err := s.pd.CreateAH(ah)
+	if err != nil {
+		return fmt.Errorf("failed to create AH %d: %w", i, err)
+	}
+	s.ahs = append(s.ahs, a)
+	return nil
+}
+
+// sizes is the list of message sizes of the run: Options.sizes, up to the
+// path MTU under UD.
+func (s *session) sizes() []int {
+	all := s.o.sizes()
+	if s.udMax == 0 {
+		return all
+	}
+	var r []int
+	for _, n := range all {
+		if n <= s.udMax {
+			r = append(r, n)
+		}
+	}
+	return r
 }
 
 // script runs the program's sequence of handshakes, traffic and reports:
@@ -607,7 +710,7 @@ func (s *session) script(ctx context.Context) error {
 			return s.conn.Finish(s.out.Local[0], 2*time.Second)
 		}
 		var last Result
-		for _, size := range o.sizes() {
+		for _, size := range s.sizes() {
 			r, err := s.runBW(ctx, size)
 			if err != nil {
 				return err
@@ -624,7 +727,7 @@ func (s *session) script(ctx context.Context) error {
 		}
 		return s.conn.Finish(s.out.Local[0], 2*time.Second)
 	case t.Verb == Send:
-		sizes := o.sizes()
+		sizes := s.sizes()
 		for k, size := range sizes {
 			if !o.Client || t.Lat {
 				if err := s.postRecvs(size); err != nil {
@@ -643,6 +746,16 @@ func (s *session) script(ctx context.Context) error {
 			} else {
 				r, err = s.runSendServer(ctx, size)
 			}
+			if errors.Is(err, ErrUDLoss) && !t.Lat {
+				// The server of send_bw reports what arrived and ends the
+				// exchange as after any run: the client, whose sends all
+				// completed, cannot know of the loss, and ends cleanly.
+				s.out.Results = append(s.out.Results, r)
+				if ferr := s.conn.Finish(s.out.Local[0], 2*time.Second); ferr != nil {
+					return fmt.Errorf("%w; then: %w", err, ferr)
+				}
+				return err
+			}
 			if err != nil {
 				return err
 			}
@@ -655,7 +768,7 @@ func (s *session) script(ctx context.Context) error {
 		}
 		return s.conn.Finish(s.out.Local[0], 2*time.Second)
 	case t.Verb == Write: // write_lat: no exchange after the test
-		for _, size := range o.sizes() {
+		for _, size := range s.sizes() {
 			r, err := s.runWriteLat(ctx, size)
 			if err != nil {
 				return err
@@ -667,7 +780,7 @@ func (s *session) script(ctx context.Context) error {
 		if !o.Client {
 			return s.conn.Finish(s.out.Local[0], 2*time.Second)
 		}
-		for _, size := range o.sizes() {
+		for _, size := range s.sizes() {
 			r, err := s.runReadAtomicLat(ctx, size)
 			if err != nil {
 				return err
@@ -687,6 +800,9 @@ func (s *session) close() {
 	}
 	for _, qp := range s.qps {
 		qp.Destroy()
+	}
+	for _, a := range s.ahs {
+		a.Destroy()
 	}
 	if s.cq != nil {
 		s.cq.Destroy()

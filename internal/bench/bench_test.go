@@ -3,15 +3,18 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/cm/rdmacm"
+	"github.com/goroce/goroce/packetio/fault"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
@@ -75,6 +78,8 @@ func TestNormalize(t *testing.T) {
 		{"bad verb", Options{Test: Test{Verb: 7}}},
 		{"warm-up send_bw", Options{Test: Test{Verb: Send}, WarmUp: true}},
 		{"warm-up write_lat", Options{Test: Test{Verb: Write, Lat: true}, WarmUp: true}},
+		{"UD write_bw", Options{Test: Test{Verb: Write}, UD: true}},
+		{"UD read_lat", Options{Test: Test{Verb: Read, Lat: true}, UD: true}},
 	} {
 		if err := c.o.normalize(); !errors.Is(err, ErrUsage) {
 			t.Errorf("%s: %v, want ErrUsage", c.name, err)
@@ -213,6 +218,17 @@ func pair(t testing.TB, srv, cli *soft.Device, o Options) (server, client *Outco
 // (perftest's -R).
 func pairOver(t testing.TB, srv, cli *soft.Device, o Options, cm bool) (server, client *Outcome) {
 	t.Helper()
+	server, client, serr, cerr := pairErr(t, srv, cli, o, cm)
+	if serr != nil || cerr != nil {
+		t.Fatalf("%v: server: %v; client: %v", o.Test, serr, cerr)
+	}
+	return server, client
+}
+
+// pairErr is pairOver returning each side's error; a side that fails does
+// not end the other's run.
+func pairErr(t testing.TB, srv, cli *soft.Device, o Options, cm bool) (server, client *Outcome, serr, cerr error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var ln net.Listener
@@ -251,8 +267,8 @@ func pairOver(t testing.TB, srv, cli *soft.Device, o Options, cm bool) (server, 
 		so := o
 		so.Client = false
 		out, err := Run(ctx, vctx, c, so)
-		if err != nil {
-			cancel()
+		if err != nil && !errors.Is(err, ErrUDLoss) {
+			cancel() // the client may wait for this side forever
 		}
 		ch <- res{out, err}
 	}()
@@ -277,13 +293,9 @@ func pairOver(t testing.TB, srv, cli *soft.Device, o Options, cm bool) (server, 
 	cout, cerr := Run(ctx, vctx, c, co)
 	if cerr != nil {
 		c.Close()
-		cancel()
 	}
 	r := <-ch
-	if r.err != nil || cerr != nil {
-		t.Fatalf("%v: server: %v; client: %v", o.Test, r.err, cerr)
-	}
-	return r.out, cout
+	return r.out, cout, r.err, cerr
 }
 
 // TestRunLoopback runs every test between two soft devices over UDP on
@@ -306,6 +318,11 @@ func TestRunLoopback(t *testing.T) {
 		{"read_bw-warm-up", Options{Test: Test{Verb: Read}, Size: 9000, Iters: 200, Verify: true, OutReads: 4, WarmUp: true}},
 		{"atomic_bw-warm-up", Options{Test: Test{Verb: Atomic}, Iters: 100, WarmUp: true}},
 		{"send_lat", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true}},
+		{"send_bw-ud", Options{Test: Test{Verb: Send}, Size: 1024, Iters: 500, Verify: true, UD: true, MTU: verbs.MTU1024}},
+		{"send_bw-ud-2qp", Options{Test: Test{Verb: Send}, Size: 4096, Iters: 200, QPs: 2, Verify: true, UD: true}},
+		{"send_bw-ud-rx16", Options{Test: Test{Verb: Send}, Size: 100, Iters: 16, RxDepth: 16, Verify: true, UD: true}},
+		{"send_lat-ud", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true, UD: true}},
+		{"send_lat-ud-busy", Options{Test: Test{Verb: Send, Lat: true}, Size: 2048, Iters: 200, Verify: true, UD: true, Busy: true}},
 		{"write_lat", Options{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, Verify: true}},
 		{"send_lat-busy", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true, Busy: true}},
 		{"write_lat-busy", Options{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, Verify: true, Busy: true}},
@@ -365,6 +382,80 @@ func TestRunLoopback(t *testing.T) {
 			}
 			t.Logf("client %+v", co.Results[0])
 		})
+	}
+}
+
+// TestRunUD checks what UD changes besides the QPs: a message is one packet,
+// so -s is cut to the path MTU and -a stops there; a receiver posts a
+// receive for every message by default; a UD QP and its AH are what the
+// peer's sends are aimed at.
+func TestRunUD(t *testing.T) {
+	o := Options{Test: Test{Verb: Send}, UD: true, Iters: 20000}
+	if err := o.normalize(); err != nil || o.RxDepth != UDMaxRx {
+		t.Errorf("UD send_bw -n 20000: rx depth %d (%v), want %d", o.RxDepth, err, UDMaxRx)
+	}
+	o = Options{Test: Test{Verb: Send}, UD: true, Iters: 300}
+	if err := o.normalize(); err != nil || o.RxDepth != 300 {
+		t.Errorf("UD send_bw -n 300: rx depth %d (%v), want 300", o.RxDepth, err)
+	}
+	srv, cli := newDev(t, addrA), newDev(t, addrB)
+	so, co := pair(t, srv, cli, Options{Test: Test{Verb: Send}, UD: true, Size: 9000, Iters: 50, MTU: verbs.MTU2048, Verify: true})
+	for _, out := range []*Outcome{so, co} {
+		if len(out.Results) != 1 || out.Results[0].Size != 2048 || out.Results[0].Iters != 50 || !out.Results[0].Verified {
+			t.Errorf("-s 9000 at path MTU 2048: %+v, want one verified row of 50 messages of 2048 bytes", out.Results)
+		}
+	}
+	_, co = pair(t, srv, cli, Options{Test: Test{Verb: Send}, UD: true, All: true, Iters: 20, MTU: verbs.MTU1024})
+	if len(co.Results) != 10 {
+		t.Fatalf("-a at path MTU 1024: %d rows, want 10 (2 to 1024)", len(co.Results))
+	}
+	for i, r := range co.Results {
+		if r.Size != 2<<i || r.Iters != 20 || r.BWAvg <= 0 {
+			t.Errorf("row %d: %+v", i, r)
+		}
+	}
+	st := srv.Stats()
+	if st.NoRecvDrops != 0 || st.QKeyDrops != 0 {
+		t.Errorf("the server dropped messages: %d found no receive, %d had the wrong Q_Key", st.NoRecvDrops, st.QKeyDrops)
+	}
+}
+
+// TestRunUDLoss loses a twentieth of the client's packets: UD resends
+// nothing, so the server of send_bw reports what arrived and fails, and
+// the client, whose sends all completed, ends cleanly; in send_lat, whose
+// ping-pong stops at the first loss, both sides fail. Each side gives up
+// after UDQuiet of silence.
+func TestRunUDLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: waits for UDQuiet")
+	}
+	srv := newDev(t, addrA)
+	conn, err := udp.Listen(addrB, udp.Options{})
+	if err != nil {
+		t.Skipf("no UDP socket on %v: %v", addrB, err)
+	}
+	lossy := fault.New(conn, fault.Options{Seed: 7, Drop: 0.05})
+	cli, err := soft.New(soft.Options{Name: "soft0", Conn: lossy})
+	if err != nil {
+		conn.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	const n = 200
+	so, co, serr, cerr := pairErr(t, srv, cli, Options{Test: Test{Verb: Send}, UD: true, Size: 512, Iters: n}, false)
+	if cerr != nil || len(co.Results) != 1 || co.Results[0].Iters != n {
+		t.Errorf("send_bw client: %v, %+v; want all %d sends done and no error", cerr, co.Results, n)
+	}
+	if !errors.Is(serr, ErrUDLoss) || !strings.Contains(serr.Error(), fmt.Sprintf(" of %d messages arrived", n)) {
+		t.Errorf("send_bw server: %v, want ErrUDLoss with the count", serr)
+	}
+	dropped := lossy.FaultStats().Dropped
+	if so == nil || len(so.Results) != 1 || dropped == 0 || so.Results[0].Iters != n-dropped || so.Results[0].BWAvg <= 0 {
+		t.Errorf("send_bw server: %+v; want one row of the %d messages of %d that were not dropped", so, n-dropped, n)
+	}
+	_, _, serr, cerr = pairErr(t, srv, cli, Options{Test: Test{Verb: Send, Lat: true}, UD: true, Size: 64, Iters: n}, false)
+	if !errors.Is(serr, ErrUDLoss) || !errors.Is(cerr, ErrUDLoss) {
+		t.Errorf("send_lat: server %v, client %v; want ErrUDLoss on both", serr, cerr)
 	}
 }
 

@@ -44,7 +44,11 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 		fmt.Fprintf(&b, " Packet path     : %s\n", path)
 	}
 	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", qps)
-	fmt.Fprintf(&b, " Connection type : RC\t\tUsing SRQ      : OFF\n")
+	conn := "RC"
+	if o.UD {
+		conn = "UD"
+	}
+	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
 	if o.Client {
 		tx := o.TxDepth
 		if tx == 0 {
@@ -180,6 +184,7 @@ type JSONReport struct {
 	Side        string       `json:"side"`
 	Device      string       `json:"device"`
 	Path        string       `json:"packet_path,omitempty"`
+	Connection  string       `json:"connection"` // RC or UD
 	MTU         int          `json:"mtu"`
 	QPs         int          `json:"qps"`
 	PeerVersion string       `json:"peer_version"`
@@ -195,6 +200,10 @@ func WriteJSON(w io.Writer, devName, path string, o Options, out *Outcome, runEr
 	rep := JSONReport{Test: o.Test.String(), Side: "server", Device: devName, Path: path, MTU: out.MTU.Bytes(), QPs: max(o.QPs, 1), PeerVersion: out.PeerVersion}
 	if o.Client {
 		rep.Side = "client"
+	}
+	rep.Connection = "RC"
+	if o.UD {
+		rep.Connection = "UD"
 	}
 	if runErr != nil {
 		rep.Error = runErr.Error()

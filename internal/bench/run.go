@@ -108,6 +108,9 @@ type waiter struct {
 	s         *session
 	idleSince int64
 	clk       clock
+	// limit, when set, bounds each sleep on the channel: a caller that
+	// watches for silence (UD, which does not resend) gets to look.
+	limit time.Duration
 }
 
 // idle is called after a poll found nothing; it returns an error when ctx
@@ -125,10 +128,19 @@ func (w *waiter) idle(ctx context.Context) error {
 		if err := w.s.cq.ReqNotify(false); err != nil {
 			return err
 		}
-		if _, err := w.s.ch.Wait(ctx); err != nil {
+		if w.limit == 0 {
+			_, err := w.s.ch.Wait(ctx)
 			return err
 		}
-		return nil
+		wctx, cancel := context.WithTimeout(ctx, w.limit)
+		_, err := w.s.ch.Wait(wctx)
+		cancel()
+		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
+			// The limit, not ctx: the CQ stays armed, and the
+			// caller's next poll finds what came meanwhile.
+			return nil
+		}
+		return err
 	}
 	runtime.Gosched()
 	return ctx.Err()
@@ -195,6 +207,9 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	var wrs [1]verbs.SendWR
 	opcode := map[Verb]verbs.WROpcode{Send: verbs.WRSend, Write: verbs.WRRDMAWrite, Read: verbs.WRRDMARead, Atomic: o.Atomic}[o.Test.Verb]
 	wrs[0] = verbs.SendWR{Opcode: opcode, SGList: sges[:]}
+	if s.ahs != nil {
+		wrs[0].RemoteQKey = UDQKey
+	}
 	if opcode == verbs.WRAtomicFetchAndAdd {
 		wrs[0].CompareAdd = 1 // ATOMIC_ADD_VALUE
 	}
@@ -229,6 +244,9 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 				wr := &wrs[0]
 				r := &s.out.Remote[i]
 				wr.RemoteAddr, wr.RKey = r.VAddr+uint64(off), r.RKey
+				if s.ahs != nil {
+					wr.AH, wr.RemoteQPN = s.ahs[i], r.QPN
+				}
 				wr.Flags = 0
 				if toSig[i]--; toSig[i] == 0 || !timed && scnt[i]+1 == n {
 					toSig[i] = o.CQMod
@@ -388,15 +406,22 @@ func peakDelta(tposted, tcompleted []int64, cqMod int) float64 {
 	return best
 }
 
-// recvSlot is the memory receive m of QP i lands in.
-func (s *session) recvSlot(i int, m uint64, size int) (uint64, uint32, []byte) {
-	if s.vbuf != nil {
-		in := inc(s.maxSize, s.cacheLine)
-		off := (i*s.o.RxDepth + int(m%uint64(s.o.RxDepth))) * in
-		return s.vmr.Addr() + uint64(off), s.vmr.LKey(), s.vbuf[off : off+in]
+// recvSlot is the memory receive m of QP i lands in: its address, key and
+// length, and with Verify the bytes the message itself lands in. Under UD
+// the receive starts grhRoom bytes before the message, where the GRH goes
+// (perftest's UD_ADDITION).
+func (s *session) recvSlot(i int, m uint64, size int) (addr uint64, lkey, length uint32, msg []byte) {
+	grh := 0
+	if s.o.UD {
+		grh = grhRoom
 	}
-	off := (s.o.QPs+i)*s.buff + slotOffset(m, size, s.cycle, s.cacheLine)
-	return s.mr.Addr() + uint64(off), s.mr.LKey(), nil
+	if s.vbuf != nil {
+		in := inc(s.maxSize+grh, s.cacheLine)
+		off := (i*s.o.RxDepth + int(m%uint64(s.o.RxDepth))) * in
+		return s.vmr.Addr() + uint64(off), s.vmr.LKey(), uint32(in), s.vbuf[off+grh : off+in]
+	}
+	off := s.rxHead + (s.o.QPs+i)*s.buff + slotOffset(m, size, s.cycle, s.cacheLine) - grh
+	return s.mr.Addr() + uint64(off), s.mr.LKey(), uint32(max(size, 1) + grh), nil
 }
 
 // rposted counts the receives posted per QP for the current size.
@@ -414,12 +439,9 @@ func (s *session) postRecvs(size int) error {
 }
 
 func (s *session) postRecv(i, size int) error {
-	addr, lkey, slot := s.recvSlot(i, s.rposted[i], size)
-	clear(slot)
-	s.rsge[0] = verbs.SGE{Addr: addr, Length: uint32(max(size, 1)), LKey: lkey}
-	if slot != nil {
-		s.rsge[0].Length = uint32(len(slot))
-	}
+	addr, lkey, length, msg := s.recvSlot(i, s.rposted[i], size)
+	clear(msg)
+	s.rsge[0] = verbs.SGE{Addr: addr, Length: length, LKey: lkey}
 	s.rwr[0] = verbs.RecvWR{WRID: uint64(i), SGList: s.rsge[:]}
 	if _, err := s.qps[i].PostRecv(s.rwr[:]); err != nil {
 		return fmt.Errorf("couldn't post receive %d on QP %d: %w", s.rposted[i], i, err)
@@ -436,13 +458,17 @@ func (s *session) received(wc *verbs.WC, rcnt []uint64, size int) error {
 		return fmt.Errorf("receive completion for an unknown work request %#x (QP %#x)", wc.WRID, wc.QPNum)
 	}
 	if s.vbuf != nil {
-		_, _, slot := s.recvSlot(i, rcnt[i], size)
-		if int(wc.ByteLen) != size {
-			return fmt.Errorf("%w: message %d on QP %d is %d bytes, want %d", ErrVerify, rcnt[i], i, wc.ByteLen, size)
+		_, _, _, msg := s.recvSlot(i, rcnt[i], size)
+		want := size
+		if s.o.UD {
+			want += grhRoom // a UD receive's length counts the GRH
+		}
+		if int(wc.ByteLen) != want {
+			return fmt.Errorf("%w: message %d on QP %d is %d bytes, want %d", ErrVerify, rcnt[i], i, wc.ByteLen, want)
 		}
 		for off := 0; off < size; off++ {
-			if slot[off] != pattern(off) {
-				return fmt.Errorf("%w: message %d on QP %d: byte %d is %#02x, want %#02x", ErrVerify, rcnt[i], i, off, slot[off], pattern(off))
+			if msg[off] != pattern(off) {
+				return fmt.Errorf("%w: message %d on QP %d: byte %d is %#02x, want %#02x", ErrVerify, rcnt[i], i, off, msg[off], pattern(off))
 			}
 		}
 	}
@@ -464,11 +490,18 @@ func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
 	rcnt := make([]uint64, q)
 	clk := newClock()
 	w := waiter{s: s, clk: clk}
+	if o.UD {
+		w.limit = UDQuiet / 8
+	}
 	pr := progress{s: s, clk: clk}
 	var got uint64
 	for got < total {
 		k := s.cq.Poll(s.wc[:])
 		if k == 0 {
+			if o.UD && got > 0 && clk.now()-tcompleted[got-1] > int64(UDQuiet) {
+				return s.sendServerResult(size, tcompleted), fmt.Errorf("%w: %d of %d messages arrived, then none for %v: the rest were lost",
+					ErrUDLoss, got, total, UDQuiet)
+			}
 			if err := w.idle(ctx); err != nil {
 				return Result{}, fmt.Errorf("waiting for messages (%d of %d received): %w", got, total, err)
 			}
@@ -493,7 +526,15 @@ func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
 		}
 		pr.tick(got, total, size)
 	}
-	r := Result{Size: size, Iters: total, Verified: o.Verify}
+	return s.sendServerResult(size, tcompleted), nil
+}
+
+// sendServerResult is send_bw's server's row from the arrival times of the
+// messages received.
+func (s *session) sendServerResult(size int, tcompleted []int64) Result {
+	o := &s.o
+	total := uint64(len(tcompleted))
+	r := Result{Size: size, Iters: total, Verified: o.Verify && total == uint64(o.Iters*len(s.qps))}
 	unit := float64(1 << 20)
 	if o.Gbits {
 		unit = 125e6
@@ -516,9 +557,13 @@ func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
 		}
 		if !math.IsInf(best, 1) {
 			r.BWPeak = float64(size) / (best / 1e9) / unit
+		} else {
+			// Every window's messages came in one poll (a short UD run
+			// arrives in one batch): no window is faster than the whole.
+			r.BWPeak = r.BWAvg
 		}
 	}
-	return r, nil
+	return r
 }
 
 // latResult computes perftest's latency figures from the post times of a
@@ -573,10 +618,17 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 	off := 0
 	sges[0] = verbs.SGE{Addr: s.mr.Addr() + uint64(off), Length: uint32(size), LKey: s.mr.LKey()}
 	wrs[0] = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sges[:]}
+	if s.ahs != nil {
+		wrs[0].AH, wrs[0].RemoteQPN, wrs[0].RemoteQKey = s.ahs[0], s.out.Remote[0].QPN, UDQKey
+	}
 	clk := newClock()
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
 	var scnt, ccnt uint64
+	var last int64 // when a message last arrived (or the test began)
+	if o.UD {
+		w.limit, last = UDQuiet/8, clk.now()
+	}
 	poll := func() error {
 		k := s.cq.Poll(s.wc[:])
 		for j := 0; j < k; j++ {
@@ -595,7 +647,13 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 		if k > 0 {
 			w.busy()
 			pr.tick(rcnt[0], n, size)
+			if o.UD {
+				last = clk.now()
+			}
 			return nil
+		}
+		if o.UD && clk.now()-last > int64(UDQuiet) {
+			return fmt.Errorf("%w: nothing for %v after %d of %d messages received and %d sent", ErrUDLoss, UDQuiet, rcnt[0], n, scnt)
 		}
 		return w.idle(ctx)
 	}

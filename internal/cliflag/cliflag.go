@@ -82,3 +82,16 @@ func (s Seconds) Set(v string) error {
 	*s.D = d
 	return nil
 }
+
+// Given reports whether any of the named flags was set on the command line
+// (fs parsed): a default the program chooses per case applies only when
+// none was.
+func Given(fs *flag.FlagSet, names ...string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) {
+		for _, n := range names {
+			given = given || f.Name == n
+		}
+	})
+	return given
+}

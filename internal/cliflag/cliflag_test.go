@@ -132,3 +132,16 @@ func TestOff(t *testing.T) {
 		}
 	}
 }
+
+func TestGiven(t *testing.T) {
+	fs := newTestFlagSet()
+	fs.Int("n", 1, "")
+	fs.Int("x", 1, "")
+	fs.Bool("v", false, "")
+	if _, ok := Parse(fs, []string{"-n", "3"}); !ok {
+		t.Fatal("parse failed")
+	}
+	if !Given(fs, "x", "n") || Given(fs, "v") || Given(fs) {
+		t.Errorf("Given: n set, v not: got n %v, v %v, none %v", Given(fs, "x", "n"), Given(fs, "v"), Given(fs))
+	}
+}

@@ -205,8 +205,9 @@ func (s Soft) List(softOnly bool) (*Listing, error) {
 // OpenPair opens two soft devices for traffic, for both sides of a test in
 // one process (goroce bench --loopback): the first on s.Addr (default
 // 127.0.0.1), which must be an IPv4 address, the second on the next
-// address, both on the default packet path and without a pcap file. It
-// returns the first device's address.
+// address, both on the packet path s.Path. The first records to s.Pcap:
+// what it sends and receives is the whole of the traffic between the two.
+// It returns the first device's address.
 func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error) {
 	if s.Addr == "" {
 		s.Addr = "127.0.0.1"
@@ -215,10 +216,10 @@ func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error
 	if err != nil || !a.Is4() {
 		return nil, nil, netip.Addr{}, fmt.Errorf("--addr %q: want an IPv4 address", s.Addr)
 	}
-	if first, err = (Soft{Addr: a.String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
+	if first, err = (Soft{Addr: a.String(), Path: s.Path, Pcap: s.Pcap, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
 		return nil, nil, netip.Addr{}, err
 	}
-	if second, err = (Soft{Addr: a.Next().String(), NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
+	if second, err = (Soft{Addr: a.Next().String(), Path: s.Path, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
 		first.Close()
 		return nil, nil, netip.Addr{}, err
 	}

@@ -26,6 +26,18 @@ var benchCases = []benchCase{
 	{"send_bw", 4096, "", 0},
 	{"atomic_bw", 8, "", 0},
 	{"send_lat", 64, "", 0},
+	// UD: one packet a message (rxe's MTU here is 1024), Q_Key
+	// 0x11111111, the receiver's GRH room, a receive for every message.
+	{"send_bw", 1024, "-c UD", 0},
+	{"send_lat", 64, "-c UD", 0},
+}
+
+// name labels c's subtests and captures: the test, and its flags.
+func (c benchCase) name() string {
+	if c.args == "" {
+		return c.test
+	}
+	return c.test + strings.NewReplacer(" ", "", "-", "_").Replace(" "+c.args)
 }
 
 // perftestCmd is the guest's perftest command line; a client when server is
@@ -34,6 +46,9 @@ func (h *harness) perftestCmd(c benchCase, server string) string {
 	cmd := fmt.Sprintf("ib_%s -d rxe0 -x %d -F -n %d", c.test, h.gidx, benchIters)
 	if c.test != "atomic_bw" {
 		cmd += fmt.Sprintf(" -s %d", c.size)
+	}
+	if c.args != "" {
+		cmd += " " + c.args
 	}
 	if server != "" {
 		cmd += " " + server
@@ -49,6 +64,7 @@ func (h *harness) benchArgs(c benchCase, server string) []string {
 	if c.test != "atomic_bw" {
 		a = append(a, "-s", strconv.Itoa(c.size))
 	}
+	a = append(a, strings.Fields(c.args)...)
 	if server != "" {
 		a = append(a, server)
 	}
@@ -68,19 +84,19 @@ func (h *harness) benchArgs(c benchCase, server string) []string {
 func TestBenchRxe(t *testing.T) {
 	h := newHarness(t)
 	first := benchCases[0]
-	h.startPeer("bench-"+first.test+"-rxe-server", h.perftestCmd(first, ""), shellJoin(h.benchArgs(first, guestIP)))
+	h.startPeer("bench-"+first.name()+"-rxe-server", h.perftestCmd(first, ""), shellJoin(h.benchArgs(first, guestIP)))
 	for _, c := range benchCases {
-		t.Run(c.test+"/rxe-server", func(t *testing.T) {
+		t.Run(c.name()+"/rxe-server", func(t *testing.T) {
 			var r result
 			if c == first {
 				r = h.peerResult(t)
 			} else {
-				r = h.pair(t, "bench-"+c.test+"-rxe-server", h.perftestCmd(c, ""), h.benchArgs(c, guestIP), false)
+				r = h.pair(t, "bench-"+c.name()+"-rxe-server", h.perftestCmd(c, ""), h.benchArgs(c, guestIP), false)
 			}
 			h.checkBench(t, r, c, false)
 		})
-		t.Run(c.test+"/goroce-server", func(t *testing.T) {
-			r := h.pair(t, "bench-"+c.test+"-goroce-server", h.perftestCmd(c, hostIP), h.benchArgs(c, ""), true)
+		t.Run(c.name()+"/goroce-server", func(t *testing.T) {
+			r := h.pair(t, "bench-"+c.name()+"-goroce-server", h.perftestCmd(c, hostIP), h.benchArgs(c, ""), true)
 			h.checkBench(t, r, c, true)
 		})
 	}
@@ -142,6 +158,13 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 	o, oerr := parsePerf(r.hostOut)
 	if gerr != nil || oerr != nil {
 		t.Fatalf("reports: perftest: %v; goroce: %v", gerr, oerr)
+	}
+	if strings.Contains(c.args, "-c UD") {
+		for _, x := range []struct{ name, out string }{{"perftest", r.guestOut}, {"goroce", r.hostOut}} {
+			if !regexp.MustCompile(`Connection type : UD\b`).MatchString(x.out) {
+				t.Errorf("%s's report does not say UD", x.name)
+			}
+		}
 	}
 	// The same QPs seen from both ends: perftest prints its own address and
 	// the one it read, goroce the same in perftest's format.
