@@ -88,6 +88,8 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	intFlag("x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address)", &o.GIDIndex)
 	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
 	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
+	fs.BoolVar(&o.Duplex, "b", false, "measure bidirectional bandwidth (bandwidth tests, RC; both sides must give it): each side reports the sum of both directions")
+	fs.BoolVar(&o.Duplex, "bidirectional", false, "same as -b")
 	fs.BoolVar(&o.All, "all", false, "same as -a")
 	intFlag("n", "iters", bench.DefaultIters, "number of exchanges (at least 5)", &o.Iters)
 	intFlag("D", "duration", 0, "run the test for a customized period of `seconds` (write_bw, read_bw, atomic_bw, read_lat, atomic_lat)", &c.duration)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,6 +166,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "send_bw", "-c", "UC"}, "not supported"},
 		{[]string{"bench", "send_bw", "-c", "UD", "-R", "host"}, "not with -R"},
 		{[]string{"bench", "send_bw", "-c", "XY"}, "unknown connection type"},
+		{[]string{"bench", "send_lat", "-b", "--loopback"}, "-b (bidirectional) runs RC bandwidth tests"},
 		{[]string{"bench", "atomic_bw", "-A", "SWAP"}, "atomic type"},
 		{[]string{"bench", "write_bw", "-n", "2", "--loopback"}, "iterations 2"},
 		{[]string{"bench", "send_bw", "-D", "1", "--loopback"}, "-D is supported"},
@@ -261,7 +263,7 @@ func TestBenchLoopback(t *testing.T) {
 	// internal/bench's tests: the race detector sees no synchronization
 	// there, as a remote WRITE gives none.)
 	procs := runtime.GOMAXPROCS(0)
-	for _, args := range [][]string{{"read_lat"}, {"send_lat", "-e"}, {"read_lat", "--events"}, {"write_bw", "-s", "2"}} {
+	for _, args := range [][]string{{"read_lat"}, {"send_lat", "-e"}, {"read_lat", "--events"}, {"write_bw", "-s", "2"}, {"send_bw", "-b", "-s", "2"}} {
 		out.Reset()
 		if code := run(append([]string{"bench"}, append(args, "--loopback", "--addr", "127.0.6.3", "-n", "100", "--json", "--timeout", "30s")...), &out, &errb); code != 0 {
 			t.Fatalf("%v: exit %d: %s%s", args, code, out.String(), errb.String())
@@ -271,6 +273,9 @@ func TestBenchLoopback(t *testing.T) {
 			t.Fatalf("%v: %v:\n%s", args, err, out.String())
 		}
 		checkJSON(t, rep, args[0], "client", 2, 100)
+		if bi := slices.Contains(args, "-b"); rep.Bidirectional != bi {
+			t.Errorf("%v: bidirectional %v in the report", args, rep.Bidirectional)
+		}
 		if got := runtime.GOMAXPROCS(0); got != procs {
 			t.Errorf("%v: GOMAXPROCS %d after the run, was %d", args, got, procs)
 		}

@@ -119,6 +119,10 @@ type Options struct {
 	// server of send_bw reports what arrived and fails when a message is
 	// missing (see UDQuiet).
 	UD bool
+	// Duplex runs a bandwidth test both ways at once (-b), as perftest:
+	// both sides post, and each reports the sum of its rate and the
+	// peer's (both sides must set it). RC only.
+	Duplex bool
 	// Size of each message (-s); 0: 65536 for bandwidth, 2 for latency, 8
 	// for atomics (always 8).
 	Size int
@@ -271,6 +275,9 @@ func (o *Options) normalize() error {
 	}
 	if o.UD && t.Verb != Send {
 		return fmt.Errorf("%w: UD connection only possible in SEND tests (send_bw, send_lat)", ErrUsage)
+	}
+	if o.Duplex && (t.Lat || o.UD || o.Duration > 0 || o.Verify) {
+		return fmt.Errorf("%w: -b (bidirectional) runs RC bandwidth tests with -n: not latency tests, UD, -D or --verify", ErrUsage)
 	}
 	if o.RxDepth == 0 {
 		o.RxDepth = DefaultRxDepthSend
@@ -692,6 +699,27 @@ func (s *session) script(ctx context.Context) error {
 	}
 	t := o.Test
 	switch {
+	case o.Duplex && t.Verb != Send: // write_bw, read_bw, atomic_bw -b
+		for _, size := range s.sizes() {
+			if err := one(); err != nil {
+				return err
+			}
+			r, err := s.runBW(ctx, size)
+			if err != nil {
+				return err
+			}
+			if o.All {
+				// perftest 4.6 and later sync after each size of -a too
+				// (its version, 6.06, is what the peer compares).
+				if err := one(); err != nil {
+					return err
+				}
+			}
+			if err := s.addPeer(&r); err != nil {
+				return err
+			}
+		}
+		return s.conn.Finish(s.out.Local[0], 2*time.Second)
 	case !t.Lat && t.Verb != Send:
 		if !o.Client {
 			// The client runs; its sync comes when it is done.
@@ -729,7 +757,7 @@ func (s *session) script(ctx context.Context) error {
 	case t.Verb == Send:
 		sizes := s.sizes()
 		for k, size := range sizes {
-			if !o.Client || t.Lat {
+			if !o.Client || t.Lat || o.Duplex {
 				if err := s.postRecvs(size); err != nil {
 					return err
 				}
@@ -741,7 +769,7 @@ func (s *session) script(ctx context.Context) error {
 			var err error
 			if t.Lat {
 				r, err = s.runSendLat(ctx, size)
-			} else if o.Client {
+			} else if o.Client || o.Duplex {
 				r, err = s.runBW(ctx, size)
 			} else {
 				r, err = s.runSendServer(ctx, size)
@@ -759,7 +787,13 @@ func (s *session) script(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			s.out.Results = append(s.out.Results, r)
+			if o.Duplex {
+				if err := s.addPeer(&r); err != nil {
+					return err
+				}
+			} else {
+				s.out.Results = append(s.out.Results, r)
+			}
 			if o.All && !t.Lat && k < len(sizes) {
 				if err := one(); err != nil {
 					return err
@@ -789,6 +823,25 @@ func (s *session) script(ctx context.Context) error {
 		}
 		return s.conn.Finish(s.out.Local[0], 2*time.Second)
 	}
+}
+
+// addPeer completes a bidirectional run's row (print_full_bw_report with
+// the peer's report): the two sides' reports are exchanged, and the row is
+// the sum of both directions' rates, with this side's iterations.
+func (s *session) addPeer(r *Result) error {
+	rem, err := s.conn.ExchangeReports(perftest.Report{Size: uint64(r.Size), Iters: r.Iters,
+		BWPeak: r.BWPeak, BWAvg: r.BWAvg, MsgRate: r.MsgRate})
+	if err != nil {
+		return err
+	}
+	if rem.Size != uint64(r.Size) {
+		return fmt.Errorf("%w: the peer reports %d-byte messages, this side ran %d", perftest.ErrMessage, rem.Size, r.Size)
+	}
+	r.BWPeak += rem.BWPeak
+	r.BWAvg += rem.BWAvg
+	r.MsgRate += rem.MsgRate
+	s.out.Results = append(s.out.Results, *r)
+	return nil
 }
 
 // close releases everything, the QPs first; an RC side first lets the link

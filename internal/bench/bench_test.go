@@ -79,6 +79,10 @@ func TestNormalize(t *testing.T) {
 		{"warm-up send_bw", Options{Test: Test{Verb: Send}, WarmUp: true}},
 		{"warm-up write_lat", Options{Test: Test{Verb: Write, Lat: true}, WarmUp: true}},
 		{"UD write_bw", Options{Test: Test{Verb: Write}, UD: true}},
+		{"-b send_lat", Options{Test: Test{Verb: Send, Lat: true}, Duplex: true}},
+		{"-b UD", Options{Test: Test{Verb: Send}, Duplex: true, UD: true}},
+		{"-b -D", Options{Test: Test{Verb: Write}, Duplex: true, Duration: time.Second}},
+		{"-b verify", Options{Test: Test{Verb: Write}, Duplex: true, Verify: true}},
 		{"UD read_lat", Options{Test: Test{Verb: Read, Lat: true}, UD: true}},
 	} {
 		if err := c.o.normalize(); !errors.Is(err, ErrUsage) {
@@ -318,6 +322,11 @@ func TestRunLoopback(t *testing.T) {
 		{"read_bw-warm-up", Options{Test: Test{Verb: Read}, Size: 9000, Iters: 200, Verify: true, OutReads: 4, WarmUp: true}},
 		{"atomic_bw-warm-up", Options{Test: Test{Verb: Atomic}, Iters: 100, WarmUp: true}},
 		{"send_lat", Options{Test: Test{Verb: Send, Lat: true}, Size: 64, Iters: 200, Verify: true}},
+		{"write_bw-bi", Options{Test: Test{Verb: Write}, Size: 4096, Iters: 500, Duplex: true}},
+		{"read_bw-bi-2qp", Options{Test: Test{Verb: Read}, Size: 9000, Iters: 200, QPs: 2, OutReads: 4, Duplex: true}},
+		{"atomic_bw-bi", Options{Test: Test{Verb: Atomic}, Iters: 300, Duplex: true}},
+		{"send_bw-bi", Options{Test: Test{Verb: Send}, Size: 3000, Iters: 500, RxDepth: 64, Duplex: true}},
+		{"send_bw-bi-2qp", Options{Test: Test{Verb: Send}, Size: 100, Iters: 1000, QPs: 2, Duplex: true, MTU: verbs.MTU1024}},
 		{"send_bw-ud", Options{Test: Test{Verb: Send}, Size: 1024, Iters: 500, Verify: true, UD: true, MTU: verbs.MTU1024}},
 		{"send_bw-ud-2qp", Options{Test: Test{Verb: Send}, Size: 4096, Iters: 200, QPs: 2, Verify: true, UD: true}},
 		{"send_bw-ud-rx16", Options{Test: Test{Verb: Send}, Size: 100, Iters: 16, RxDepth: 16, Verify: true, UD: true}},
@@ -375,7 +384,11 @@ func TestRunLoopback(t *testing.T) {
 					t.Errorf("data not verified: %+v", r)
 				}
 			}
-			if !o.Test.Lat && o.Test.Verb != Send && so.Results[0] != co.Results[0] {
+			if o.Duplex && so.Results[0] != co.Results[0] {
+				// Each side's row is its rates plus the peer's: the same sums.
+				t.Errorf("bidirectional rows differ: server %+v, client %+v", so.Results[0], co.Results[0])
+			}
+			if !o.Test.Lat && o.Test.Verb != Send && !o.Duplex && so.Results[0] != co.Results[0] {
 				if r := so.Results[0]; !r.Remote || r.BWAvg != co.Results[0].BWAvg {
 					t.Errorf("the server's report %+v is not the client's %+v", r, co.Results[0])
 				}

@@ -35,6 +35,8 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 	}
 	if t.Lat {
 		b.WriteString("Latency Test\n")
+	} else if o.Duplex {
+		b.WriteString("Bidirectional BW Test\n")
 	} else {
 		b.WriteString("BW Test\n")
 	}
@@ -49,7 +51,7 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 		conn = "UD"
 	}
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
-	if o.Client {
+	if o.Client || o.Duplex {
 		tx := o.TxDepth
 		if tx == 0 {
 			tx = DefaultTxDepthBW
@@ -59,7 +61,7 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 		}
 		fmt.Fprintf(&b, " TX depth        : %d\n", tx)
 	}
-	if t.Verb == Send && (!o.Client || t.Lat) {
+	if t.Verb == Send && (!o.Client || t.Lat || o.Duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", o.RxDepth)
 	}
 	if !t.Lat {
@@ -180,18 +182,21 @@ type JSONResult struct {
 
 // JSONReport is the JSON document of one side's report.
 type JSONReport struct {
-	Test        string       `json:"test"`
-	Side        string       `json:"side"`
-	Device      string       `json:"device"`
-	Path        string       `json:"packet_path,omitempty"`
-	Connection  string       `json:"connection"` // RC or UD
-	MTU         int          `json:"mtu"`
-	QPs         int          `json:"qps"`
-	PeerVersion string       `json:"peer_version"`
-	Local       []JSONDest   `json:"local"`
-	Remote      []JSONDest   `json:"remote"`
-	Results     []JSONResult `json:"results"`
-	Error       string       `json:"error,omitempty"`
+	Test       string `json:"test"`
+	Side       string `json:"side"`
+	Device     string `json:"device"`
+	Path       string `json:"packet_path,omitempty"`
+	Connection string `json:"connection"` // RC or UD
+	// Bidirectional: both sides ran traffic (-b); a row is the sum of
+	// both directions.
+	Bidirectional bool         `json:"bidirectional,omitempty"`
+	MTU           int          `json:"mtu"`
+	QPs           int          `json:"qps"`
+	PeerVersion   string       `json:"peer_version"`
+	Local         []JSONDest   `json:"local"`
+	Remote        []JSONDest   `json:"remote"`
+	Results       []JSONResult `json:"results"`
+	Error         string       `json:"error,omitempty"`
 }
 
 // WriteJSON prints a side's report as one JSON document (`goroce bench
@@ -201,7 +206,7 @@ func WriteJSON(w io.Writer, devName, path string, o Options, out *Outcome, runEr
 	if o.Client {
 		rep.Side = "client"
 	}
-	rep.Connection = "RC"
+	rep.Connection, rep.Bidirectional = "RC", o.Duplex
 	if o.UD {
 		rep.Connection = "UD"
 	}

@@ -184,6 +184,10 @@ func wcError(w *verbs.WC, what string, n uint64) error {
 
 // runBW is the client of a bandwidth test (run_iter_bw): every QP keeps up
 // to TxDepth requests outstanding, one completion every CQMod requests.
+// With Duplex it is both sides' loop (run_iter_bw; for SEND run_iter_bi:
+// the messages the peer sends are taken in and their receives reposted
+// too, and the server posts nothing before the first has arrived, so that
+// its clock starts with the client's).
 func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	o := &s.o
 	q := len(s.qps)
@@ -228,9 +232,16 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	}
 	var posted, completed, sigOut uint64
 	var first, lastDone int64 = -1, 0
+	bi := o.Duplex && o.Test.Verb == Send
+	var rcnt []uint64
+	var got uint64 // messages received (bi)
+	hold := bi && !o.Client
+	if bi {
+		rcnt = make([]uint64, q)
+	}
 	for {
-		stopPosting := timed && clk.now() >= deadline
-		if !timed && completed == n*uint64(q) || timed && stopPosting && sigOut == 0 {
+		stopPosting := timed && clk.now() >= deadline || hold
+		if !timed && completed == n*uint64(q) && (!bi || got == n*uint64(q)) || timed && stopPosting && sigOut == 0 {
 			break
 		}
 		progressed := false
@@ -280,6 +291,14 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 				if wc.Status != verbs.WCSuccess {
 					return Result{}, wcError(wc, "completions", completed)
 				}
+				if bi && wc.Opcode == verbs.WCRecv {
+					if err := s.received(wc, rcnt, size); err != nil {
+						return Result{}, err
+					}
+					got++
+					hold = false
+					continue
+				}
 				i := int(wc.WRID >> 32)
 				c := wc.WRID & 0xFFFFFFFF
 				if i >= q || ccnt[i]+c > scnt[i] {
@@ -303,6 +322,9 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 			continue
 		}
 		if err := w.idle(ctx); err != nil {
+			if bi {
+				return Result{}, fmt.Errorf("waiting for completions (%d of %d done, %d of %d messages received): %w", completed, posted, got, n*uint64(q), err)
+			}
 			return Result{}, fmt.Errorf("waiting for completions (%d of %d done): %w", completed, posted, err)
 		}
 		pr.tick(completed, n*uint64(q), size)

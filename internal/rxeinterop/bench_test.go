@@ -30,6 +30,11 @@ var benchCases = []benchCase{
 	// 0x11111111, the receiver's GRH room, a receive for every message.
 	{"send_bw", 1024, "-c UD", 0},
 	{"send_lat", 64, "-c UD", 0},
+	// Bidirectional: both sides post (ib_send_bw's run_iter_bi: the
+	// server once the first message is in), and each prints the sum of
+	// both directions' rates.
+	{"write_bw", 16384, "-b", 0},
+	{"send_bw", 4096, "-b", 0},
 }
 
 // name labels c's subtests and captures: the test, and its flags.
@@ -181,7 +186,9 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 	// the server of a WRITE, READ or atomic test, whose row is the report
 	// perftest sent it (xchg_bw_reports), whatever its figures.
 	noClock := strings.Contains(r.guestOut, "Correlation coefficient r^2")
-	clientReport := goroceServer && !lat && c.test != "send_bw"
+	// A bidirectional row holds the peer's figures too.
+	duplex := strings.Contains(" "+c.args+" ", " -b ")
+	clientReport := goroceServer && !lat && c.test != "send_bw" || duplex
 	if noClock {
 		t.Logf("perftest could not measure the guest's cycle frequency: its figures are 0 and not checked")
 	}
@@ -226,8 +233,13 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 		}
 	}
 	// WRITE, READ and atomics: the server prints the report the client sent
-	// it (xchg_bw_reports), so both rows are the same.
-	if !lat && c.test != "send_bw" && len(g.rows) == 1 && len(o.rows) == 1 && strings.Join(g.rows[0], " ") != strings.Join(o.rows[0], " ") {
+	// it (xchg_bw_reports), so both rows are the same; so are both rows of
+	// a bidirectional test, each the sum of the two sides' reports, as
+	// long as both clocks ran.
+	if duplex && !noClock && len(g.rows) == 1 && len(o.rows) == 1 && strings.Join(g.rows[0], " ") != strings.Join(o.rows[0], " ") {
+		t.Errorf("bidirectional: perftest's row %q is not goroce's %q (both the sum of the two directions)", g.rows[0], o.rows[0])
+	}
+	if !lat && c.test != "send_bw" && !duplex && len(g.rows) == 1 && len(o.rows) == 1 && strings.Join(g.rows[0], " ") != strings.Join(o.rows[0], " ") {
 		t.Errorf("the server's row %q is not the client's %q", g.rows[0], o.rows[0])
 	}
 	h.checkCapture(t, r.pcap)
