@@ -226,27 +226,78 @@ func FormatGID(g verbs.GID) string {
 	return string(b)
 }
 
+// SRQMessages is how many address messages ibv_srq_pingpong sends each
+// way (its MAX_QP), whatever its number of QPs (-q): the first -q are its
+// QPs', the rest carry whatever its array holds there.
+const SRQMessages = 256
+
 // ClientExchange runs the client side of the pingpong exchange on rw: it
 // writes local's message, reads the server's and writes Done. It returns the
 // server's address.
 func ClientExchange(rw io.ReadWriter, local Dest) (Dest, error) {
-	msg, err := local.AppendMessage(make([]byte, 0, MessageLen))
+	r, err := clientExchange(rw, []Dest{local}, 1)
 	if err != nil {
 		return Dest{}, err
+	}
+	return r[0], nil
+}
+
+// ClientExchangeSRQ is ClientExchange for ibv_srq_pingpong: SRQMessages
+// messages each way, locals' first (zero addresses after them), and the
+// first len(locals) of the server's returned (the rest read and ignored).
+func ClientExchangeSRQ(rw io.ReadWriter, locals []Dest) ([]Dest, error) {
+	return clientExchange(rw, locals, SRQMessages)
+}
+
+// appendMessages appends n address messages: locals', then zero addresses.
+func appendMessages(locals []Dest, n int) ([]byte, error) {
+	if len(locals) == 0 || len(locals) > n {
+		return nil, fmt.Errorf("%w: %d addresses for %d messages", ErrRange, len(locals), n)
+	}
+	b := make([]byte, 0, n*MessageLen)
+	for i := 0; i < n; i++ {
+		var d Dest
+		if i < len(locals) {
+			d = locals[i]
+		}
+		var err error
+		if b, err = d.AppendMessage(b); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// readMessages reads n address messages and parses the first want.
+func readMessages(r io.Reader, n, want int) ([]Dest, error) {
+	buf := make([]byte, n*MessageLen)
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("%w: reading the remote address: %w", ErrProtocol, err)
+	}
+	ds := make([]Dest, want)
+	for i := range ds {
+		var err error
+		if ds[i], err = ParseMessage(buf[i*MessageLen : (i+1)*MessageLen]); err != nil {
+			return nil, fmt.Errorf("address %d: %w", i, err)
+		}
+	}
+	return ds, nil
+}
+
+func clientExchange(rw io.ReadWriter, locals []Dest, n int) ([]Dest, error) {
+	msg, err := appendMessages(locals, n)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := rw.Write(msg); err != nil {
-		return Dest{}, fmt.Errorf("%w: sending the local address: %w", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: sending the local address: %w", ErrProtocol, err)
 	}
-	buf := make([]byte, MessageLen)
-	if _, err := io.ReadFull(rw, buf); err != nil {
-		return Dest{}, fmt.Errorf("%w: reading the remote address: %w", ErrProtocol, err)
-	}
-	remote, err := ParseMessage(buf)
+	remote, err := readMessages(rw, n, len(locals))
 	if err != nil {
-		return Dest{}, err
+		return nil, err
 	}
 	if _, err := rw.Write([]byte(Done)); err != nil {
-		return Dest{}, fmt.Errorf("%w: sending done: %w", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: sending done: %w", ErrProtocol, err)
 	}
 	return remote, nil
 }
@@ -258,17 +309,32 @@ func ClientExchange(rw io.ReadWriter, local Dest) (Dest, error) {
 // exchange stops there without answering, as the tools do, and its error is
 // returned. It returns the client's address.
 func ServerExchange(rw io.ReadWriter, local Dest, connect func(remote Dest) error) (Dest, error) {
-	msg, err := local.AppendMessage(make([]byte, 0, MessageLen))
-	if err != nil {
+	var conn func([]Dest) error
+	if connect != nil {
+		conn = func(r []Dest) error { return connect(r[0]) }
+	}
+	r, err := serverExchange(rw, []Dest{local}, 1, conn)
+	if len(r) == 0 {
 		return Dest{}, err
 	}
-	buf := make([]byte, MessageLen)
-	if _, err := io.ReadFull(rw, buf); err != nil {
-		return Dest{}, fmt.Errorf("%w: reading the remote address: %w", ErrProtocol, err)
-	}
-	remote, err := ParseMessage(buf)
+	return r[0], err
+}
+
+// ServerExchangeSRQ is ServerExchange for ibv_srq_pingpong: SRQMessages
+// messages each way (see ClientExchangeSRQ); connect gets the first
+// len(locals) of the client's addresses.
+func ServerExchangeSRQ(rw io.ReadWriter, locals []Dest, connect func(remote []Dest) error) ([]Dest, error) {
+	return serverExchange(rw, locals, SRQMessages, connect)
+}
+
+func serverExchange(rw io.ReadWriter, locals []Dest, n int, connect func(remote []Dest) error) ([]Dest, error) {
+	msg, err := appendMessages(locals, n)
 	if err != nil {
-		return Dest{}, err
+		return nil, err
+	}
+	remote, err := readMessages(rw, n, len(locals))
+	if err != nil {
+		return nil, err
 	}
 	if connect != nil {
 		if err := connect(remote); err != nil {
@@ -338,29 +404,67 @@ func acceptContext(ctx context.Context, ln net.Listener, what string) (net.Conn,
 // Accept waits for one client on ln (until ctx ends), runs ServerExchange
 // with it and closes the connection. It does not close ln.
 func Accept(ctx context.Context, ln net.Listener, local Dest, connect func(remote Dest) error) (Dest, error) {
+	var r Dest
+	err := accept(ctx, ln, func(c net.Conn) (err error) {
+		r, err = ServerExchange(c, local, connect)
+		return err
+	})
+	return r, err
+}
+
+// AcceptSRQ is Accept with ServerExchangeSRQ.
+func AcceptSRQ(ctx context.Context, ln net.Listener, locals []Dest, connect func(remote []Dest) error) ([]Dest, error) {
+	var r []Dest
+	err := accept(ctx, ln, func(c net.Conn) (err error) {
+		r, err = ServerExchangeSRQ(c, locals, connect)
+		return err
+	})
+	return r, err
+}
+
+func accept(ctx context.Context, ln net.Listener, exchange func(net.Conn) error) error {
 	c, err := acceptContext(ctx, ln, "a client")
 	if err != nil {
-		return Dest{}, err
+		return err
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	return ServerExchange(c, local, connect)
+	return exchange(c)
 }
 
 // Dial connects to a pingpong server at host (a name or address) on port
 // (0: PingpongPort), runs ClientExchange and closes the connection.
 func Dial(ctx context.Context, host string, port int, local Dest) (Dest, error) {
+	var r Dest
+	err := dial(ctx, host, port, func(c net.Conn) (err error) {
+		r, err = ClientExchange(c, local)
+		return err
+	})
+	return r, err
+}
+
+// DialSRQ is Dial with ClientExchangeSRQ.
+func DialSRQ(ctx context.Context, host string, port int, locals []Dest) ([]Dest, error) {
+	var r []Dest
+	err := dial(ctx, host, port, func(c net.Conn) (err error) {
+		r, err = ClientExchangeSRQ(c, locals)
+		return err
+	})
+	return r, err
+}
+
+func dial(ctx context.Context, host string, port int, exchange func(net.Conn) error) error {
 	if port == 0 {
 		port = PingpongPort
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
-		return Dest{}, fmt.Errorf("cm: couldn't connect to %s:%d: %w", host, port, err)
+		return fmt.Errorf("cm: couldn't connect to %s:%d: %w", host, port, err)
 	}
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	return ClientExchange(c, local)
+	return exchange(c)
 }

@@ -300,3 +300,88 @@ func TestDialAccept(t *testing.T) {
 		t.Fatalf("Accept without a client: %v", err)
 	}
 }
+
+// TestExchangeSRQ runs srq_pingpong's exchange: SRQMessages messages each
+// way whatever the number of QPs. A scripted client as rdma-core's writes
+// its QPs' addresses and then whatever its array holds (here garbage that
+// is not even an address); the server parses only its own number.
+func TestExchangeSRQ(t *testing.T) {
+	clients := []Dest{{QPN: 0x11, PSN: 1, GID: gid("::ffff:10.0.0.1")}, {QPN: 0x12, PSN: 2, GID: gid("::ffff:10.0.0.1")}}
+	servers := []Dest{{QPN: 0x21, PSN: 3, GID: gid("::ffff:10.0.0.2")}, {QPN: 0x22, PSN: 4, GID: gid("::ffff:10.0.0.2")}}
+	c, s := net.Pipe()
+	defer c.Close()
+	defer s.Close()
+	type answer struct {
+		msgs []byte
+		done []byte
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		var out []byte
+		for _, d := range clients {
+			out, _ = d.AppendMessage(out)
+		}
+		for i := len(clients); i < SRQMessages; i++ {
+			junk := make([]byte, MessageLen)
+			for j := range junk {
+				junk[j] = byte('g' + i%7)
+			}
+			out = append(out, junk...)
+		}
+		if _, err := c.Write(out); err != nil {
+			ch <- answer{err: err}
+			return
+		}
+		msgs := make([]byte, SRQMessages*MessageLen)
+		if _, err := io.ReadFull(c, msgs); err != nil {
+			ch <- answer{err: err}
+			return
+		}
+		_, err := c.Write([]byte(Done))
+		ch <- answer{msgs: msgs, err: err}
+	}()
+	var connected []Dest
+	got, err := ServerExchangeSRQ(s, servers, func(r []Dest) error { connected = r; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := <-ch
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if len(got) != 2 || got[0] != clients[0] || got[1] != clients[1] || len(connected) != 2 {
+		t.Errorf("server got %+v (connect with %+v), want %+v", got, connected, clients)
+	}
+	for i := 0; i < SRQMessages; i++ {
+		d, err := ParseMessage(a.msgs[i*MessageLen : (i+1)*MessageLen])
+		want := Dest{}
+		if i < len(servers) {
+			want = servers[i]
+		}
+		if err != nil || d != want {
+			t.Fatalf("server's message %d: %+v, %v; want %+v", i, d, err, want)
+		}
+	}
+
+	// Client against server, three QPs a side.
+	c2, s2 := net.Pipe()
+	defer c2.Close()
+	defer s2.Close()
+	three := append(servers, Dest{QPN: 0x23, PSN: 5, GID: gid("::ffff:10.0.0.2")})
+	mine := append(clients, Dest{QPN: 0x13, PSN: 6, GID: gid("::ffff:10.0.0.1")})
+	go func() {
+		_, err := ServerExchangeSRQ(s2, three, nil)
+		ch <- answer{err: err}
+	}()
+	got, err = ClientExchangeSRQ(c2, mine)
+	if err != nil || len(got) != 3 || got[2] != three[2] {
+		t.Fatalf("ClientExchangeSRQ = %+v, %v", got, err)
+	}
+	if a := <-ch; a.err != nil {
+		t.Fatal(a.err)
+	}
+	if _, err := ClientExchangeSRQ(c2, make([]Dest, SRQMessages+1)); !errors.Is(err, ErrRange) {
+		t.Errorf("more addresses than messages: %v", err)
+	}
+}

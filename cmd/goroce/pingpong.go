@@ -26,7 +26,7 @@ type ppConfig struct {
 
 func runPingpong(args []string, stdout, stderr io.Writer) int {
 	usage := func(w io.Writer) {
-		fmt.Fprintln(w, "usage: goroce pingpong rc|ud [flags]          start a server and wait for a client\n       goroce pingpong rc|ud [flags] HOST     connect to the server at HOST\n\nibv_rc_pingpong and ibv_ud_pingpong over goroce's soft device: the same\nflags, exchange (TCP port 18515) and report, so that either side may be\nrdma-core's program. Run \"goroce pingpong rc -h\" for the flags.")
+		fmt.Fprintln(w, "usage: goroce pingpong rc|ud|srq [flags]          start a server and wait for a client\n       goroce pingpong rc|ud|srq [flags] HOST     connect to the server at HOST\n\nibv_rc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong over goroce's soft\ndevice: the same flags, exchange (TCP port 18515) and report, so that either\nside may be rdma-core's program. Run \"goroce pingpong rc -h\" for the flags.")
 	}
 	if len(args) == 0 {
 		usage(stderr)
@@ -38,11 +38,13 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 		c.Type, c.Size = verbs.QPTRC, 4096
 	case "ud":
 		c.Type, c.Size = verbs.QPTUD, 1024
+	case "srq":
+		c.Type, c.Size, c.SRQ = verbs.QPTRC, 4096, true
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "goroce pingpong: unknown transport %q: want rc or ud\n", args[0])
+		fmt.Fprintf(stderr, "goroce pingpong: unknown transport %q: want rc, ud or srq\n", args[0])
 		usage(stderr)
 		return 2
 	}
@@ -62,13 +64,16 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	if c.Type == verbs.QPTRC {
 		alias("m", "mtu", 1024, "path MTU in bytes (256, 512, 1024, 2048, 4096)", &c.MTU)
 	}
+	if c.SRQ {
+		alias("q", "num-qp", 16, "number of QPs, sharing one receive queue", &c.NumQP)
+	}
 	alias("r", "rx-depth", 500, "number of receives to post at a time", &c.RxDepth)
 	alias("n", "iters", 1000, "number of exchanges", &c.Iters)
 	alias("l", "sl", 0, "service level (accepted; RoCE carries none)", &c.sl)
 	fs.BoolVar(&c.Events, "e", false, "sleep on CQ events (default: poll)")
 	fs.BoolVar(&c.Events, "events", false, "same as -e")
 	alias("g", "gid-idx", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address)", &c.GIDIndex)
-	if c.Type == verbs.QPTUD {
+	if c.Type == verbs.QPTUD || c.SRQ {
 		fs.BoolVar(&c.Check, "c", false, "validate the received buffer")
 		fs.BoolVar(&c.Check, "chk", false, "same as -c")
 	}
@@ -76,6 +81,8 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	if c.Type == verbs.QPTRC {
 		fs.BoolVar(&odp, "o", false, "use on-demand paging (not supported)")
 		fs.BoolVar(&odp, "odp", false, "same as -o")
+	}
+	if c.Type == verbs.QPTRC && !c.SRQ {
 		fs.BoolVar(&ts, "t", false, "completion timestamps (not supported)")
 		fs.BoolVar(&ts, "ts", false, "same as -t")
 	}
@@ -99,7 +106,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if c.Port <= 0 || c.Port > 65535 || c.IBPort < 1 || c.Size < 1 || c.RxDepth < 1 || c.Iters < 1 ||
-		(c.Type == verbs.QPTRC && verbs.MTUFromBytes(c.MTU) == 0) {
+		(c.Type == verbs.QPTRC && verbs.MTUFromBytes(c.MTU) == 0) || c.SRQ && (c.NumQP < 1 || c.NumQP > pingpong.MaxSRQQPs) {
 		fs.Usage()
 		return 2
 	}

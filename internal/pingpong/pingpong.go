@@ -26,10 +26,16 @@ const UDQKey = 0x11111111
 // grh is the room for the GRH at the start of every UD receive buffer.
 const grh = 40
 
-// Config holds a run's settings, named after ibv_rc_pingpong's and
-// ibv_ud_pingpong's flags.
+// MaxSRQQPs is the most QPs ibv_srq_pingpong runs (one less than its
+// MAX_QP).
+const MaxSRQQPs = cm.SRQMessages - 1
+
+// Config holds a run's settings, named after ibv_rc_pingpong's,
+// ibv_ud_pingpong's and ibv_srq_pingpong's flags.
 type Config struct {
 	Type     verbs.QPType  // verbs.QPTRC or verbs.QPTUD
+	SRQ      bool          // ibv_srq_pingpong: NumQP RC QPs sharing a receive queue
+	NumQP    int           // SRQ: the QPs (-q, 16)
 	Host     string        // the server to connect to; empty: be the server
 	Port     int           // TCP port of the exchange (-p, cm.PingpongPort)
 	IBPort   int           // the device's port (-i, 1)
@@ -39,7 +45,7 @@ type Config struct {
 	Iters    int           // exchanges (-n, 1000)
 	Events   bool          // sleep on CQ events (-e)
 	GIDIndex int           // local GID index (-g)
-	Check    bool          // UD: validate the received buffer (-c)
+	Check    bool          // UD and SRQ: validate the received buffer (-c)
 	Timeout  time.Duration // give up after this long (0: never)
 }
 
@@ -59,16 +65,17 @@ type pingpong struct {
 	pd     verbs.PD
 	mr     verbs.MR
 	cq     verbs.CQ
-	qp     verbs.QP
+	qps    []verbs.QP // one, or NumQP with an SRQ
+	srq    verbs.SRQ
 	ah     verbs.AH
 	buf    []byte
-	local  cm.Dest
-	remote cm.Dest
+	local  []cm.Dest // a QP's each
+	remote []cm.Dest
 
 	routs   int
-	pending int
-	scnt    int
-	rcnt    int
+	pending []int // a QP's each: the completions it waits for (recvWRID, sendWRID)
+	scnt    int   // sends completed, on all QPs
+	rcnt    int   // receives completed, on all QPs
 	send    [1]verbs.SendWR
 	recv    [1]verbs.RecvWR
 }
@@ -82,6 +89,17 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
+	}
+	if c.SRQ {
+		if c.Type != verbs.QPTRC {
+			return errors.New("srq: the QPs are RC")
+		}
+		if c.NumQP > c.RxDepth {
+			return fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP", c.RxDepth, c.NumQP)
+		}
+		if c.NumQP < 1 || c.NumQP > MaxSRQQPs {
+			return fmt.Errorf("num_qp %d must be 1 to %d", c.NumQP, MaxSRQQPs)
+		}
 	}
 	p := &pingpong{c: c, out: out, dev: dev}
 	defer func() {
@@ -104,30 +122,40 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 	if err != nil {
 		return fmt.Errorf("couldn't get port info: %w", err)
 	}
-	p.local.LID = pa.LID
 	if c.GIDIndex == 0 {
 		c.GIDIndex = verbs.DefaultGIDIndex
 	}
 	if c.GIDIndex < 0 {
 		return errors.New("RoCE needs a GID: use -g 1 (the IPv4-mapped GID of soft devices and rdma_rxe)")
 	}
-	if p.local.GID, err = p.vctx.QueryGID(uint8(c.IBPort), c.GIDIndex); err != nil {
+	gid, err := p.vctx.QueryGID(uint8(c.IBPort), c.GIDIndex)
+	if err != nil {
 		return fmt.Errorf("can't read sgid of index %d: %w", c.GIDIndex, err)
 	}
-	p.local.QPN = p.qp.Num()
-	p.local.PSN = rand.Uint32() & 0xffffff
+	for _, qp := range p.qps {
+		p.local = append(p.local, cm.Dest{LID: pa.LID, QPN: qp.Num(), PSN: rand.Uint32() & 0xffffff, GID: gid})
+	}
 
 	sep := ","
 	if c.Type == verbs.QPTUD {
 		sep = ":" // ud_pingpong prints "PSN 0x%06x: GID %s"
 	}
 	printLocal := func() {
-		fmt.Fprintf(p.out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n",
-			p.local.LID, p.local.QPN, p.local.PSN, sep, cm.FormatGID(p.local.GID))
+		for _, l := range p.local {
+			fmt.Fprintf(p.out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n",
+				l.LID, l.QPN, l.PSN, sep, cm.FormatGID(l.GID))
+		}
 	}
 	if c.Host != "" {
 		printLocal()
-		if p.remote, err = cm.Dial(ctx, c.Host, c.Port, p.local); err != nil {
+		if c.SRQ {
+			p.remote, err = cm.DialSRQ(ctx, c.Host, c.Port, p.local)
+		} else {
+			var r cm.Dest
+			r, err = cm.Dial(ctx, c.Host, c.Port, p.local[0])
+			p.remote = []cm.Dest{r}
+		}
+		if err != nil {
 			return err
 		}
 	} else {
@@ -136,31 +164,48 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 			return err
 		}
 		printLocal() // once listening, so that a client started on this line finds the port open
-		p.remote, err = cm.Accept(ctx, ln, p.local, p.connect)
+		if c.SRQ {
+			p.remote, err = cm.AcceptSRQ(ctx, ln, p.local, p.connect)
+		} else {
+			var r cm.Dest
+			r, err = cm.Accept(ctx, ln, p.local[0], func(r cm.Dest) error { return p.connect([]cm.Dest{r}) })
+			p.remote = []cm.Dest{r}
+		}
 		ln.Close()
 		if err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(p.out, "  remote address: %s\n", p.remote)
+	for _, r := range p.remote {
+		fmt.Fprintf(p.out, "  remote address: %s\n", r)
+	}
 	if c.Host != "" {
 		if err := p.connect(p.remote); err != nil {
 			return err
 		}
 	}
 
-	p.pending = recvWRID
+	p.pending = make([]int, len(p.qps))
+	for i := range p.pending {
+		p.pending[i] = recvWRID
+	}
 	if c.Host != "" {
 		if c.Check {
+			off := 0
+			if c.Type == verbs.QPTUD {
+				off = grh
+			}
 			pageSize := 4096
 			for i := 0; i < c.Size; i += pageSize {
-				p.buf[grh+i] = 0 // i / page_size % sizeof(char), as ud_pingpong writes it
+				p.buf[off+i] = 0 // i / page_size % sizeof(char), as the examples write it
 			}
 		}
-		if err := p.postSend(); err != nil {
-			return err
+		for i := range p.qps {
+			if err := p.postSend(i); err != nil {
+				return err
+			}
+			p.pending[i] |= sendWRID
 		}
-		p.pending |= sendWRID
 	}
 	start := time.Now()
 	if err := p.loop(ctx); err != nil {
@@ -172,9 +217,16 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 	bytes := int64(c.Size) * int64(c.Iters) * 2
 	fmt.Fprintf(p.out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, float64(usec)/1e6, float64(bytes)*8/float64(usec))
 	fmt.Fprintf(p.out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.Iters, float64(usec)/1e6, float64(usec/float32(c.Iters)))
-	if c.Type == verbs.QPTUD && c.Check && c.Host != "" {
+	switch {
+	case c.Type == verbs.QPTUD && c.Check && c.Host != "":
 		for i := 0; i < c.Size; i += 4096 {
 			if p.buf[grh+i] != 0 {
+				fmt.Fprintf(p.out, "invalid data in page %d\n", i/4096)
+			}
+		}
+	case c.SRQ && c.Check && c.Host == "": // srq_pingpong's server checks
+		for i := 0; i < c.Size; i += 4096 {
+			if p.buf[i] != 0 {
 				fmt.Fprintf(p.out, "invalid data in page %d\n", i/4096)
 			}
 		}
@@ -210,19 +262,38 @@ func (p *pingpong) init() (err error) {
 		return fmt.Errorf("couldn't allocate PD: %w", err)
 	}
 	p.buf = make([]byte, bufLen)
-	for i := range p.buf {
-		p.buf[i] = 0x7b
+	if !c.SRQ { // srq_pingpong's buffer starts zeroed
+		for i := range p.buf {
+			p.buf[i] = 0x7b
+		}
 	}
 	if p.mr, err = p.pd.RegMR(p.buf, verbs.AccessLocalWrite); err != nil {
 		return fmt.Errorf("couldn't register MR: %w", err)
 	}
-	if p.cq, err = p.vctx.CreateCQ(c.RxDepth+1, p.ch); err != nil {
+	nqp := 1
+	if c.SRQ {
+		nqp = c.NumQP
+	}
+	if p.cq, err = p.vctx.CreateCQ(c.RxDepth+nqp, p.ch); err != nil {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
-	p.qp, err = p.pd.CreateQP(&verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, QPType: c.Type,
-		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(c.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		return fmt.Errorf("couldn't create QP: %w", err)
+	attr := verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, QPType: c.Type,
+		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(c.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}
+	if c.SRQ {
+		if p.srq, err = p.pd.CreateSRQ(c.RxDepth, 1); err != nil {
+			return fmt.Errorf("couldn't create SRQ: %w", err)
+		}
+		attr.SRQ, attr.Cap.MaxRecvWR, attr.Cap.MaxRecvSGE = p.srq, 0, 0
+	}
+	for i := 0; i < nqp; i++ {
+		qp, err := p.pd.CreateQP(&attr)
+		if err != nil {
+			if c.SRQ {
+				return fmt.Errorf("couldn't create QP[%d]: %w", i, err)
+			}
+			return fmt.Errorf("couldn't create QP: %w", err)
+		}
+		p.qps = append(p.qps, qp)
 	}
 	init := verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: uint8(c.IBPort)}
 	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
@@ -232,8 +303,13 @@ func (p *pingpong) init() (err error) {
 		init.QKey = UDQKey
 		mask |= verbs.AttrQKey
 	}
-	if err := p.qp.Modify(&init, mask); err != nil {
-		return fmt.Errorf("failed to modify QP to INIT: %w", err)
+	for i, qp := range p.qps {
+		if err := qp.Modify(&init, mask); err != nil {
+			if c.SRQ {
+				return fmt.Errorf("failed to modify QP[%d] to INIT: %w", i, err)
+			}
+			return fmt.Errorf("failed to modify QP to INIT: %w", err)
+		}
 	}
 
 	sendOff := 0
@@ -246,38 +322,48 @@ func (p *pingpong) init() (err error) {
 	return nil
 }
 
-// connect aims the QP at remote: pp_connect_ctx.
-func (p *pingpong) connect(remote cm.Dest) error {
+// connect aims the QPs at remote's, QP i at remote[i]: pp_connect_ctx. As
+// there, the first address's GID is every QP's destination.
+func (p *pingpong) connect(remote []cm.Dest) error {
 	c := p.c
-	if !remote.HasGID() {
-		return fmt.Errorf("the remote side sent no GID (%s): RoCE needs one; run it with -g (on rdma_rxe over IPv4, the IPv4-mapped GID's index, often 1)", cm.FormatGID(remote.GID))
+	if !remote[0].HasGID() {
+		return fmt.Errorf("the remote side sent no GID (%s): RoCE needs one; run it with -g (on rdma_rxe over IPv4, the IPv4-mapped GID's index, often 1)", cm.FormatGID(remote[0].GID))
 	}
-	ah := verbs.AHAttr{DGID: remote.GID, SGIDIndex: uint8(c.GIDIndex), HopLimit: 1, PortNum: uint8(c.IBPort)}
-	if c.Type == verbs.QPTRC {
-		rtr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTUFromBytes(c.MTU), DestQPN: remote.QPN, RQPSN: remote.PSN,
-			MaxDestRdAtomic: 1, MinRNRTimer: 12, AHAttr: ah}
-		if err := p.qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
-			verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
-			return fmt.Errorf("failed to modify QP to RTR: %w", err)
+	ah := verbs.AHAttr{DGID: remote[0].GID, SGIDIndex: uint8(c.GIDIndex), HopLimit: 1, PortNum: uint8(c.IBPort)}
+	qpName := func(i int) string {
+		if c.SRQ {
+			return fmt.Sprintf("QP[%d]", i)
 		}
-		rts := verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: p.local.PSN, MaxRdAtomic: 1}
-		if err := p.qp.Modify(&rts, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
-			verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic); err != nil {
-			return fmt.Errorf("failed to modify QP to RTS: %w", err)
+		return "QP"
+	}
+	if c.Type == verbs.QPTRC {
+		for i, qp := range p.qps {
+			rtr := verbs.QPAttr{State: verbs.QPSRTR, PathMTU: verbs.MTUFromBytes(c.MTU), DestQPN: remote[i].QPN, RQPSN: remote[i].PSN,
+				MaxDestRdAtomic: 1, MinRNRTimer: 12, AHAttr: ah}
+			if err := qp.Modify(&rtr, verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|
+				verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer); err != nil {
+				return fmt.Errorf("failed to modify %s to RTR: %w", qpName(i), err)
+			}
+			rts := verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: p.local[i].PSN, MaxRdAtomic: 1}
+			if err := qp.Modify(&rts, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
+				verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic); err != nil {
+				return fmt.Errorf("failed to modify %s to RTS: %w", qpName(i), err)
+			}
 		}
 		return nil
 	}
-	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
+	qp := p.qps[0]
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR}, verbs.AttrState); err != nil {
 		return fmt.Errorf("failed to modify QP to RTR: %w", err)
 	}
-	if err := p.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: p.local.PSN}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
+	if err := qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: p.local[0].PSN}, verbs.AttrState|verbs.AttrSQPSN); err != nil {
 		return fmt.Errorf("failed to modify QP to RTS: %w", err)
 	}
 	var err error
 	if p.ah, err = p.pd.CreateAH(&ah); err != nil {
 		return fmt.Errorf("failed to create AH: %w", err)
 	}
-	p.send[0].AH, p.send[0].RemoteQPN, p.send[0].RemoteQKey = p.ah, remote.QPN, UDQKey
+	p.send[0].AH, p.send[0].RemoteQPN, p.send[0].RemoteQKey = p.ah, remote[0].QPN, UDQKey
 	return nil
 }
 
@@ -285,15 +371,22 @@ func (p *pingpong) connect(remote cm.Dest) error {
 // were posted.
 func (p *pingpong) postRecv(n int) int {
 	for i := 0; i < n; i++ {
-		if k, _ := p.qp.PostRecv(p.recv[:]); k != 1 {
+		var k int
+		if p.srq != nil {
+			k, _ = p.srq.PostRecv(p.recv[:])
+		} else {
+			k, _ = p.qps[0].PostRecv(p.recv[:])
+		}
+		if k != 1 {
 			return i
 		}
 	}
 	return n
 }
 
-func (p *pingpong) postSend() error {
-	if _, err := p.qp.PostSend(p.send[:]); err != nil {
+// postSend sends the buffer on QP i.
+func (p *pingpong) postSend(i int) error {
+	if _, err := p.qps[i].PostSend(p.send[:]); err != nil {
 		return fmt.Errorf("couldn't post send: %w", err)
 	}
 	return nil
@@ -302,7 +395,7 @@ func (p *pingpong) postSend() error {
 // loop runs the exchanges: the main loop of the pingpong examples.
 func (p *pingpong) loop(ctx context.Context) error {
 	c := p.c
-	wc := make([]verbs.WC, 2)
+	wc := make([]verbs.WC, 1+len(p.qps)) // srq_pingpong polls num_qp + rx_depth; what one poll returns matters not
 	var idleSince time.Time
 	for p.rcnt < c.Iters || p.scnt < c.Iters {
 		if c.Events {
@@ -371,20 +464,31 @@ func (p *pingpong) stalled(err error) error {
 	return fmt.Errorf("%w after %d of %d sends and %d of %d receives completed", err, p.scnt, p.c.Iters, p.rcnt, p.c.Iters)
 }
 
-// handle processes completions: parse_single_wc.
+// handle processes completions: parse_single_wc (srq_pingpong: its loop's
+// body, the QP found by number).
 func (p *pingpong) handle(wcs []verbs.WC) error {
 	c := p.c
+	low := 1 // receives left that trigger a refill
+	if c.SRQ {
+		low = len(p.qps)
+	}
 	for i := range wcs {
 		w := &wcs[i]
 		if w.Status != verbs.WCSuccess {
 			return fmt.Errorf("failed status %s (%d) for wr_id %d", w.Status, w.Status, w.WRID)
+		}
+		q := 0
+		if c.SRQ {
+			if q = p.findQP(w.QPNum); q < 0 {
+				return fmt.Errorf("couldn't find QPN %06x", w.QPNum)
+			}
 		}
 		switch w.WRID {
 		case sendWRID:
 			p.scnt++
 		case recvWRID:
 			p.routs--
-			if p.routs <= 1 {
+			if p.routs <= low {
 				p.routs += p.postRecv(c.RxDepth - p.routs)
 				if p.routs < c.RxDepth {
 					return fmt.Errorf("couldn't post receive (%d)", p.routs)
@@ -394,15 +498,25 @@ func (p *pingpong) handle(wcs []verbs.WC) error {
 		default:
 			return fmt.Errorf("completion for unknown wr_id %d", w.WRID)
 		}
-		p.pending &^= int(w.WRID)
-		if p.scnt < c.Iters && p.pending == 0 {
-			if err := p.postSend(); err != nil {
+		p.pending[q] &^= int(w.WRID)
+		if p.scnt < c.Iters && p.pending[q] == 0 {
+			if err := p.postSend(q); err != nil {
 				return err
 			}
-			p.pending = recvWRID | sendWRID
+			p.pending[q] = recvWRID | sendWRID
 		}
 	}
 	return nil
+}
+
+// findQP is the index of the QP numbered qpn, or -1.
+func (p *pingpong) findQP(qpn uint32) int {
+	for i, qp := range p.qps {
+		if qp.Num() == qpn {
+			return i
+		}
+	}
+	return -1
 }
 
 // close releases everything: pp_close_ctx. After a run, an RC device first
@@ -414,8 +528,11 @@ func (p *pingpong) close(ran bool) error {
 		q.WaitQuiet(20*time.Millisecond, time.Second)
 	}
 	var errs []error
-	if p.qp != nil {
-		errs = append(errs, p.qp.Destroy())
+	for _, qp := range p.qps {
+		errs = append(errs, qp.Destroy())
+	}
+	if p.srq != nil {
+		errs = append(errs, p.srq.Destroy())
 	}
 	if p.cq != nil {
 		errs = append(errs, p.cq.Destroy())

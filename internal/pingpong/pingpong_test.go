@@ -32,7 +32,7 @@ func softDev(t *testing.T, addr string) *soft.Device {
 	return d
 }
 
-// TestRun runs both sides of the program, RC and UD, polling and on
+// TestRun runs both sides of the program, RC, UD and SRQ, polling and on
 // events, between two soft devices over real UDP sockets and the real TCP
 // exchange, and checks rdma-core's report on each side.
 func TestRun(t *testing.T) {
@@ -42,17 +42,20 @@ func TestRun(t *testing.T) {
 		typ    verbs.QPType
 		size   int
 		events bool
+		qps    int // SRQ: the QPs sharing it
 	}{
-		{"rc", verbs.QPTRC, 4096, false},
-		{"rc_events", verbs.QPTRC, 100, true},
-		{"ud", verbs.QPTUD, 1024, false},
-		{"ud_events", verbs.QPTUD, 64, true},
+		{"rc", verbs.QPTRC, 4096, false, 0},
+		{"rc_events", verbs.QPTRC, 100, true, 0},
+		{"ud", verbs.QPTUD, 1024, false, 0},
+		{"ud_events", verbs.QPTUD, 64, true, 0},
+		{"srq", verbs.QPTRC, 4096, false, 16},
+		{"srq_events", verbs.QPTRC, 100, true, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			port++
 			srv, cli := softDev(t, "127.0.31.1"), softDev(t, "127.0.31.2")
 			base := Config{Type: tc.typ, Port: port, IBPort: 1, Size: tc.size, MTU: 1024, RxDepth: 100, Iters: 200,
-				Events: tc.events, Check: tc.typ == verbs.QPTUD, Timeout: 30 * time.Second}
+				Events: tc.events, Check: tc.typ == verbs.QPTUD || tc.qps > 0, SRQ: tc.qps > 0, NumQP: tc.qps, Timeout: 30 * time.Second}
 			sc, cc := base, base
 			cc.Host = "127.0.0.1"
 			var sout, cout bytes.Buffer
@@ -74,8 +77,9 @@ func TestRun(t *testing.T) {
 			}
 			want := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(itoa(2*tc.size*200)) + ` bytes in [0-9.]+ seconds = [0-9.]+ Mbit/sec\n200 iters in [0-9.]+ seconds = [0-9.]+ usec/iter\n$`)
 			for side, out := range map[string]string{"server": sout.String(), "client": cout.String()} {
-				if !strings.Contains(out, "  local address:  LID 0x0000, QPN 0x") || !strings.Contains(out, "  remote address: LID") {
-					t.Errorf("%s report lacks the addresses:\n%s", side, out)
+				nqp := max(tc.qps, 1)
+				if strings.Count(out, "  local address:  LID 0x0000, QPN 0x") != nqp || strings.Count(out, "  remote address: LID") != nqp {
+					t.Errorf("%s report lacks the addresses of %d QPs:\n%s", side, nqp, out)
 				}
 				if !want.MatchString(out) {
 					t.Errorf("%s report does not end with the byte and iteration lines:\n%s", side, out)
@@ -85,6 +89,24 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunSRQLimits is srq_pingpong's checks: a receive per QP at least,
+// fewer QPs than its 256 addresses.
+func TestRunSRQLimits(t *testing.T) {
+	d := softDev(t, "127.0.31.4")
+	for _, c := range []struct {
+		qps, rx int
+		want    string
+	}{
+		{17, 16, "rx_depth 16 is too small for 17 QPs"},
+		{256, 500, "num_qp 256 must be 1 to 255"},
+	} {
+		cfg := Config{Type: verbs.QPTRC, SRQ: true, NumQP: c.qps, Port: 18629, IBPort: 1, Size: 64, MTU: 1024, RxDepth: c.rx, Iters: 1}
+		if err := Run(context.Background(), &cfg, d, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%d QPs, rx depth %d: %v; want %q", c.qps, c.rx, err, c.want)
+		}
 	}
 }
 

@@ -70,6 +70,21 @@ func TestPingpongRxe(t *testing.T) {
 			h.goroceArgs("ud", hostIP, ""), true)
 		h.check(t, r, 1024)
 	})
+	// srq_pingpong: its 256 addresses each way whatever -q, the QPs
+	// sharing one receive queue on both sides; 4 QPs one way, the default
+	// 16 the other.
+	t.Run("srq/rxe-server", func(t *testing.T) {
+		r := h.pair(t, "srq-rxe-server", fmt.Sprintf("ibv_srq_pingpong -d rxe0 -g %d -n %d -q 4 -c", h.gidx, iters),
+			append(h.goroceArgs("srq", hostIP, guestIP), "-q", "4"), false)
+		h.checkQPs(t, r, 4)
+		h.check(t, r, 4096)
+	})
+	t.Run("srq/goroce-server", func(t *testing.T) {
+		r := h.pair(t, "srq-goroce-server", fmt.Sprintf("ibv_srq_pingpong -d rxe0 -g %d -n %d %s", h.gidx, iters, hostIP),
+			append(h.goroceArgs("srq", hostIP, ""), "-c"), true)
+		h.checkQPs(t, r, 16)
+		h.check(t, r, 4096)
+	})
 	// The same over AF_XDP on the host side (its bridge: generic XDP). The
 	// frames AF_XDP sends bypass the bridge's packet taps, so these
 	// captures are taken on the guest's tap port, which sees both ways.
@@ -99,6 +114,36 @@ func TestPingpongRxe(t *testing.T) {
 			}
 			h.check(t, r, c.size)
 		})
+	}
+}
+
+// checkQPs checks that both sides of an srq_pingpong run printed n QPs'
+// addresses and that the capture carries traffic of all n: a SEND from
+// each of the goroce side's QPs.
+func (h *harness) checkQPs(t *testing.T, r result, n int) {
+	t.Helper()
+	for side, out := range map[string]string{"guest": r.guestOut, "goroce": r.hostOut} {
+		if l, rm := strings.Count(out, "  local address:"), strings.Count(out, "  remote address:"); l != n || rm != n {
+			t.Errorf("%s printed %d local and %d remote addresses, want %d of each", side, l, rm, n)
+		}
+		if strings.Contains(out, "invalid data") {
+			t.Errorf("%s: %s", side, out)
+		}
+	}
+	out, err := exec.Command(h.bin, "decode", "--summary", "--pmtu", "1024", r.pcap).CombinedOutput()
+	if err != nil {
+		t.Fatalf("goroce decode: %v\n%s", err, out)
+	}
+	flows := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[0] == guestIP && f[1] == hostIP {
+			if m, _ := strconv.Atoi(f[4]); m > 0 {
+				flows++ // a QP of goroce's that messages went to
+			}
+		}
+	}
+	if flows != n {
+		t.Errorf("messages to %d of goroce's QPs, want %d:\n%s", flows, n, out)
 	}
 }
 
@@ -504,8 +549,8 @@ func (h *harness) check(t *testing.T, r result, size int64) {
 			t.Errorf("%s reports %d bytes and %d iters, want %d and %d", x.name, x.r.bytes, x.r.iters, 2*size*iters, iters)
 		}
 	}
-	if g.local != o.remote || o.local != g.remote {
-		t.Errorf("the two sides disagree on the addresses: guest local %+v remote %+v; goroce local %+v remote %+v", g.local, g.remote, o.local, o.remote)
+	if g.locals != o.remotes || o.locals != g.remotes {
+		t.Errorf("the two sides disagree on the addresses: guest local %s remote %s; goroce local %s remote %s", g.locals, g.remotes, o.locals, o.remotes)
 	}
 	if g.local.gid != "::ffff:"+guestIP || o.local.gid != "::ffff:"+hostIP {
 		t.Errorf("GIDs: guest %s, goroce %s; want ::ffff:%s and ::ffff:%s", g.local.gid, o.local.gid, guestIP, hostIP)
@@ -677,8 +722,11 @@ func lastLines(s string, n int) string {
 
 // report is what a pingpong program printed.
 type report struct {
-	local, remote addr
-	bytes, iters  int64
+	local, remote addr // the last of each (one QP but with srq_pingpong)
+	// Every address line's QPN, PSN and GID in order, space-separated:
+	// srq_pingpong prints one a QP.
+	locals, remotes string
+	bytes, iters    int64
 }
 
 type addr struct {
@@ -703,11 +751,13 @@ func parseReport(out string) (report, error) {
 			a.lid, _ = strconv.ParseUint(m[2], 16, 16)
 			a.qpn, _ = strconv.ParseUint(m[3], 16, 32)
 			a.psn, _ = strconv.ParseUint(m[4], 16, 32)
+			all := &r.remotes
 			if m[1] == "local" {
-				r.local = a
+				r.local, all = a, &r.locals
 			} else {
 				r.remote = a
 			}
+			*all = strings.TrimSpace(fmt.Sprintf("%s %x/%x/%s", *all, a.qpn, a.psn, a.gid))
 			seen[m[1]] = true
 		} else if m := bytesRE.FindStringSubmatch(l); m != nil {
 			r.bytes, _ = strconv.ParseInt(m[1], 10, 64)
@@ -729,7 +779,8 @@ func TestParseReport(t *testing.T) {
 	r, err := parseReport("  local address:  LID 0x0000, QPN 0x000012, PSN 0x1662f9: GID ::ffff:10.99.0.2\n" +
 		"  remote address: LID 0x0000, QPN 0x000011, PSN 0x956c48, GID ::ffff:10.99.0.1\n" +
 		"20480 bytes in 0.02 seconds = 8.13 Mbit/sec\n10 iters in 0.02 seconds = 2015.20 usec/iter\n")
-	want := report{local: addr{0, 0x12, 0x1662f9, "::ffff:10.99.0.2"}, remote: addr{0, 0x11, 0x956c48, "::ffff:10.99.0.1"}, bytes: 20480, iters: 10}
+	want := report{local: addr{0, 0x12, 0x1662f9, "::ffff:10.99.0.2"}, remote: addr{0, 0x11, 0x956c48, "::ffff:10.99.0.1"},
+		locals: "12/1662f9/::ffff:10.99.0.2", remotes: "11/956c48/::ffff:10.99.0.1", bytes: 20480, iters: 10}
 	if err != nil || r != want {
 		t.Fatalf("parseReport = %+v, %v; want %+v", r, err, want)
 	}
