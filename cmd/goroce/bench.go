@@ -23,24 +23,26 @@ import (
 
 // benchConfig holds `goroce bench`'s flags, named as perftest names them.
 type benchConfig struct {
-	opts     bench.Options
-	host     string
-	port     int
-	devName  string
-	ibPort   int
-	mtu      int
-	duration int
-	atomic   string
-	conn     string
-	json     bool
-	loopback bool
-	baseline bool
-	rdmaCM   bool
-	events   bool // -e: wait on completion channels, not busily
-	timeout  time.Duration
-	cpuProf  string // --cpuprofile: write a CPU profile of the run here
-	soft     devinfo.Soft
-	stderr   io.Writer
+	opts      bench.Options
+	host      string
+	port      int
+	devName   string
+	ibPort    int
+	mtu       int
+	duration  int
+	qpTimeout int // -u
+	sl        int // -S: accepted, no effect on RoCEv2
+	atomic    string
+	conn      string
+	json      bool
+	loopback  bool
+	baseline  bool
+	rdmaCM    bool
+	events    bool // -e: wait on completion channels, not busily
+	timeout   time.Duration
+	cpuProf   string // --cpuprofile: write a CPU profile of the run here
+	soft      devinfo.Soft
+	stderr    io.Writer
 }
 
 func benchUsage(w io.Writer) {
@@ -88,6 +90,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	intFlag("x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address)", &o.GIDIndex)
 	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
 	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
+	intFlag("I", "inline_size", 0, "max `size` of message to be sent inline (SEND and WRITE; 0..912, UD 884)", &o.Inline)
+	fs.BoolVar(&o.NoPeak, "N", false, "don't measure peak bandwidth (it prints as 0)")
+	fs.BoolVar(&o.NoPeak, "noPeak", false, "same as -N")
+	intFlag("u", "qp-timeout", bench.DefaultQPTimeout, "QP `timeout` code: the ACK timeout is 4.096 µs * 2^timeout (1..31)", &c.qpTimeout)
+	intFlag("S", "sl", 0, "service `level` (accepted; RoCEv2 packets carry none, and rdma_rxe ignores it too)", &c.sl)
 	fs.BoolVar(&o.Duplex, "b", false, "measure bidirectional bandwidth (bandwidth tests, RC; both sides must give it): each side reports the sum of both directions")
 	fs.BoolVar(&o.Duplex, "bidirectional", false, "same as -b")
 	fs.BoolVar(&o.All, "all", false, "same as -a")
@@ -148,6 +155,13 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		if o.MTU = verbs.MTUFromBytes(c.mtu); o.MTU == 0 {
 			return usageErr("MTU %d: want 256, 512, 1024, 2048 or 4096", c.mtu)
 		}
+	}
+	if c.qpTimeout < 1 || c.qpTimeout > 31 {
+		return usageErr("QP timeout %d: want 1..31 (0, no retransmission timer, is not supported)", c.qpTimeout)
+	}
+	o.QPTimeout = uint8(c.qpTimeout)
+	if c.sl < 0 || c.sl > 15 {
+		return usageErr("service level %d: want 0..15", c.sl)
 	}
 	if c.duration < 0 {
 		return usageErr("duration %d must be positive", c.duration)

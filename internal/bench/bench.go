@@ -105,6 +105,12 @@ const (
 	// message (UD_ADDITION): the verbs write the GRH there (for RoCEv2
 	// over IPv4, the IPv4 header in its last 20 bytes).
 	grhRoom = 40
+	// MaxInline and MaxInlineUD bound -I, as perftest's MAX_INLINE and
+	// MAX_INLINE_UD.
+	MaxInline   = 912
+	MaxInlineUD = 884
+	// DefaultQPTimeout is perftest's qp_timeout (-u).
+	DefaultQPTimeout = 14
 )
 
 // Options configure one side of a test. Zero values take perftest's
@@ -119,6 +125,16 @@ type Options struct {
 	// server of send_bw reports what arrived and fails when a message is
 	// missing (see UDQuiet).
 	UD bool
+	// Inline sends SEND and WRITE messages of up to this many bytes inline
+	// (-I, at most MaxInline; UD at most MaxInlineUD): the QPs take that
+	// much inline data, and the data is copied at post time. READ and
+	// atomic tests take none, as perftest's.
+	Inline int
+	// NoPeak leaves the peak bandwidth unmeasured, 0 (-N).
+	NoPeak bool
+	// QPTimeout is the RC QPs' local ACK timeout code (-u: 4.096 µs ×
+	// 2^QPTimeout, 1..31); 0: perftest's 14.
+	QPTimeout uint8
 	// Duplex runs a bandwidth test both ways at once (-b), as perftest:
 	// both sides post, and each reports the sum of its rate and the
 	// peer's (both sides must set it). RC only.
@@ -275,6 +291,21 @@ func (o *Options) normalize() error {
 	}
 	if o.UD && t.Verb != Send {
 		return fmt.Errorf("%w: UD connection only possible in SEND tests (send_bw, send_lat)", ErrUsage)
+	}
+	if o.Inline < 0 || o.Inline > MaxInline {
+		return fmt.Errorf("%w: inline size %d not in 0..%d", ErrUsage, o.Inline, MaxInline)
+	}
+	if t.Verb == Read || t.Verb == Atomic {
+		o.Inline = 0 // perftest's rule: nothing to send inline
+	}
+	if o.UD {
+		o.Inline = min(o.Inline, MaxInlineUD)
+	}
+	if o.QPTimeout == 0 {
+		o.QPTimeout = DefaultQPTimeout
+	}
+	if o.QPTimeout > 31 {
+		return fmt.Errorf("%w: QP timeout %d not in 1..31", ErrUsage, o.QPTimeout)
 	}
 	if o.Duplex && (t.Lat || o.UD || o.Duration > 0 || o.Verify) {
 		return fmt.Errorf("%w: -b (bidirectional) runs RC bandwidth tests with -n: not latency tests, UD, -D or --verify", ErrUsage)
@@ -553,7 +584,7 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 	}
 	for i := 0; i < q; i++ {
 		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: qpt,
-			Cap: verbs.QPCap{MaxSendWR: uint32(s.sq), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1}})
+			Cap: verbs.QPCap{MaxSendWR: uint32(s.sq), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}})
 		if err != nil {
 			return fmt.Errorf("couldn't create QP %d: %w", i, err)
 		}
@@ -617,7 +648,7 @@ func (s *session) connect() error {
 			return fmt.Errorf("failed to modify QP %d to RTR: %w", i, err)
 		}
 		rd := max(1, min(int(r.OutReads), da.MaxQPInitRdAtom, 255))
-		rts := verbs.QPAttr{State: verbs.QPSRTS, Timeout: 14, RetryCnt: 7, RNRRetry: 7, SQPSN: l.PSN, MaxRdAtomic: uint8(rd)}
+		rts := verbs.QPAttr{State: verbs.QPSRTS, Timeout: o.QPTimeout, RetryCnt: 7, RNRRetry: 7, SQPSN: l.PSN, MaxRdAtomic: uint8(rd)}
 		if err := qp.Modify(&rts, verbs.AttrState|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|
 			verbs.AttrSQPSN|verbs.AttrMaxQPRdAtomic); err != nil {
 			return fmt.Errorf("failed to modify QP %d to RTS: %w", i, err)

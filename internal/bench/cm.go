@@ -71,7 +71,7 @@ func (s *session) cmConnect(ctx context.Context, info perftest.CMInfo) error {
 func (s *session) cmDial(ctx context.Context, mg *rdmacm.Manager, addr string, qp verbs.QP, d int) (*rdmacm.Conn, error) {
 	for {
 		c, err := mg.Dial(ctx, addr, qp, rdmacm.DialOptions{ResponderResources: d, InitiatorDepth: d,
-			RetryCount: 7, RNRRetryCount: 7, ACKTimeout: ackTimeout})
+			RetryCount: 7, RNRRetryCount: 7, ACKTimeout: s.o.QPTimeout})
 		var rej *rdmacm.RejectError
 		if err == nil || !errors.As(err, &rej) || rej.Reason != ib.RejInvalidServiceID {
 			return c, err
@@ -103,7 +103,7 @@ func (s *session) cmAccept(ctx context.Context, ln *rdmacm.Listener, d int) erro
 		go func() {
 			defer wg.Done()
 			conns[i], errs[i] = req.Accept(ctx, qp, rdmacm.AcceptOptions{ResponderResources: d, InitiatorDepth: d,
-				RNRRetryCount: 7, ACKTimeout: ackTimeout})
+				RNRRetryCount: 7, ACKTimeout: s.o.QPTimeout})
 		}()
 	}
 	wg.Wait()
@@ -124,11 +124,6 @@ func (s *session) cmAccept(ctx context.Context, ln *rdmacm.Listener, d int) erro
 // DREQ went out before the process ended, and under CM loss a perftest
 // client was left waiting.
 const closeWait = 60 * time.Second
-
-// ackTimeout is the data QPs' local ACK timeout code: perftest's default
-// qp_timeout, which it sets on its rdma_cm ids (RDMA_OPTION_ID_ACK_TIMEOUT)
-// and uses without -R too.
-const ackTimeout = 14
 
 // cmClose disconnects the data connections, all at once, each waiting for
 // its DREP up to closeWait while its DREQ is resent (see closeWait).

@@ -75,7 +75,11 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 			fmt.Fprintf(&b, " Outstand reads  : %d\n", out.Local[0].OutReads)
 		}
 	} else {
-		b.WriteString(" Max inline data : 0[B]\n")
+		inline := o.Inline
+		if o.UD {
+			inline = min(inline, MaxInlineUD)
+		}
+		fmt.Fprintf(&b, " Max inline data : %d[B]\n", inline)
 	}
 	if out.RDMACM {
 		b.WriteString(" rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n")

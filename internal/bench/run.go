@@ -108,9 +108,6 @@ type waiter struct {
 	s         *session
 	idleSince int64
 	clk       clock
-	// limit, when set, bounds each sleep on the channel: a caller that
-	// watches for silence (UD, which does not resend) gets to look.
-	limit time.Duration
 }
 
 // idle is called after a poll found nothing; it returns an error when ctx
@@ -128,18 +125,7 @@ func (w *waiter) idle(ctx context.Context) error {
 		if err := w.s.cq.ReqNotify(false); err != nil {
 			return err
 		}
-		if w.limit == 0 {
-			_, err := w.s.ch.Wait(ctx)
-			return err
-		}
-		wctx, cancel := context.WithTimeout(ctx, w.limit)
-		_, err := w.s.ch.Wait(wctx)
-		cancel()
-		if err != nil && ctx.Err() == nil && wctx.Err() != nil {
-			// The limit, not ctx: the CQ stays armed, and the
-			// caller's next poll finds what came meanwhile.
-			return nil
-		}
+		_, err := w.s.ch.Wait(ctx)
 		return err
 	}
 	runtime.Gosched()
@@ -147,6 +133,35 @@ func (w *waiter) idle(ctx context.Context) error {
 }
 
 func (w *waiter) busy() { w.idleSince = 0 }
+
+// silence watches a UD test for loss: UD does not resend, so a test that
+// has heard nothing for UDQuiet will hear no more. Its context, which the
+// test's waits use, ends then; a timer reset at each sign of progress ends
+// it, so that watching allocates nothing after the start.
+type silence struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer
+}
+
+func newSilence(ctx context.Context) *silence {
+	s := &silence{}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	s.timer = time.AfterFunc(UDQuiet, s.cancel)
+	return s
+}
+
+// heard restarts the wait.
+func (s *silence) heard() { s.timer.Reset(UDQuiet) }
+
+// stop ends the watch.
+func (s *silence) stop() {
+	s.timer.Stop()
+	s.cancel()
+}
+
+// fell reports whether the silence, not parent, ended the context.
+func (s *silence) fell(parent context.Context) bool { return s.ctx.Err() != nil && parent.Err() == nil }
 
 // progress prints a line a second while a test runs.
 type progress struct {
@@ -214,6 +229,7 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	if s.ahs != nil {
 		wrs[0].RemoteQKey = UDQKey
 	}
+	inline := s.inline(size)
 	if opcode == verbs.WRAtomicFetchAndAdd {
 		wrs[0].CompareAdd = 1 // ATOMIC_ADD_VALUE
 	}
@@ -258,10 +274,10 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 				if s.ahs != nil {
 					wr.AH, wr.RemoteQPN = s.ahs[i], r.QPN
 				}
-				wr.Flags = 0
+				wr.Flags = inline
 				if toSig[i]--; toSig[i] == 0 || !timed && scnt[i]+1 == n {
 					toSig[i] = o.CQMod
-					wr.Flags = verbs.SendSignaled
+					wr.Flags |= verbs.SendSignaled
 					wr.WRID = uint64(i)<<32 | (scnt[i] + 1 - lastSig[i])
 					lastSig[i] = scnt[i] + 1
 				}
@@ -275,7 +291,7 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 				if !timed {
 					tposted[posted] = t
 				}
-				if wr.Flags != 0 {
+				if wr.Flags&verbs.SendSignaled != 0 {
 					sigOut++
 				}
 				posted++
@@ -341,8 +357,10 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	r.BWAvg = float64(size) * float64(completed) / el / unit
 	r.MsgRate = float64(completed) / el / 1e6
 	if !timed {
-		if best := peakDelta(tposted, tcompleted, o.CQMod); best > 0 {
-			r.BWPeak = float64(size) / (best / 1e9) / unit
+		if !o.NoPeak { // -N: no search, peak 0, as perftest prints it
+			if best := peakDelta(tposted, tcompleted, o.CQMod); best > 0 {
+				r.BWPeak = float64(size) / (best / 1e9) / unit
+			}
 		}
 		if o.Verify && o.Test.Verb == Read {
 			if err := s.checkSlots(0, size); err != nil {
@@ -355,6 +373,15 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 		r.Verified = r.Verified || o.Verify && (o.Test.Verb == Write || o.Test.Verb == Send)
 	}
 	return r, nil
+}
+
+// inline is the flag a message of size bytes is posted with: SendInline
+// when it fits Options.Inline (ctx_set_send_wqes: size <= inline_size).
+func (s *session) inline(size int) verbs.SendFlags {
+	if size <= s.o.Inline {
+		return verbs.SendInline
+	}
+	return 0
 }
 
 // warmUpWRID marks the completions of warmUp's messages.
@@ -512,25 +539,35 @@ func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
 	rcnt := make([]uint64, q)
 	clk := newClock()
 	w := waiter{s: s, clk: clk}
-	if o.UD {
-		w.limit = UDQuiet / 8
-	}
 	pr := progress{s: s, clk: clk}
 	var got uint64
+	var sil *silence // UD, from the first message on
+	wctx := ctx
+	defer func() {
+		if sil != nil {
+			sil.stop()
+		}
+	}()
 	for got < total {
 		k := s.cq.Poll(s.wc[:])
 		if k == 0 {
-			if o.UD && got > 0 && clk.now()-tcompleted[got-1] > int64(UDQuiet) {
-				return s.sendServerResult(size, tcompleted), fmt.Errorf("%w: %d of %d messages arrived, then none for %v: the rest were lost",
-					ErrUDLoss, got, total, UDQuiet)
-			}
-			if err := w.idle(ctx); err != nil {
+			if err := w.idle(wctx); err != nil {
+				if sil != nil && sil.fell(ctx) {
+					return s.sendServerResult(size, tcompleted), fmt.Errorf("%w: %d of %d messages arrived, then none for %v: the rest were lost",
+						ErrUDLoss, got, total, UDQuiet)
+				}
 				return Result{}, fmt.Errorf("waiting for messages (%d of %d received): %w", got, total, err)
 			}
 			pr.tick(got, total, size)
 			continue
 		}
 		w.busy()
+		if sil != nil {
+			sil.heard()
+		} else if o.UD {
+			sil = newSilence(ctx)
+			wctx = sil.ctx
+		}
 		t := clk.now()
 		for j := 0; j < k; j++ {
 			wc := &s.wc[j]
@@ -577,7 +614,9 @@ func (s *session) sendServerResult(size int, tcompleted []int64) Result {
 				best = d
 			}
 		}
-		if !math.IsInf(best, 1) {
+		if o.NoPeak {
+			r.BWPeak = 0
+		} else if !math.IsInf(best, 1) {
 			r.BWPeak = float64(size) / (best / 1e9) / unit
 		} else {
 			// Every window's messages came in one poll (a short UD run
@@ -639,7 +678,7 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 	var wrs [1]verbs.SendWR
 	off := 0
 	sges[0] = verbs.SGE{Addr: s.mr.Addr() + uint64(off), Length: uint32(size), LKey: s.mr.LKey()}
-	wrs[0] = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: sges[:]}
+	wrs[0] = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled | s.inline(size), SGList: sges[:]}
 	if s.ahs != nil {
 		wrs[0].AH, wrs[0].RemoteQPN, wrs[0].RemoteQKey = s.ahs[0], s.out.Remote[0].QPN, UDQKey
 	}
@@ -647,9 +686,12 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
 	var scnt, ccnt uint64
-	var last int64 // when a message last arrived (or the test began)
+	wctx := ctx
+	var sil *silence
 	if o.UD {
-		w.limit, last = UDQuiet/8, clk.now()
+		sil = newSilence(ctx)
+		defer sil.stop()
+		wctx = sil.ctx
 	}
 	poll := func() error {
 		k := s.cq.Poll(s.wc[:])
@@ -669,15 +711,16 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 		if k > 0 {
 			w.busy()
 			pr.tick(rcnt[0], n, size)
-			if o.UD {
-				last = clk.now()
+			if sil != nil {
+				sil.heard()
 			}
 			return nil
 		}
-		if o.UD && clk.now()-last > int64(UDQuiet) {
+		err := w.idle(wctx)
+		if err != nil && sil != nil && sil.fell(ctx) {
 			return fmt.Errorf("%w: nothing for %v after %d of %d messages received and %d sent", ErrUDLoss, UDQuiet, rcnt[0], n, scnt)
 		}
-		return w.idle(ctx)
+		return err
 	}
 	for scnt < n || rcnt[0] < n || ccnt < scnt {
 		if rcnt[0] < n && !(scnt < 1 && o.Client) {
@@ -735,7 +778,7 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 	var wrs [1]verbs.SendWR
 	sges[0] = verbs.SGE{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}
 	r0 := &s.out.Remote[0]
-	wrs[0] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: sges[:], RemoteAddr: r0.VAddr, RKey: r0.RKey}
+	wrs[0] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | s.inline(size), SGList: sges[:], RemoteAddr: r0.VAddr, RKey: r0.RKey}
 	clk := newClock()
 	pr := progress{s: s, clk: clk}
 	var scnt, rcnt, ccnt uint64
