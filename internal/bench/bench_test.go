@@ -67,7 +67,8 @@ func TestNormalize(t *testing.T) {
 		{"atomic -a", Options{Test: Test{Verb: Atomic}, All: true}},
 		{"atomic op", Options{Test: Test{Verb: Atomic}, Atomic: verbs.WRSend}},
 		{"few iterations", Options{Test: Test{Verb: Write}, Iters: 4}},
-		{"duration send", Options{Test: Test{Verb: Send}, Duration: time.Second}},
+		{"duration send_lat", Options{Test: Test{Verb: Send, Lat: true}, Duration: time.Second}},
+		{"duration UD", Options{Test: Test{Verb: Send}, UD: true, Duration: time.Second}},
 		{"duration write_lat", Options{Test: Test{Verb: Write, Lat: true}, Duration: time.Second}},
 		{"duration and all", Options{Test: Test{Verb: Write}, Duration: time.Second, All: true}},
 		{"latency QPs", Options{Test: Test{Verb: Send, Lat: true}, QPs: 2}},
@@ -515,6 +516,23 @@ func TestRunDuration(t *testing.T) {
 	if r.Iters < 100 || r.BWAvg <= 0 || so.Results[0].Iters != r.Iters {
 		t.Errorf("client %+v, server %+v", r, so.Results[0])
 	}
+
+	// send_bw: the server counts for as long from its first message on,
+	// its receives reposted throughout (64 of them for thousands of
+	// messages, fewer than the client's window: RNR NAKs pace it). The
+	// counts differ by less than a window: the client counts completions,
+	// a signaled one every CQMod, and the server may stop before the last
+	// messages in flight arrive.
+	t0 = time.Now()
+	so, co = pair(t, srv, cli, Options{Test: Test{Verb: Send}, Size: 1024, RxDepth: 64, Duration: time.Second})
+	if el := time.Since(t0); el < time.Second {
+		t.Errorf("a 1 s send_bw ended after %v", el)
+	}
+	c, sv := co.Results[0], so.Results[0]
+	if d := int64(sv.Iters) - int64(c.Iters); c.Iters < 1000 || d > DefaultTxDepthBW || -d > DefaultTxDepthBW || sv.BWAvg <= 0 || sv.BWPeak != 0 {
+		t.Errorf("send_bw -D: client %+v, server %+v; want counts within a window (%d) of each other, and no peak", c, sv, DefaultTxDepthBW)
+	}
+	t.Logf("send_bw -D: client %d messages, server %d; the server sent %d RNR NAKs", c.Iters, sv.Iters, srv.Stats().RNRSent)
 }
 
 // TestWarmUp: --perform_warm_up sends a window of messages per QP before

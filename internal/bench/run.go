@@ -243,8 +243,12 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	w := waiter{s: s, clk: clk}
 	pr := progress{s: s, clk: clk}
 	var deadline int64
+	wctx := ctx // a timed run's ends at its time: a sleep on the channel must not outlast it
 	if timed {
 		deadline = int64(o.Duration)
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, o.Duration)
+		defer cancel()
 	}
 	var posted, completed, sigOut uint64
 	var first, lastDone int64 = -1, 0
@@ -257,7 +261,10 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	}
 	for {
 		stopPosting := timed && clk.now() >= deadline || hold
-		if !timed && completed == n*uint64(q) && (!bi || got == n*uint64(q)) || timed && stopPosting && sigOut == 0 {
+		if !timed && completed == n*uint64(q) && (!bi || got == n*uint64(q)) || timed && stopPosting && (sigOut == 0 || o.Test.Verb == Send) {
+			// A timed SEND ends at its time, as perftest's: the last
+			// messages may wait for receives the server, on its own
+			// clock, no longer posts.
 			break
 		}
 		progressed := false
@@ -337,7 +344,10 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 			w.busy()
 			continue
 		}
-		if err := w.idle(ctx); err != nil {
+		if err := w.idle(wctx); err != nil {
+			if timed && ctx.Err() == nil {
+				continue // the time is up: the loop's test ends the run
+			}
 			if bi {
 				return Result{}, fmt.Errorf("waiting for completions (%d of %d done, %d of %d messages received): %w", completed, posted, got, n*uint64(q), err)
 			}
@@ -476,6 +486,9 @@ func (s *session) recvSlot(i int, m uint64, size int) (addr uint64, lkey, length
 // rposted counts the receives posted per QP for the current size.
 func (s *session) postRecvs(size int) error {
 	n := uint64(s.o.Iters)
+	if s.o.Duration > 0 {
+		n = uint64(s.o.RxDepth) // -D: no end to the messages
+	}
 	s.rposted = make([]uint64, len(s.qps))
 	for i := range s.qps {
 		for s.rposted[i] < min(n, uint64(s.o.RxDepth)) {
@@ -522,7 +535,7 @@ func (s *session) received(wc *verbs.WC, rcnt []uint64, size int) error {
 		}
 	}
 	rcnt[i]++
-	if s.rposted[i] < uint64(s.o.Iters) {
+	if s.o.Duration > 0 || s.rposted[i] < uint64(s.o.Iters) {
 		return s.postRecv(i, size)
 	}
 	return nil
@@ -531,6 +544,9 @@ func (s *session) received(wc *verbs.WC, rcnt []uint64, size int) error {
 // runSendServer is the receiving side of send_bw (run_iter_bw_server): it
 // measures from the first message received to the last.
 func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
+	if s.o.Duration > 0 {
+		return s.runSendServerTimed(ctx, size)
+	}
 	o := &s.o
 	q := len(s.qps)
 	n := uint64(o.Iters)
@@ -586,6 +602,70 @@ func (s *session) runSendServer(ctx context.Context, size int) (Result, error) {
 		pr.tick(got, total, size)
 	}
 	return s.sendServerResult(size, tcompleted), nil
+}
+
+// runSendServerTimed is the receiving side of send_bw -D: it counts the
+// messages that arrive for Options.Duration from the first on (perftest's
+// server starts its clock on its first message too), reposting every
+// receive; the peak is not measured, as perftest's is not under -D.
+func (s *session) runSendServerTimed(ctx context.Context, size int) (Result, error) {
+	o := &s.o
+	rcnt := make([]uint64, len(s.qps))
+	clk := newClock()
+	w := waiter{s: s, clk: clk}
+	pr := progress{s: s, clk: clk}
+	var got uint64
+	var first, last int64
+	wctx := ctx // from the first message on, ends with the run: a sleep on the channel ends then too
+	for got == 0 || clk.now()-first < int64(o.Duration) {
+		k := s.cq.Poll(s.wc[:])
+		if k == 0 {
+			if err := w.idle(wctx); err != nil {
+				if got > 0 && ctx.Err() == nil {
+					break // the end came while waiting
+				}
+				return Result{}, fmt.Errorf("waiting for messages (%d received): %w", got, err)
+			}
+			continue
+		}
+		w.busy()
+		t := clk.now()
+		if got == 0 {
+			first = t
+			var cancel context.CancelFunc
+			wctx, cancel = context.WithTimeout(ctx, o.Duration)
+			defer cancel()
+		}
+		for j := 0; j < k; j++ {
+			wc := &s.wc[j]
+			if wc.Status != verbs.WCSuccess {
+				return Result{}, wcError(wc, "messages received", got)
+			}
+			if wc.Opcode != verbs.WCRecv {
+				return Result{}, fmt.Errorf("unexpected completion %v", wc.Opcode)
+			}
+			if err := s.received(wc, rcnt, size); err != nil {
+				return Result{}, err
+			}
+			got++
+		}
+		last = t
+		pr.tick(got, 0, size)
+		if err := ctx.Err(); err != nil {
+			return Result{}, err
+		}
+	}
+	r := Result{Size: size, Iters: got}
+	unit := float64(1 << 20)
+	if o.Gbits {
+		unit = 125e6
+	}
+	if el := float64(last-first) / 1e9; got > 1 && el > 0 {
+		// The first message marks the start: got-1 arrived after it.
+		r.BWAvg = float64(size) * float64(got-1) / el / unit
+		r.MsgRate = float64(got-1) / el / 1e6
+	}
+	return r, nil
 }
 
 // sendServerResult is send_bw's server's row from the arrival times of the

@@ -35,6 +35,9 @@ var benchCases = []benchCase{
 	// both directions' rates.
 	{"write_bw", 16384, "-b", 0},
 	{"send_bw", 4096, "-b", 0},
+	// Duration: each side on its own clock, the server's from its first
+	// message on.
+	{"send_bw", 1024, "-D 1", 0},
 }
 
 // name labels c's subtests and captures: the test, and its flags.
@@ -188,6 +191,7 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 	noClock := strings.Contains(r.guestOut, "Correlation coefficient r^2")
 	// A bidirectional row holds the peer's figures too.
 	duplex := strings.Contains(" "+c.args+" ", " -b ")
+	timed := strings.Contains(" "+c.args+" ", " -D ")
 	clientReport := goroceServer && !lat && c.test != "send_bw" || duplex
 	if noClock {
 		t.Logf("perftest could not measure the guest's cycle frequency: its figures are 0 and not checked")
@@ -205,9 +209,15 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 		if lat {
 			want = 9
 		}
-		iters := benchIters * max(c.qps, 1)
-		if len(row) != want || row[0] != strconv.Itoa(c.size) || row[1] != strconv.Itoa(iters) {
-			t.Errorf("%s: row %q: want %d columns, %d bytes, %d iterations", x.name, row, want, c.size, iters)
+		iters := strconv.Itoa(benchIters * max(c.qps, 1))
+		if timed {
+			// As many as the time allowed; the sides count apart.
+			if n, err := strconv.Atoi(row[1]); err == nil && n > 0 {
+				iters = row[1]
+			}
+		}
+		if len(row) != want || row[0] != strconv.Itoa(c.size) || row[1] != iters {
+			t.Errorf("%s: row %q: want %d columns, %d bytes, %s iterations", x.name, row, want, c.size, iters)
 			continue
 		}
 		// A bandwidth below 0.005 MB/s prints as 0.00 (8-byte atomics
@@ -225,7 +235,7 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 			// ib_send_bw's server, which it does not compute for short
 			// runs, and a bandwidth too small for two decimals.
 			zeroOK := lat && i == 4 || !lat && i == 0 && x.name == "perftest" && c.test == "send_bw" && !goroceServer ||
-				!lat && i < 2 && tinyBW
+				!lat && i < 2 && tinyBW || !lat && i == 0 && timed // -D: no peak, as perftest
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil || f < 0 || f == 0 && !zeroOK {
 				t.Errorf("%s: column %d of %q is not a positive number", x.name, i+3, row)
@@ -242,7 +252,7 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 	if !lat && c.test != "send_bw" && !duplex && len(g.rows) == 1 && len(o.rows) == 1 && strings.Join(g.rows[0], " ") != strings.Join(o.rows[0], " ") {
 		t.Errorf("the server's row %q is not the client's %q", g.rows[0], o.rows[0])
 	}
-	h.checkCapture(t, r.pcap)
+	h.checkCaptureWire(t, r.pcap, !timed)
 }
 
 func TestParsePerf(t *testing.T) {
