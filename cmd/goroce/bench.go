@@ -91,6 +91,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
 	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
 	intFlag("I", "inline_size", 0, "max `size` of message to be sent inline (SEND and WRITE; 0..912, UD 884)", &o.Inline)
+	intFlag("l", "post_list", 1, "post lists of `n` work requests (bandwidth tests; -n a multiple of it; -Q defaults to it)", &o.PostList)
 	fs.BoolVar(&o.NoPeak, "N", false, "don't measure peak bandwidth (it prints as 0)")
 	fs.BoolVar(&o.NoPeak, "noPeak", false, "same as -N")
 	intFlag("u", "qp-timeout", bench.DefaultQPTimeout, "QP `timeout` code: the ACK timeout is 4.096 µs * 2^timeout (1..31)", &c.qpTimeout)
@@ -155,6 +156,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		if o.MTU = verbs.MTUFromBytes(c.mtu); o.MTU == 0 {
 			return usageErr("MTU %d: want 256, 512, 1024, 2048 or 4096", c.mtu)
 		}
+	}
+	if o.PostList > 1 && !cliflag.Given(fs, "Q", "cq-mod") {
+		o.CQMod = 0 // perftest's: a completion a list
 	}
 	if c.qpTimeout < 1 || c.qpTimeout > 31 {
 		return usageErr("QP timeout %d: want 1..31 (0, no retransmission timer, is not supported)", c.qpTimeout)

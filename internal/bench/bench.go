@@ -130,6 +130,11 @@ type Options struct {
 	// much inline data, and the data is copied at post time. READ and
 	// atomic tests take none, as perftest's.
 	Inline int
+	// PostList posts the messages of a bandwidth test in lists of this
+	// many work requests, one PostSend each (-l; 0: 1). As perftest's,
+	// it takes -n a multiple of it, and CQMod 0 becomes it (a completion a
+	// list); a CQMod that is set must divide it.
+	PostList int
 	// NoPeak leaves the peak bandwidth unmeasured, 0 (-N).
 	NoPeak bool
 	// QPTimeout is the RC QPs' local ACK timeout code (-u: 4.096 µs ×
@@ -321,6 +326,22 @@ func (o *Options) normalize() error {
 	if o.RxDepth < 1 || o.RxDepth > 16384 {
 		return fmt.Errorf("%w: rx depth %d not in 1..16384", ErrUsage, o.RxDepth)
 	}
+	if o.PostList < 0 || o.PostList > 1024 {
+		return fmt.Errorf("%w: post list %d not in 1..1024", ErrUsage, o.PostList)
+	}
+	if o.PostList > 1 {
+		if t.Lat {
+			return fmt.Errorf("%w: post list is supported in bandwidth tests only", ErrUsage)
+		}
+		if o.Duration == 0 && o.Iters%o.PostList != 0 {
+			return fmt.Errorf("%w: number of iterations (%d) must be a multiple of post list size (%d)", ErrUsage, o.Iters, o.PostList)
+		}
+		if o.CQMod == 0 {
+			o.CQMod = o.PostList
+		} else if o.PostList%o.CQMod != 0 {
+			return fmt.Errorf("%w: post list size (%d) must be a multiple of CQ moderation (%d)", ErrUsage, o.PostList, o.CQMod)
+		}
+	}
 	if o.CQMod == 0 {
 		o.CQMod = DefaultCQMod
 	}
@@ -329,6 +350,9 @@ func (o *Options) normalize() error {
 	}
 	if o.CQMod > o.TxDepth {
 		o.CQMod = o.TxDepth // perftest does the same
+	}
+	if o.PostList > o.TxDepth {
+		return fmt.Errorf("%w: post list %d longer than the tx depth %d", ErrUsage, o.PostList, o.TxDepth)
 	}
 	if o.MTU != 0 && o.MTU.Bytes() == 0 {
 		return fmt.Errorf("%w: MTU %d", ErrUsage, o.MTU)

@@ -53,6 +53,10 @@ func TestNormalize(t *testing.T) {
 	if err := o.normalize(); err != nil || o.Size != 8 || o.Atomic != verbs.WRAtomicFetchAndAdd || o.Inline != 0 || o.QPTimeout != DefaultQPTimeout {
 		t.Errorf("atomic_bw defaults (no inline for atomics, as perftest): %+v, %v", o, err)
 	}
+	o = Options{Test: Test{Verb: Write}, PostList: 16, Iters: 1600}
+	if err := o.normalize(); err != nil || o.CQMod != 16 {
+		t.Errorf("-l 16: CQ moderation %d (%v), want the list's 16", o.CQMod, err)
+	}
 	o = Options{Test: Test{Verb: Send}, UD: true, Inline: MaxInline}
 	if err := o.normalize(); err != nil || o.Inline != MaxInlineUD {
 		t.Errorf("UD inline %d (%v), want it cut to %d", o.Inline, err, MaxInlineUD)
@@ -91,6 +95,10 @@ func TestNormalize(t *testing.T) {
 		{"inline too large", Options{Test: Test{Verb: Send}, Inline: MaxInline + 1}},
 		{"inline negative", Options{Test: Test{Verb: Write}, Inline: -1}},
 		{"qp timeout", Options{Test: Test{Verb: Write}, QPTimeout: 32}},
+		{"post list latency", Options{Test: Test{Verb: Send, Lat: true}, PostList: 2}},
+		{"post list iterations", Options{Test: Test{Verb: Write}, PostList: 16, Iters: 1001}},
+		{"post list cq mod", Options{Test: Test{Verb: Write}, PostList: 16, CQMod: 5}},
+		{"post list tx depth", Options{Test: Test{Verb: Write}, PostList: 32, TxDepth: 16}},
 		{"UD read_lat", Options{Test: Test{Verb: Read, Lat: true}, UD: true}},
 	} {
 		if err := c.o.normalize(); !errors.Is(err, ErrUsage) {
@@ -335,6 +343,10 @@ func TestRunLoopback(t *testing.T) {
 		{"send_lat-inline", Options{Test: Test{Verb: Send, Lat: true}, Size: 236, Iters: 200, Inline: 236, Verify: true}},
 		{"write_lat-inline", Options{Test: Test{Verb: Write, Lat: true}, Size: 64, Iters: 200, Inline: 220, Verify: true}},
 		{"send_bw-ud-inline", Options{Test: Test{Verb: Send}, Size: 512, Iters: 300, Inline: 900, Verify: true, UD: true}},
+		{"write_bw-postlist", Options{Test: Test{Verb: Write}, Size: 64, Iters: 512, PostList: 16, Verify: true}},
+		{"send_bw-postlist-cqmod", Options{Test: Test{Verb: Send}, Size: 100, Iters: 400, PostList: 8, CQMod: 4, RxDepth: 64, Verify: true}},
+		{"read_bw-postlist-2qp", Options{Test: Test{Verb: Read}, Size: 300, Iters: 200, PostList: 4, QPs: 2, OutReads: 4, Verify: true}},
+		{"send_bw-ud-postlist", Options{Test: Test{Verb: Send}, Size: 256, Iters: 300, PostList: 10, Verify: true, UD: true}},
 		{"write_bw-bi", Options{Test: Test{Verb: Write}, Size: 4096, Iters: 500, Duplex: true}},
 		{"read_bw-bi-2qp", Options{Test: Test{Verb: Read}, Size: 9000, Iters: 200, QPs: 2, OutReads: 4, Duplex: true}},
 		{"atomic_bw-bi", Options{Test: Test{Verb: Atomic}, Iters: 300, Duplex: true}},
@@ -567,6 +579,7 @@ func TestBWAllocs(t *testing.T) {
 	}{
 		{"write", Options{Test: Test{Verb: Write}, Size: 64}, 4000},
 		{"write-inline", Options{Test: Test{Verb: Write}, Size: 64, Inline: 220}, 4000},
+		{"write-postlist", Options{Test: Test{Verb: Write}, Size: 64, PostList: 8}, 4000},
 		{"send-bidirectional", Options{Test: Test{Verb: Send}, Size: 64, Duplex: true}, 4000},
 		// UD's messages go unpaced: few enough that the receiver's socket
 		// buffer holds them whatever the machine's load.

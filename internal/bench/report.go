@@ -23,6 +23,7 @@ const ResultLine = "------------------------------------------------------------
 // settings, the addresses, the result table.
 func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 	var b strings.Builder
+	o.normalize() // the settings the run used: the defaults filled in (a bad o never ran)
 	t := o.Test
 	b.WriteString(ResultLine)
 	b.WriteString("                    " + testVerbNames[t.Verb] + " ")
@@ -60,6 +61,9 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 			}
 		}
 		fmt.Fprintf(&b, " TX depth        : %d\n", tx)
+		if o.PostList > 1 {
+			fmt.Fprintf(&b, " Post List       : %d\n", o.PostList)
+		}
 	}
 	if t.Verb == Send && (!o.Client || t.Lat || o.Duplex) {
 		fmt.Fprintf(&b, " RX depth        : %d\n", o.RxDepth)

@@ -222,20 +222,25 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	for i := range cursors {
 		cursors[i], toSig[i] = newSlotCursor(size, s.cycle, s.cacheLine), o.CQMod
 	}
-	var sges [1]verbs.SGE
-	var wrs [1]verbs.SendWR
+	// A post is a list of PostList work requests (-l; one by default),
+	// each with its own SGE.
+	pl := max(o.PostList, 1)
+	sges := make([]verbs.SGE, pl)
+	wrs := make([]verbs.SendWR, pl)
 	opcode := map[Verb]verbs.WROpcode{Send: verbs.WRSend, Write: verbs.WRRDMAWrite, Read: verbs.WRRDMARead, Atomic: o.Atomic}[o.Test.Verb]
-	wrs[0] = verbs.SendWR{Opcode: opcode, SGList: sges[:]}
-	if s.ahs != nil {
-		wrs[0].RemoteQKey = UDQKey
+	for j := range wrs {
+		wrs[j] = verbs.SendWR{Opcode: opcode, SGList: sges[j : j+1]}
+		if s.ahs != nil {
+			wrs[j].RemoteQKey = UDQKey
+		}
+		if opcode == verbs.WRAtomicFetchAndAdd {
+			wrs[j].CompareAdd = 1 // ATOMIC_ADD_VALUE
+		}
 	}
 	inline := s.inline(size)
-	if opcode == verbs.WRAtomicFetchAndAdd {
-		wrs[0].CompareAdd = 1 // ATOMIC_ADD_VALUE
-	}
 	base := s.mr.Addr()
 	if o.WarmUp {
-		if err := s.warmUp(ctx, wrs[:], size); err != nil {
+		if err := s.warmUp(ctx, wrs[:1], size); err != nil {
 			return Result{}, err
 		}
 	}
@@ -269,26 +274,31 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 		}
 		progressed := false
 		for i := 0; i < q && !stopPosting; i++ {
-			for (timed || scnt[i] < n) && scnt[i]-ccnt[i] < uint64(o.TxDepth) {
-				off := cursors[i].next()
-				if o.Verify && o.Test.Verb == Send {
-					off = 0
-				}
-				sges[0] = verbs.SGE{Addr: base + uint64(i*s.buff+off), Length: uint32(size), LKey: s.mr.LKey()}
-				wr := &wrs[0]
+			for (timed || scnt[i] < n) && scnt[i]-ccnt[i]+uint64(pl) <= uint64(o.TxDepth) {
 				r := &s.out.Remote[i]
-				wr.RemoteAddr, wr.RKey = r.VAddr+uint64(off), r.RKey
-				if s.ahs != nil {
-					wr.AH, wr.RemoteQPN = s.ahs[i], r.QPN
+				sig := 0
+				for j := range wrs {
+					off := cursors[i].next()
+					if o.Verify && o.Test.Verb == Send {
+						off = 0
+					}
+					sges[j] = verbs.SGE{Addr: base + uint64(i*s.buff+off), Length: uint32(size), LKey: s.mr.LKey()}
+					wr := &wrs[j]
+					wr.RemoteAddr, wr.RKey = r.VAddr+uint64(off), r.RKey
+					if s.ahs != nil {
+						wr.AH, wr.RemoteQPN = s.ahs[i], r.QPN
+					}
+					wr.Flags = inline
+					c := scnt[i] + uint64(j) + 1 // this WR's count on QP i
+					if toSig[i]--; toSig[i] == 0 || !timed && c == n {
+						toSig[i] = o.CQMod
+						wr.Flags |= verbs.SendSignaled
+						wr.WRID = uint64(i)<<32 | (c - lastSig[i])
+						lastSig[i] = c
+						sig++
+					}
 				}
-				wr.Flags = inline
-				if toSig[i]--; toSig[i] == 0 || !timed && scnt[i]+1 == n {
-					toSig[i] = o.CQMod
-					wr.Flags |= verbs.SendSignaled
-					wr.WRID = uint64(i)<<32 | (scnt[i] + 1 - lastSig[i])
-					lastSig[i] = scnt[i] + 1
-				}
-				if _, err := s.qps[i].PostSend(wrs[:]); err != nil {
+				if _, err := s.qps[i].PostSend(wrs); err != nil {
 					return Result{}, fmt.Errorf("couldn't post send: QP %d, scnt=%d: %w", i, scnt[i], err)
 				}
 				t := clk.now()
@@ -296,13 +306,15 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 					first = t
 				}
 				if !timed {
-					tposted[posted] = t
+					for range pl {
+						tposted[posted] = t
+						posted++
+					}
+				} else {
+					posted += uint64(pl)
 				}
-				if wr.Flags&verbs.SendSignaled != 0 {
-					sigOut++
-				}
-				posted++
-				scnt[i]++
+				sigOut += uint64(sig)
+				scnt[i] += uint64(pl)
 				progressed = true
 			}
 		}

@@ -38,6 +38,8 @@ var benchCases = []benchCase{
 	// Duration: each side on its own clock, the server's from its first
 	// message on.
 	{"send_bw", 1024, "-D 1", 0},
+	// Post lists: four WRITEs a post, a completion a list.
+	{"write_bw", 16384, "-l 4", 0},
 }
 
 // name labels c's subtests and captures: the test, and its flags.
