@@ -36,9 +36,13 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 	}
 	if t.Lat {
 		b.WriteString("Latency Test\n")
-	} else if o.Duplex {
-		b.WriteString("Bidirectional BW Test\n")
 	} else {
+		if o.Duplex {
+			b.WriteString("Bidirectional ")
+		}
+		if o.PostList > 1 {
+			b.WriteString("Post List ")
+		}
 		b.WriteString("BW Test\n")
 	}
 	qps := max(o.QPs, 1)
