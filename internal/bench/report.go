@@ -45,7 +45,7 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 		}
 		b.WriteString("BW Test\n")
 	}
-	qps := max(o.QPs, 1)
+	qps := o.QPs
 	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
 	if path != "" {
 		fmt.Fprintf(&b, " Packet path     : %s\n", path)
@@ -57,14 +57,7 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 	}
 	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
 	if o.Client || o.Duplex {
-		tx := o.TxDepth
-		if tx == 0 {
-			tx = DefaultTxDepthBW
-			if t.Lat {
-				tx = DefaultTxDepthLat
-			}
-		}
-		fmt.Fprintf(&b, " TX depth        : %d\n", tx)
+		fmt.Fprintf(&b, " TX depth        : %d\n", o.TxDepth)
 		if o.PostList > 1 {
 			fmt.Fprintf(&b, " Post List       : %d\n", o.PostList)
 		}
@@ -83,11 +76,7 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 			fmt.Fprintf(&b, " Outstand reads  : %d\n", out.Local[0].OutReads)
 		}
 	} else {
-		inline := o.Inline
-		if o.UD {
-			inline = min(inline, MaxInlineUD)
-		}
-		fmt.Fprintf(&b, " Max inline data : %d[B]\n", inline)
+		fmt.Fprintf(&b, " Max inline data : %d[B]\n", o.Inline)
 	}
 	if out.RDMACM {
 		b.WriteString(" rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n")
