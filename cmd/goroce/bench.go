@@ -100,7 +100,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.Duplex, "bidirectional", false, "same as -b")
 	fs.BoolVar(&o.All, "all", false, "same as -a")
 	intFlag("n", "iters", bench.DefaultIters, "number of exchanges (at least 5)", &o.Iters)
-	intFlag("D", "duration", 0, "run the test for a customized period of `seconds` (send_bw, write_bw, read_bw, atomic_bw, read_lat, atomic_lat)", &c.duration)
+	intFlag("D", "duration", 0, "run the test for a customized period of `seconds` (RC)", &c.duration)
 	intFlag("q", "qp", 1, "num of QPs running in the process (bandwidth tests)", &o.QPs)
 	intFlag("t", "tx-depth", 0, "size of tx queue (default: 128 for bandwidth, 1 for latency)", &o.TxDepth)
 	intFlag("r", "rx-depth", bench.DefaultRxDepthSend, "rx queue size (SEND tests; with -c UD default: a receive for every message, -n, up to 16000)", &o.RxDepth)

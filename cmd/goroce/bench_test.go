@@ -169,7 +169,7 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "send_lat", "-b", "--loopback"}, "-b (bidirectional) runs RC bandwidth tests"},
 		{[]string{"bench", "atomic_bw", "-A", "SWAP"}, "atomic type"},
 		{[]string{"bench", "write_bw", "-n", "2", "--loopback"}, "iterations 2"},
-		{[]string{"bench", "send_lat", "-D", "1", "--loopback"}, "-D is supported"},
+		{[]string{"bench", "send_bw", "-c", "UD", "-D", "1", "--loopback"}, "-D runs RC tests"},
 		{[]string{"bench", "send_lat", "-q", "2", "--loopback"}, "latency tests use one"},
 		{[]string{"bench", "write_bw", "--loopback", "host"}, "--loopback takes no HOST"},
 		{[]string{"bench", "write_bw", "-p", "70000"}, "port 70000"},

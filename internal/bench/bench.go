@@ -151,10 +151,10 @@ type Options struct {
 	All bool
 	// Iters is the number of messages per QP (-n); 0: 1000.
 	Iters int
-	// Duration runs for this long instead of Iters (-D): bandwidth tests
-	// (RC), read_lat and atomic_lat. The server of send_bw, as perftest's,
-	// counts what arrives for as long from the first message on, and
-	// keeps its receives posted.
+	// Duration runs for this long instead of Iters (-D; RC). The server of
+	// send_bw, as perftest's, counts what arrives for as long from the
+	// first message on, and keeps its receives posted; each side of
+	// send_lat and write_lat runs its own clock from its first message.
 	Duration time.Duration
 	QPs      int // -q; 0: 1
 	TxDepth  int // -t: sends outstanding per QP; 0: 128 (bandwidth), 1 (latency)
@@ -275,8 +275,8 @@ func (o *Options) normalize() error {
 	if o.Duration < 0 {
 		return fmt.Errorf("%w: negative duration", ErrUsage)
 	}
-	if o.Duration > 0 && (t.Lat && (t.Verb == Send || t.Verb == Write) || o.UD) {
-		return fmt.Errorf("%w: -D is supported for send_bw (RC), write_bw, read_bw, atomic_bw, read_lat and atomic_lat (send_lat and write_lat need both sides to stop together)", ErrUsage)
+	if o.Duration > 0 && o.UD {
+		return fmt.Errorf("%w: -D runs RC tests", ErrUsage)
 	}
 	if o.Duration > 0 && o.All {
 		return fmt.Errorf("%w: -D and -a together", ErrUsage)

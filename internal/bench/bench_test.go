@@ -71,9 +71,7 @@ func TestNormalize(t *testing.T) {
 		{"atomic -a", Options{Test: Test{Verb: Atomic}, All: true}},
 		{"atomic op", Options{Test: Test{Verb: Atomic}, Atomic: verbs.WRSend}},
 		{"few iterations", Options{Test: Test{Verb: Write}, Iters: 4}},
-		{"duration send_lat", Options{Test: Test{Verb: Send, Lat: true}, Duration: time.Second}},
 		{"duration UD", Options{Test: Test{Verb: Send}, UD: true, Duration: time.Second}},
-		{"duration write_lat", Options{Test: Test{Verb: Write, Lat: true}, Duration: time.Second}},
 		{"duration and all", Options{Test: Test{Verb: Write}, Duration: time.Second, All: true}},
 		{"latency QPs", Options{Test: Test{Verb: Send, Lat: true}, QPs: 2}},
 		{"too many QPs", Options{Test: Test{Verb: Write}, QPs: 5000}},
@@ -545,6 +543,29 @@ func TestRunDuration(t *testing.T) {
 		t.Errorf("send_bw -D: client %+v, server %+v; want counts within a window (%d) of each other, and no peak", c, sv, DefaultTxDepthBW)
 	}
 	t.Logf("send_bw -D: client %d messages, server %d; the server sent %d RNR NAKs", c.Iters, sv.Iters, srv.Stats().RNRSent)
+
+	// send_lat and write_lat: each side's clock from its first message;
+	// the one that stops first leaves the other waiting, until its own
+	// time is up. Both count their exchanges and time them.
+	for _, tt := range []Test{{Verb: Send, Lat: true}, {Verb: Write, Lat: true}} {
+		if raceEnabled && tt.Verb == Write {
+			continue // write_lat polls memory a remote WRITE fills (see race_test.go)
+		}
+		t0 = time.Now()
+		so, co = pair(t, srv, cli, Options{Test: tt, Size: 64, Duration: time.Second})
+		if el := time.Since(t0); el < time.Second || el > 10*time.Second {
+			t.Errorf("a 1 s %v ended after %v", tt, el)
+		}
+		for side, out := range map[string]*Outcome{"client": co, "server": so} {
+			r := out.Results[0]
+			if r.Iters < 100 || r.Avg <= 0 || r.TPS <= 0 || math.Abs(r.TPS*r.Avg*2/1e6-1) > 0.01 {
+				t.Errorf("%v -D: %s %+v: want exchanges counted, and t_avg and tps of the same time", tt, side, r)
+			}
+		}
+		if d := int64(so.Results[0].Iters) - int64(co.Results[0].Iters); d > 2 || d < -2 {
+			t.Logf("%v -D: client %d exchanges, server %d", tt, co.Results[0].Iters, so.Results[0].Iters)
+		}
+	}
 }
 
 // TestWarmUp: --perform_warm_up sends a window of messages per QP before

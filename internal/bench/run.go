@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"runtime"
@@ -763,7 +764,13 @@ func latResult(size int, tposted []int64, rtt float64) Result {
 func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 	o := &s.o
 	n := uint64(o.Iters)
-	tposted := timestamps(int(n))
+	timed := o.Duration > 0
+	var tposted []int64
+	if timed {
+		n = math.MaxUint64 >> 1 // until the time is up
+	} else {
+		tposted = timestamps(int(n))
+	}
 	rcnt := make([]uint64, 1)
 	var sges [1]verbs.SGE
 	var wrs [1]verbs.SendWR
@@ -784,6 +791,7 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 		defer sil.stop()
 		wctx = sil.ctx
 	}
+	tm := timer{o: o, clk: clk}
 	poll := func() error {
 		k := s.cq.Poll(s.wc[:])
 		for j := 0; j < k; j++ {
@@ -807,27 +815,44 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 			}
 			return nil
 		}
-		err := w.idle(wctx)
+		err := w.idle(tm.ctx(wctx))
 		if err != nil && sil != nil && sil.fell(ctx) {
 			return fmt.Errorf("%w: nothing for %v after %d of %d messages received and %d sent", ErrUDLoss, UDQuiet, rcnt[0], n, scnt)
 		}
+		if err != nil && tm.up(ctx) {
+			return errTimeUp
+		}
 		return err
 	}
+	defer tm.stop()
+loop:
 	for scnt < n || rcnt[0] < n || ccnt < scnt {
+		if tm.up(ctx) {
+			break
+		}
 		if rcnt[0] < n && !(scnt < 1 && o.Client) {
 			for rcnt[0] < scnt+boolInt(!o.Client) && rcnt[0] < n {
-				if err := poll(); err != nil {
+				if err := poll(); errors.Is(err, errTimeUp) {
+					break loop
+				} else if err != nil {
 					return Result{}, fmt.Errorf("waiting for message %d: %w", rcnt[0]+1, err)
 				}
 			}
 		}
 		if scnt < n {
 			for scnt-ccnt >= uint64(s.sqDepth()) {
-				if err := poll(); err != nil {
+				if err := poll(); errors.Is(err, errTimeUp) {
+					break loop
+				} else if err != nil {
 					return Result{}, fmt.Errorf("waiting for a send completion: %w", err)
 				}
 			}
-			tposted[scnt] = clk.now()
+			t := clk.now()
+			if timed {
+				tm.begin(ctx, t)
+			} else {
+				tposted[scnt] = t
+			}
 			if _, err := s.qps[0].PostSend(wrs[:]); err != nil {
 				return Result{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
 			}
@@ -838,9 +863,70 @@ func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 			return Result{}, fmt.Errorf("finishing (%d of %d received, %d of %d sends completed): %w", rcnt[0], n, ccnt, scnt, err)
 		}
 	}
+	if timed {
+		return tm.result(size, ccnt, 2), nil
+	}
 	r := latResult(size, tposted, 2)
 	r.Verified = o.Verify
 	return r, nil
+}
+
+// errTimeUp ends a timed ping-pong's wait: its time is up.
+var errTimeUp = errors.New("bench: the time is up")
+
+// timer is a timed ping-pong's clock (-D on send_lat and write_lat): each
+// side's runs from its first message sent (the server's from its answer to
+// the client's first), as perftest's server starts its own at its first
+// message received; a side whose time is up stops, the other stops on its
+// own time, a wait for a message that will not come ending with it.
+type timer struct {
+	o      *Options
+	clk    clock
+	start  int64 // first send; 0: not yet
+	cancel context.CancelFunc
+	wctx   context.Context // ends with the time, from the start on
+}
+
+// begin starts the time at t, the first send.
+func (tm *timer) begin(ctx context.Context, t int64) {
+	if tm.start != 0 {
+		return
+	}
+	tm.start = t
+	tm.wctx, tm.cancel = context.WithTimeout(ctx, tm.o.Duration)
+}
+
+// ctx is the context a wait uses: parent until the time runs, then one
+// that ends with it too (the run's context's child: a timed run is never
+// UD, whose watch gives the other parent).
+func (tm *timer) ctx(parent context.Context) context.Context {
+	if tm.wctx != nil {
+		return tm.wctx
+	}
+	return parent
+}
+
+// up reports whether the time ran out (and ctx did not end).
+func (tm *timer) up(ctx context.Context) bool {
+	return tm.start != 0 && ctx.Err() == nil && tm.clk.now()-tm.start >= int64(tm.o.Duration)
+}
+
+func (tm *timer) stop() {
+	if tm.cancel != nil {
+		tm.cancel()
+	}
+}
+
+// result is perftest's timed latency row (print_report_lat_duration):
+// the average of the round trips (rtt messages each) in the time, and the
+// exchanges a second.
+func (tm *timer) result(size int, iters uint64, rtt float64) Result {
+	r := Result{Size: size, Iters: iters}
+	if el := float64(tm.clk.now()-tm.start) / 1e3; iters > 0 && el > 0 { // µs
+		r.Avg = el / rtt / float64(iters)
+		r.TPS = float64(iters) / (el / 1e6)
+	}
+	return r
 }
 
 func boolInt(b bool) uint64 {
@@ -862,7 +948,13 @@ func (s *session) sqDepth() int { return s.sq }
 func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 	o := &s.o
 	n := uint64(o.Iters)
-	tposted := timestamps(int(n))
+	timed := o.Duration > 0
+	var tposted []int64
+	if timed {
+		n = math.MaxUint64 >> 1 // until the time is up (the count byte wraps)
+	} else {
+		tposted = timestamps(int(n))
+	}
 	postIdx := size - 1
 	pollIdx := o.QPs*s.buff + size - 1
 	var sges [1]verbs.SGE
@@ -872,6 +964,8 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 	wrs[0] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | s.inline(size), SGList: sges[:], RemoteAddr: r0.VAddr, RKey: r0.RKey}
 	clk := newClock()
 	pr := progress{s: s, clk: clk}
+	tm := timer{o: o, clk: clk}
+	defer tm.stop()
 	var scnt, rcnt, ccnt uint64
 	pollCQ := func() error {
 		k := s.cq.Poll(s.wc[:])
@@ -883,7 +977,11 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 		}
 		return nil
 	}
+loop:
 	for scnt < n || ccnt < n || rcnt < n {
+		if tm.up(ctx) {
+			break
+		}
 		if rcnt < n && !(scnt < 1 && !o.Client) {
 			rcnt++
 			var since int64
@@ -894,6 +992,9 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 					}
 					if err := ctx.Err(); err != nil {
 						return Result{}, fmt.Errorf("waiting for write %d: %w", rcnt, err)
+					}
+					if tm.up(ctx) {
+						break loop
 					}
 					// Spin for 50 µs, then nap between looks: a loop that
 					// never blocks keeps a processor from the device's
@@ -917,15 +1018,24 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 				if err := ctx.Err(); err != nil {
 					return Result{}, fmt.Errorf("waiting for a write completion: %w", err)
 				}
+				if tm.up(ctx) {
+					break loop
+				}
 				runtime.Gosched()
 			}
-			tposted[scnt] = clk.now()
+			if t := clk.now(); timed {
+				tm.begin(ctx, t)
+			} else {
+				tposted[scnt] = t
+			}
 			scnt++
 			storeByte(s.buf, postIdx, byte(scnt))
 			if _, err := s.qps[0].PostSend(wrs[:]); err != nil {
 				return Result{}, fmt.Errorf("couldn't post write: scnt=%d: %w", scnt, err)
 			}
-			pr.tick(scnt, n, size)
+			if !timed {
+				pr.tick(scnt, n, size)
+			}
 		}
 		if err := pollCQ(); err != nil {
 			return Result{}, err
@@ -936,6 +1046,9 @@ func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 			}
 			runtime.Gosched()
 		}
+	}
+	if timed {
+		return tm.result(size, ccnt, 2), nil
 	}
 	r := latResult(size, tposted, 2)
 	if o.Verify {

@@ -38,6 +38,8 @@ var benchCases = []benchCase{
 	// Duration: each side on its own clock, the server's from its first
 	// message on.
 	{"send_bw", 1024, "-D 1", 0},
+	// A latency test on each side's own clock.
+	{"send_lat", 64, "-D 1", 0},
 	// Post lists: four WRITEs a post, a completion a list.
 	{"write_bw", 16384, "-l 4", 0},
 }
@@ -121,9 +123,11 @@ type perfReport struct {
 }
 
 var (
-	perfAddrRE  = regexp.MustCompile(`^ (local|remote) address: (LID .*)$`)
-	bwHeaderRE  = regexp.MustCompile(`^ #bytes\s+#iterations\s+BW peak\[MB/sec\]\s+BW average\[MB/sec\]\s+MsgRate\[Mpps\]`)
-	latHeaderRE = regexp.MustCompile(`^ #bytes #iterations\s+t_min\[usec\]\s+t_max\[usec\]\s+t_typical\[usec\]\s+t_avg\[usec\]\s+t_stdev\[usec\]\s+99% percentile\[usec\]\s+99.9% percentile\[usec\]`)
+	perfAddrRE = regexp.MustCompile(`^ (local|remote) address: (LID .*)$`)
+	bwHeaderRE = regexp.MustCompile(`^ #bytes\s+#iterations\s+BW peak\[MB/sec\]\s+BW average\[MB/sec\]\s+MsgRate\[Mpps\]`)
+	// -D on a latency test: perftest's RESULT_FMT_LAT_DUR.
+	latDurHeaderRE = regexp.MustCompile(`^ #bytes\s+#iterations\s+t_avg\[usec\]\s+tps average`)
+	latHeaderRE    = regexp.MustCompile(`^ #bytes #iterations\s+t_min\[usec\]\s+t_max\[usec\]\s+t_typical\[usec\]\s+t_avg\[usec\]\s+t_stdev\[usec\]\s+99% percentile\[usec\]\s+99.9% percentile\[usec\]`)
 )
 
 // parsePerf parses a perftest-style report.
@@ -133,8 +137,8 @@ func parsePerf(out string) (perfReport, error) {
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimRight(l, "\r")
 		switch {
-		case bwHeaderRE.MatchString(l) || latHeaderRE.MatchString(l):
-			in, p.lat = true, latHeaderRE.MatchString(l)
+		case bwHeaderRE.MatchString(l) || latHeaderRE.MatchString(l) || latDurHeaderRE.MatchString(l):
+			in, p.lat = true, !bwHeaderRE.MatchString(l)
 		case in && strings.HasPrefix(l, "-----"):
 			in = false
 		case in:
@@ -210,6 +214,9 @@ func (h *harness) checkBench(t *testing.T, r result, c benchCase, goroceServer b
 		want := 5
 		if lat {
 			want = 9
+			if timed {
+				want = 4 // size, iterations, t_avg, tps
+			}
 		}
 		iters := strconv.Itoa(benchIters * max(c.qps, 1))
 		if timed {
