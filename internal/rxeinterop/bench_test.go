@@ -40,6 +40,7 @@ var benchCases = []benchCase{
 	{"send_bw", 1024, "-D 1", 0},
 	// A latency test on each side's own clock.
 	{"send_lat", 64, "-D 1", 0},
+	{"write_lat", 64, "-D 1", 0},
 	// Post lists: four WRITEs a post, a completion a list.
 	{"write_bw", 16384, "-l 4", 0},
 }
