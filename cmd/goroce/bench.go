@@ -187,7 +187,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		}
 		o.UD = true
 		if !cliflag.Given(fs, "r", "rx-depth") {
-			o.RxDepth = min(o.Iters, bench.UDMaxRx) // perftest's default under UD: nothing resends a message that finds no receive
+			o.RxDepth = 0 // bench's UD default: a receive for every message (Options.UD)
 		}
 	case "UC", "XRC", "DC", "SRD":
 		return usageErr("connection type %s is not supported: goroce bench runs RC and UD", c.conn)

@@ -480,10 +480,12 @@ type session struct {
 	sq   int // the send queue's depth
 
 	// UD (Options.UD): an AH per QP aimed at the peer's, the largest
-	// message (the path MTU), and the room before the receive region
-	// that the first receive's GRH takes.
+	// message (the path MTU), the room a receive leaves for the GRH
+	// before its message (grhRoom; 0 for RC), and the room before the
+	// receive region that the first receive's GRH takes.
 	ahs    []verbs.AH
 	udMax  int
+	grh    int
 	rxHead int
 
 	cmConns []*rdmacm.Conn // the data connections under -R
@@ -563,11 +565,11 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 		}
 	}
 	s.buff = buffSize(s.maxSize, s.cycle)
-	qpt, grh := verbs.QPTRC, 0
+	qpt := verbs.QPTRC
 	if o.UD {
 		// A cache line before the receive region (perftest adds one to
 		// its buffer too): the GRH room of its first slot.
-		qpt, grh, s.rxHead = verbs.QPTUD, grhRoom, s.cacheLine
+		qpt, s.grh, s.rxHead = verbs.QPTUD, grhRoom, s.cacheLine
 	}
 	if s.ch, err = s.vctx.CreateCompChannel(); err != nil {
 		return fmt.Errorf("couldn't create a completion channel: %w", err)
@@ -586,7 +588,7 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 	if o.Test.Verb == Send {
 		rx = o.RxDepth
 		if o.Verify {
-			s.vbuf = make([]byte, q*rx*inc(s.maxSize+grh, s.cacheLine))
+			s.vbuf = make([]byte, q*rx*inc(s.maxSize+s.grh, s.cacheLine))
 			packetio.Prefault(s.vbuf)
 			if s.vmr, err = s.pd.RegMR(s.vbuf, verbs.AccessLocalWrite); err != nil {
 				return fmt.Errorf("couldn't register the receive slots: %w", err)

@@ -483,10 +483,7 @@ func peakDelta(tposted, tcompleted []int64, cqMod int) float64 {
 // the receive starts grhRoom bytes before the message, where the GRH goes
 // (perftest's UD_ADDITION).
 func (s *session) recvSlot(i int, m uint64, size int) (addr uint64, lkey, length uint32, msg []byte) {
-	grh := 0
-	if s.o.UD {
-		grh = grhRoom
-	}
+	grh := s.grh
 	if s.vbuf != nil {
 		in := inc(s.maxSize+grh, s.cacheLine)
 		off := (i*s.o.RxDepth + int(m%uint64(s.o.RxDepth))) * in
@@ -498,13 +495,13 @@ func (s *session) recvSlot(i int, m uint64, size int) (addr uint64, lkey, length
 
 // rposted counts the receives posted per QP for the current size.
 func (s *session) postRecvs(size int) error {
-	n := uint64(s.o.Iters)
+	n := min(uint64(s.o.Iters), uint64(s.o.RxDepth))
 	if s.o.Duration > 0 {
 		n = uint64(s.o.RxDepth) // -D: no end to the messages
 	}
 	s.rposted = make([]uint64, len(s.qps))
 	for i := range s.qps {
-		for s.rposted[i] < min(n, uint64(s.o.RxDepth)) {
+		for s.rposted[i] < n {
 			if err := s.postRecv(i, size); err != nil {
 				return err
 			}
@@ -534,10 +531,7 @@ func (s *session) received(wc *verbs.WC, rcnt []uint64, size int) error {
 	}
 	if s.vbuf != nil {
 		_, _, _, msg := s.recvSlot(i, rcnt[i], size)
-		want := size
-		if s.o.UD {
-			want += grhRoom // a UD receive's length counts the GRH
-		}
+		want := size + s.grh // a UD receive's length counts the GRH
 		if int(wc.ByteLen) != want {
 			return fmt.Errorf("%w: message %d on QP %d is %d bytes, want %d", ErrVerify, rcnt[i], i, wc.ByteLen, want)
 		}
