@@ -41,6 +41,13 @@ type Config struct {
 	MaxAH         int // max_ah (default 65536)
 	// Window is the most packets a QP has unacknowledged (default 512).
 	Window int
+	// Congestion selects the congestion control of the RC requesters and
+	// the congestion notification of the responders (see CCMode; default
+	// CCECN).
+	Congestion CCMode
+	// CNPInterval is the least time (ns) between two CNPs a QP sends
+	// (default DefaultCNPInterval), as RoCE NICs rate-limit them.
+	CNPInterval int64
 	// AckEvery sets AckReq on at least every n-th packet a QP sends; the
 	// last packet of a message asks too when it ends a burst of posts, is
 	// signaled, or no ACK is awaited (default 64, at most Window/2).
@@ -106,6 +113,12 @@ type Stats struct {
 	AsyncEvents            uint64 // asynchronous events raised
 	TxBuildErrors          uint64 // packets that could not be built and were not sent (an engine defect; never expected)
 	TxGathered             uint64 // packets OutputGather gave with their payload left where it lies
+	// Congestion (see CCMode).
+	ECNMarked      uint64 // RC packets received with the IP ECN field CE (congestion experienced)
+	CNPsSent       uint64 // CNPs sent: to a QP whose packets came CE-marked, or while the packet path dropped
+	CNPsReceived   uint64 // CNPs received for an RC QP
+	CongestionCuts uint64 // times a peer's shared window was cut (a loss, a timeout or a CNP)
+	RxCongestion   uint64 // times the packet path reported receive drops (NoteRxDrops)
 }
 
 // Engine is a RoCEv2 transport for the queue pairs of one device.
