@@ -1,5 +1,12 @@
 package engine
 
+import (
+	"net/netip"
+
+	"github.com/goroce/goroce/verbs"
+	"github.com/goroce/goroce/wire"
+)
+
 // CCMode selects how an engine's RC queue pairs share the network.
 type CCMode uint8
 
@@ -46,4 +53,283 @@ func ParseCCMode(s string) (CCMode, bool) {
 		}
 	}
 	return 0, false
+}
+
+// ccPath is the congestion state an engine shares among its RC QPs that send
+// to one peer address, so that many QPs to one host behave as one
+// well-behaved flow rather than many greedy ones.
+//
+// The window follows TCP's congestion control (RFC 5681): it starts at
+// Config.Window packets, grows by the packets acknowledged while below
+// ssthresh (slow start) and by one packet a window's worth of ACKs above it
+// (congestion avoidance), and halves on a loss (a PSN sequence NAK: the
+// receiver saw a gap), at most once a round trip (RFC 5681 section 3.2: one
+// cut per window of data), or falls to minWindow on a retransmission timeout
+// (RFC 5681 section 3.1, as TCP's RTO). Under CCECN a CNP cuts it as
+// DCQCN's reaction point cuts its rate (Zhu et al., "Congestion Control for
+// Large-Scale RDMA Deployments", SIGCOMM 2015, section 3.1): by alpha/2,
+// alpha an estimate of how often the path is congested, raised by g on
+// every CNP and decayed by the factor 1-g every alphaInterval without one,
+// starting at 1 (a first CNP halves); the increase is the window's AIMD.
+//
+// The window bounds the packets (PSNs: a READ counts its response packets)
+// that all the path's QPs have sent and not seen acknowledged, inflight.
+// Each QP may always have one packet in flight, so none starves; which QP
+// sends next is the engine's round robin (OutputFrom, rrQuantum).
+type ccPath struct {
+	peer     netip.Addr
+	refs     int     // QPs on the path
+	cwnd     float64 // congestion window, packets
+	ssthresh float64
+	maxCwnd  float64
+	inflight int     // packets of the path's QPs sent and not acknowledged
+	srtt     int64   // smoothed round-trip time, ns (RFC 6298's SRTT); 0: no sample yet
+	lastCut  int64   // when the window was last cut
+	alpha    float64 // DCQCN's alpha
+	alphaAt  int64   // when alpha was last updated
+}
+
+// Congestion control constants.
+const (
+	minWindow     = 4      // the least a path's window falls to
+	maxWindowX    = 16     // the window grows to at most this many times Config.Window
+	ccGain        = 1.0 / 16 // DCQCN's g (the paper's 1/256 with its 55 µs alpha timer reacts over 14 ms; 1/16 over 0.9 ms)
+	alphaInterval = 55_000 // ns: DCQCN's alpha update period
+)
+
+// newPath returns a path's initial state for an engine with window w.
+func newPath(peer netip.Addr, w int) *ccPath {
+	return &ccPath{peer: peer, cwnd: float64(w), ssthresh: float64(maxWindowX * w), maxCwnd: float64(maxWindowX * w), alpha: 1}
+}
+
+// admit reports whether a QP with out packets in flight may send span more.
+func (p *ccPath) admit(out, span int) bool {
+	return out == 0 || float64(p.inflight+span) <= p.cwnd
+}
+
+// grow opens the window for k packets newly acknowledged (RFC 5681 3.1).
+func (p *ccPath) grow(k int) {
+	if p.cwnd < p.ssthresh {
+		p.cwnd += float64(k)
+	} else {
+		p.cwnd += float64(k) / p.cwnd
+	}
+	p.cwnd = min(p.cwnd, p.maxCwnd)
+}
+
+// sample feeds a round-trip time measured on an ACK (RFC 6298's SRTT, gain
+// 1/8).
+func (p *ccPath) sample(rtt int64) {
+	if rtt <= 0 {
+		return
+	}
+	if p.srtt == 0 {
+		p.srtt = rtt
+		return
+	}
+	p.srtt += (rtt - p.srtt) / 8
+}
+
+// cutDue reports whether a congestion signal at now may cut the window: at
+// most one cut a round trip (or a CNP interval, whichever is longer), since
+// the signals of one congestion event (the NAKs of many QPs, a CNP each)
+// arrive within one.
+func (p *ccPath) cutDue(now, interval int64) bool {
+	return p.lastCut == 0 || now-p.lastCut >= max(p.srtt, interval)
+}
+
+// cut multiplies the window by f (not below minWindow) and counts it.
+func (e *Engine) cutPath(p *ccPath, now int64, f float64) {
+	p.cwnd = max(p.cwnd*f, minWindow)
+	p.ssthresh = max(p.cwnd, minWindow)
+	p.lastCut = now
+	e.stats.CongestionCuts++
+}
+
+// onLoss reacts to a PSN sequence NAK: the window halves (RFC 5681 (4)).
+func (e *Engine) onLoss(p *ccPath, now int64) {
+	if p.cutDue(now, e.cfg.CNPInterval) {
+		e.cutPath(p, now, 0.5)
+	}
+}
+
+// onTimeout reacts to a retransmission timeout: ssthresh halves and the
+// window falls to minWindow (RFC 5681 (4) and 3.1's loss window).
+func (e *Engine) onTimeout(p *ccPath, now int64) {
+	half := max(p.cwnd/2, minWindow)
+	p.cwnd = minWindow
+	p.ssthresh = half
+	p.lastCut = now
+	e.stats.CongestionCuts++
+}
+
+// onCNP reacts to a CNP (DCQCN's reaction point): alpha decays for the
+// intervals without a CNP, rises by g, and the window falls by alpha/2.
+func (e *Engine) onCNP(p *ccPath, now int64) {
+	if p.alphaAt != 0 {
+		for n := (now - p.alphaAt) / alphaInterval; n > 0 && p.alpha > 1e-3; n-- {
+			p.alpha *= 1 - ccGain
+		}
+	}
+	p.alpha = (1-ccGain)*p.alpha + ccGain
+	p.alphaAt = now
+	if p.cutDue(now, e.cfg.CNPInterval) {
+		e.cutPath(p, now, 1-p.alpha/2)
+	}
+}
+
+// joinPath puts an RC QP on the path to its peer (leaving the one it was
+// on), when the engine controls congestion.
+func (qp *QP) joinPath() {
+	e := qp.e
+	if e.cfg.Congestion == CCOff || qp.typ != verbs.QPTRC || !qp.remote.IsValid() {
+		return
+	}
+	if qp.path != nil && qp.path.peer == qp.remote {
+		return
+	}
+	qp.leavePath()
+	p := e.paths[qp.remote]
+	if p == nil {
+		if e.paths == nil {
+			e.paths = map[netip.Addr]*ccPath{}
+		}
+		p = newPath(qp.remote, e.cfg.Window)
+		e.paths[qp.remote] = p
+	}
+	p.refs++
+	qp.path = p
+}
+
+// leavePath takes the QP off its path, with its packets in flight.
+func (qp *QP) leavePath() {
+	p := qp.path
+	if p == nil {
+		return
+	}
+	p.inflight -= qp.req.ccOut
+	qp.req.ccOut = 0
+	qp.path = nil
+	if p.refs--; p.refs == 0 {
+		delete(qp.e.paths, p.peer)
+	}
+}
+
+// ccSync brings the path's count of packets in flight up to date with the
+// QP's: the PSNs after the last acknowledged up to sndNxt.
+func (qp *QP) ccSync() {
+	p := qp.path
+	if p == nil {
+		return
+	}
+	r := &qp.req
+	out := max(int(r.sndNxt.Diff(r.ackPSN))-1, 0)
+	p.inflight += out - r.ccOut
+	r.ccOut = out
+}
+
+// ccSent notes a request packet at psn covering span PSNs just sent.
+func (qp *QP) ccSent(now int64, psn wire.PSN, span uint32, ackReq bool) {
+	r := &qp.req
+	end := psn.Add(span)
+	if end.After(r.sndNxt) {
+		r.sndNxt = end
+		qp.ccSync()
+	}
+	if ackReq && r.rttAt == 0 {
+		r.rttPSN, r.rttAt = psn, now
+	}
+}
+
+// ccAcked notes that the ACKs moved the acknowledged PSN from old on.
+func (qp *QP) ccAcked(now int64, old wire.PSN) {
+	p := qp.path
+	r := &qp.req
+	if d := r.ackPSN.Diff(old); d > 0 {
+		if r.rttAt != 0 && !r.ackPSN.Before(r.rttPSN) {
+			p.sample(now - r.rttAt)
+			r.rttAt = 0
+		}
+		p.grow(int(d))
+	}
+	qp.ccSync()
+}
+
+// ccRewind notes that the requester sends again from psn: the responder
+// drops what followed it (go-back-N), so it is no longer in flight.
+func (qp *QP) ccRewind(psn wire.PSN) {
+	r := &qp.req
+	if psn.Before(r.sndNxt) {
+		r.sndNxt = psn
+	}
+	r.rttAt = 0 // Karn: no sample from a retransmission
+	qp.ccSync()
+}
+
+// CCState is a QP's view of its congestion control.
+type CCState struct {
+	Mode         CCMode
+	Window       int     // the path's congestion window, packets (0: no control)
+	PathInFlight int     // packets in flight of all QPs to the peer
+	InFlight     int     // this QP's packets in flight
+	Alpha        float64 // DCQCN's alpha
+	SRTT         int64   // smoothed round-trip time, ns
+	PathQPs      int     // QPs sharing the window
+}
+
+// Congestion returns the QP's congestion control state. Call it with the
+// engine serialised, as Output.
+func (qp *QP) Congestion() CCState {
+	s := CCState{Mode: qp.e.cfg.Congestion}
+	if p := qp.path; p != nil {
+		s.Window, s.PathInFlight, s.InFlight, s.Alpha, s.SRTT, s.PathQPs = int(p.cwnd), p.inflight, qp.req.ccOut, p.alpha, p.srtt, p.refs
+	}
+	return s
+}
+
+// NoteRxDrops tells the engine that the packet path dropped received
+// packets (a socket's receive buffer or an AF_XDP ring overflowed): the
+// host cannot keep up. Under CCECN the engine then acts as a congested
+// switch would, answering the RC packets it inputs during the next
+// CNPInterval with CNPs (as if CE-marked), so that the peers it hears from
+// slow down instead of losing more.
+func (e *Engine) NoteRxDrops(now int64) {
+	e.stats.RxCongestion++
+	e.rxCongUntil = now + e.cfg.CNPInterval
+}
+
+// congested handles an RC packet that arrived CE-marked (ce) or while the
+// packet path drops: under CCECN the QP answers with a CNP to its peer QP
+// (RoCEv2 Annex A17's notification point), at most one a CNPInterval.
+func (qp *QP) congested(now int64, ce bool) {
+	e := qp.e
+	if ce {
+		e.stats.ECNMarked++
+	}
+	r := &qp.resp
+	if e.cfg.Congestion != CCECN || (r.cnpAt != 0 && now-r.cnpAt < e.cfg.CNPInterval) {
+		return
+	}
+	if r.push(respItem{kind: itemCNP}) {
+		r.cnpAt = now
+		e.stats.CNPsSent++
+	}
+}
+
+// cnpInput handles a CNP for qp: under CCECN its path's window falls
+// (onCNP). A CNP for a QP that is not RC or not connected to the sender is
+// dropped and counted.
+func (e *Engine) cnpInput(now int64, qp *QP, perr error, from netip.Addr) {
+	if qp.typ != verbs.QPTRC || perr != nil {
+		e.stats.MalformedDrops++
+		return
+	}
+	if from != qp.remote {
+		e.stats.WrongPeerDrops++
+		return
+	}
+	e.stats.CNPsReceived++
+	if qp.path != nil && e.cfg.Congestion == CCECN {
+		e.onCNP(qp.path, now)
+	}
 }

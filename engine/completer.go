@@ -55,6 +55,9 @@ func (qp *QP) completeAck(now int64, p *wire.Packet, psn wire.PSN) {
 		qp.acked(now, psn.Sub(1))
 		switch syn {
 		case wire.NAKPSNSequence:
+			if qp.path != nil {
+				qp.e.onLoss(qp.path, now)
+			}
 			qp.rewind(psn)
 		case wire.NAKInvalidRequest:
 			qp.fatal(psn, verbs.WCRemInvReqErr)
@@ -151,6 +154,7 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 	r := &qp.req
 	q := qp.sq
 	progress := false
+	old := r.ackPSN
 	if psn.After(r.ackPSN) {
 		r.ackPSN = psn
 		progress = true
@@ -208,6 +212,9 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 	if h != stored {
 		q.head.Store(h)
 	}
+	if qp.path != nil {
+		qp.ccAcked(now, old)
+	}
 	if progress {
 		r.retryLeft, r.rnrLeft = int(qp.retryCnt), int(qp.rnrRetry)
 		if h == r.started {
@@ -228,6 +235,9 @@ func (qp *QP) rewind(psn wire.PSN) {
 	r := &qp.req
 	r.next, r.nextPkt = i, st.firstPSN.Distance(psn)
 	r.resend = true
+	if qp.path != nil {
+		qp.ccRewind(psn)
+	}
 }
 
 func (qp *QP) timeoutExpired(now int64) {
@@ -242,6 +252,9 @@ func (qp *QP) timeoutExpired(now int64) {
 		return
 	}
 	r.retryLeft--
+	if qp.path != nil {
+		qp.e.onTimeout(qp.path, now)
+	}
 	// Resend from the oldest WQE not retired: from its first response
 	// missing (READ), or its first packet not acknowledged.
 	h := qp.sq.head.Load()

@@ -153,6 +153,14 @@ type Engine struct {
 	// finish to seal in place (finishGather).
 	gather bool
 	ext    []byte
+	// paths holds the congestion state shared by the RC QPs sending to
+	// each peer (ccPath); nil under CCOff.
+	paths map[netip.Addr]*ccPath
+	// rrRun counts the packets the QP at rr sent in a row (rrQuantum).
+	rrRun int
+	// rxCongUntil: the packet path reported drops; RC packets input until
+	// then are answered with CNPs as if CE-marked (NoteRxDrops).
+	rxCongUntil int64
 }
 
 // firstQPN is the first QP number handed out (0 and 1 are special in IBA).
@@ -176,6 +184,12 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if !wire.ValidMTU(cfg.PortMTU) {
 		cfg.PortMTU = 1024
+	}
+	if cfg.Congestion == CCDefault {
+		cfg.Congestion = CCECN
+	}
+	if cfg.CNPInterval <= 0 {
+		cfg.CNPInterval = DefaultCNPInterval
 	}
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64
@@ -233,6 +247,10 @@ type RxInfo struct {
 	// checks the ICRC with it instead of computing it again.
 	ICRCDiff      uint32
 	ICRCDiffKnown bool
+	// CE says the IP header's ECN field was CE (11: congestion
+	// experienced): a router on the way was congested. Under CCECN the
+	// receiving QP answers with a CNP (at most one a Config.CNPInterval).
+	CE bool
 }
 
 // Input processes one received transport packet (a UDP payload) that came
@@ -293,6 +311,10 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx
 		e.stats.UnknownQPDrops++
 		return
 	}
+	if p.Info.Transport == wire.TransportCNP {
+		e.cnpInput(now, qp, err, from)
+		return
+	}
 	switch qp.typ {
 	case verbs.QPTUD:
 		if p.Info.Transport != wire.TransportUD || err != nil {
@@ -311,6 +333,9 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx
 		if from != qp.remote { // unmapped above
 			e.stats.WrongPeerDrops++
 			return
+		}
+		if rx.CE || e.rxCongUntil > now {
+			qp.congested(now, rx.CE)
 		}
 		if p.Info.Request {
 			qp.respond(now, p, err)

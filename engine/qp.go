@@ -47,6 +47,7 @@ type QP struct {
 	req     requester
 	resp    responder
 	lastDst netip.Addr // the destination of a UD QP's last packet
+	path    *ccPath    // the congestion state shared with the QPs to the same peer (nil: none)
 }
 
 // SRQ is a shared receive queue.
@@ -229,6 +230,7 @@ func (qp *QP) Destroy() {
 		qp.setError()
 		qp.flush()
 	}
+	qp.leavePath()
 	e := qp.e
 	e.qps[int(qp.num)-firstQPN] = nil
 	e.deactivate(qp)
@@ -328,6 +330,9 @@ func (qp *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if to != verbs.QPSReset {
 		qp.e.activate(qp)
 	}
+	if to == verbs.QPSRTR || to == verbs.QPSRTS {
+		qp.joinPath()
+	}
 	return nil
 }
 
@@ -386,6 +391,8 @@ func (qp *QP) setAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 		qp.req.psn = wire.PSN(a.SQPSN)
 		qp.req.ackPSN = qp.req.psn.Sub(1)
 		qp.req.askPSN = qp.req.ackPSN
+		qp.req.sndNxt = qp.req.psn
+		qp.ccSync()
 	}
 	if mask&verbs.AttrTimeout != 0 {
 		qp.timeout = a.Timeout
@@ -415,6 +422,7 @@ func (qp *QP) Query() verbs.QPAttr {
 }
 
 func (qp *QP) reset() {
+	qp.leavePath()
 	qp.flushQuiet()
 	qp.req = requester{}
 	qp.resp = responder{}
@@ -655,6 +663,7 @@ func fillRecv(q *recvQueue, wrs []verbs.RecvWR, t uint64) (int, uint64, error) {
 func (qp *QP) setError() {
 	qp.setState(verbs.QPSErr)
 	qp.req.timerAt, qp.req.rnrUntil = 0, 0
+	qp.leavePath()
 }
 
 // flush completes every outstanding send WQE and every posted receive (not
@@ -784,6 +793,12 @@ func GatherSplit(buf []byte, n int) (at int) {
 	return n - wire.ICRCLen - int(wire.BTH(buf).PadCount())
 }
 
+// rrQuantum is how many packets in a row the output arbiter takes from one
+// QP before it turns to the next (OutputFrom's round robin): QPs that share
+// a congestion window (ccPath) then share it fairly, and a burst still
+// fills a GSO message (packets of equal size to one peer, whichever QP's).
+const rrQuantum = 16
+
 // OutputFrom is Output that also returns the UDP source port the packet's
 // ICRC was computed for, which it must leave from: Config.SourcePort (when
 // that is zero, the QP's flow port), or for a UD send with a flow label
@@ -821,11 +836,16 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			if qp.typ == verbs.QPTUD {
 				to = qp.lastDst
 			}
+			if e.rrRun++; e.rrRun >= rrQuantum {
+				e.rrRun = 0
+				e.rr++
+			}
 			return n, to, e.lastSport, true
 		}
 		if ok { // finish could not build it: counted, never sent empty
 			e.stats.TxBuildErrors++
 		}
+		e.rrRun = 0
 		e.rr++
 	}
 	return 0, netip.Addr{}, 0, false

@@ -30,6 +30,13 @@ type requester struct {
 	resend    bool     // packets now going out are retransmissions
 	unasked   int      // packets sent since the last one with AckReq
 	askPSN    wire.PSN // the last packet sent that asked for an ACK (AckAwaited)
+	// Congestion control (ccPath): sndNxt follows the last PSN sent (a
+	// rewind takes it back), ccOut is what the QP counts in its path's
+	// inflight, and rttPSN, sent at rttAt (0: none), times a round trip.
+	sndNxt wire.PSN
+	ccOut  int
+	rttPSN wire.PSN
+	rttAt  int64
 }
 
 func (qp *QP) timeoutNs() int64 {
@@ -47,8 +54,32 @@ func isRdAtomic(o verbs.WROpcode) bool {
 // now (a cheap approximation of reqOutput's conditions).
 func (qp *QP) reqReady() bool {
 	r := &qp.req
-	return qp.state == verbs.QPSRTS && r.rnrUntil == 0 && r.next != qp.sq.posted() &&
-		(uint32(r.ackPSN.Distance(r.psn)) <= uint32(qp.e.cfg.Window) || r.next < r.started)
+	return qp.state == verbs.QPSRTS && r.rnrUntil == 0 && r.next != qp.sq.posted() && qp.windowOpen(qp.nextPSN(), 1)
+}
+
+// nextPSN returns the PSN of the request packet the requester sends next:
+// within the WQE at r.next if it started, else the next PSN to give.
+func (qp *QP) nextPSN() wire.PSN {
+	r := &qp.req
+	if r.next < r.started {
+		return qp.sqst[r.next&qp.sq.mask].firstPSN.Add(r.nextPkt)
+	}
+	return r.psn
+}
+
+// windowOpen reports whether the packet at psn, covering span PSNs, may go
+// now: no more than Config.Window packets of the QP unacknowledged with it,
+// retransmissions included (a go-back-N resends at most a window), and
+// room in its path's congestion window (ccPath.admit).
+func (qp *QP) windowOpen(psn wire.PSN, span uint32) bool {
+	r := &qp.req
+	if psn.Diff(r.ackPSN) > int32(qp.e.cfg.Window) { // signed: a READ asked again may sit before ackPSN
+		return false
+	}
+	if p := qp.path; p != nil && psn.Add(span).After(r.sndNxt) {
+		return p.admit(r.ccOut, int(span))
+	}
+	return true
 }
 
 // reqOutput builds the next RC request packet (rdma_rxe's rxe_req.c): the
@@ -64,12 +95,16 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	if r.next == q.posted() {
 		return 0, false
 	}
-	if uint32(r.ackPSN.Distance(r.psn)) > uint32(qp.e.cfg.Window) && r.next >= r.started {
-		return 0, false // window full
-	}
 	i := r.next & q.mask
 	s, st := &q.slots[i], &qp.sqst[i]
 	wr := &s.wr
+	span := uint32(1)
+	if wr.Opcode == verbs.WRRDMARead {
+		span = max((s.length-min(r.nextPkt*uint32(qp.mtu), s.length)+uint32(qp.mtu)-1)/uint32(qp.mtu), 1)
+	}
+	if psn := qp.nextPSN(); !qp.windowOpen(psn, span) {
+		return 0, false // window full: the QP's, or its path's
+	}
 	if !st.started {
 		if !isRdAtomic(wr.Opcode) && wr.Flags&verbs.SendFence == 0 && s.length <= uint32(qp.mtu) {
 			// startWQE's work for a one-packet WQE that waits for nothing,
@@ -134,6 +169,9 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	n := qp.e.finish(buf, payload, qp.remote, qp.sport)
 	if h.AckReq {
 		r.askPSN = h.PSN
+	}
+	if qp.path != nil {
+		qp.ccSent(now, h.PSN, span, h.AckReq)
 	}
 	if r.resend {
 		qp.e.stats.Retransmits++

@@ -13,6 +13,7 @@ const (
 	itemNAK
 	itemRead
 	itemAtomic
+	itemCNP // a congestion notification (RoCEv2 Annex A17)
 )
 
 type respItem struct {
@@ -59,6 +60,7 @@ type responder struct {
 	replayNext int
 	ackDue     int64 // when a held ACK (the only queued item) must go out; 0: none held
 	stream     bool  // a message ended without AckReq since the last ACK queued
+	cnpAt      int64 // when the last CNP was queued (congested)
 
 	// cqLost: a receive completion found the receive CQ full (overrun).
 	// The message is not acknowledged and nothing more is taken; the
@@ -461,6 +463,10 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 	case itemACK, itemNAK:
 		h.Opcode = wire.RCAcknowledge
 		h.AETH = wire.AETHFields{Syndrome: it.syn, MSN: it.msn}
+	case itemCNP:
+		// RoCEv2 Annex A17: BTH opcode 0x81, the peer QP, BECN set, PSN
+		// 0, then 16 reserved bytes (AppendTransport zeroes them).
+		h.Opcode, h.BECN, h.PSN = wire.CNP, true, 0
 	case itemAtomic:
 		h.Opcode = wire.RCAtomicAcknowledge
 		h.AETH = wire.AETHFields{Syndrome: wire.ACKUnlimited, MSN: it.msn}
