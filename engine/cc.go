@@ -91,20 +91,31 @@ type ccPath struct {
 
 // Congestion control constants.
 const (
-	minWindow     = 4      // the least a path's window falls to
-	maxWindowX    = 16     // the window grows to at most this many times Config.Window
+	minWindow     = 4        // the least a path's window falls to
+	maxWindowX    = 16       // the window grows to at most this many times Config.Window
+	initSSThreshX = 2        // slow start ends at this many times Config.Window
 	ccGain        = 1.0 / 16 // DCQCN's g (the paper's 1/256 with its 55 µs alpha timer reacts over 14 ms; 1/16 over 0.9 ms)
-	alphaInterval = 55_000 // ns: DCQCN's alpha update period
+	alphaInterval = 55_000   // ns: DCQCN's alpha update period
 )
 
 // newPath returns a path's initial state for an engine with window w.
 func newPath(peer netip.Addr, w int) *ccPath {
-	return &ccPath{peer: peer, cwnd: float64(w), ssthresh: float64(maxWindowX * w), maxCwnd: float64(maxWindowX * w), alpha: 1}
+	return &ccPath{peer: peer, cwnd: float64(w), ssthresh: float64(initSSThreshX * w), maxCwnd: float64(maxWindowX * w), alpha: 1}
 }
 
 // admit reports whether a QP with out packets in flight may send span more.
 func (p *ccPath) admit(out, span int) bool {
 	return out == 0 || float64(p.inflight+span) <= p.cwnd
+}
+
+// closes reports whether the packet about to be sent, the run-th in a row
+// of its QP (Engine.rrRun), may be its QP's last for a while: it fills the
+// window, or it ends the QP's turn (rrQuantum) while other QPs share the
+// window and may fill it. It must then ask for an ACK (AckReq), since its
+// QP may send nothing more until one comes, and an ACK that nobody asked
+// for never comes.
+func (p *ccPath) closes(run int) bool {
+	return float64(p.inflight+2) > p.cwnd || p.refs > 1 && run+1 >= rrQuantum
 }
 
 // grow opens the window for k packets newly acknowledged (RFC 5681 3.1).

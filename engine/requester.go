@@ -141,7 +141,7 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 		}
 		// AckReq: see askLast.
 		r.unasked++
-		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s); h.AckReq {
+		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s) || qp.path != nil && qp.path.closes(qp.e.rrRun); h.AckReq {
 			r.unasked = 0
 		}
 		if payload > 0 {
