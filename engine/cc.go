@@ -84,9 +84,11 @@ type ccPath struct {
 	maxCwnd  float64
 	inflight int     // packets of the path's QPs sent and not acknowledged
 	srtt     int64   // smoothed round-trip time, ns (RFC 6298's SRTT); 0: no sample yet
+	rttvar   int64   // its mean deviation (RFC 6298's RTTVAR)
 	lastCut  int64   // when the window was last cut
 	alpha    float64 // DCQCN's alpha
 	alphaAt  int64   // when alpha was last updated
+	ackAt    int64   // when an ACK last made progress on a QP of the path
 }
 
 // Congestion control constants.
@@ -135,10 +137,12 @@ func (p *ccPath) sample(rtt int64) {
 		return
 	}
 	if p.srtt == 0 {
-		p.srtt = rtt
+		p.srtt, p.rttvar = rtt, rtt/2
 		return
 	}
-	p.srtt += (rtt - p.srtt) / 8
+	d := rtt - p.srtt
+	p.srtt += d / 8
+	p.rttvar += (max(d, -d) - p.rttvar) / 4
 }
 
 // cutDue reports whether a congestion signal at now may cut the window: at
@@ -164,15 +168,15 @@ func (e *Engine) onLoss(p *ccPath, now int64) {
 	}
 }
 
-// onTimeout reacts to a retransmission timeout: ssthresh halves and the
-// window falls to minWindow (RFC 5681 (4) and 3.1's loss window).
-func (e *Engine) onTimeout(p *ccPath, now int64) {
-	half := max(p.cwnd/2, minWindow)
-	p.cwnd = minWindow
-	p.ssthresh = half
-	p.lastCut = now
-	e.stats.CongestionCuts++
-}
+// onTimeout reacts to a retransmission timeout as to a loss: the window
+// halves, at most once a round trip. TCP's timeout falls to one segment
+// (RFC 5681 3.1's loss window) because its ACK clock stopped; here the
+// go-back-N resend restarts it at once, and with a window of a packet or
+// two a QP every loss is a lost tail, found by the timer alone (no later
+// packet makes the responder NAK): collapsing on each drove a link that
+// drops 5% at random into timeouts only (2,665 for 29 k packets, against
+// 1,387 for 437 k without control).
+func (e *Engine) onTimeout(p *ccPath, now int64) { e.onLoss(p, now) }
 
 // onCNP reacts to a CNP (DCQCN's reaction point): alpha decays for the
 // intervals without a CNP, rises by g, and the window falls by alpha/2.
@@ -262,6 +266,8 @@ func (qp *QP) ccAcked(now int64, old wire.PSN) {
 			r.rttAt = 0
 		}
 		p.grow(int(d))
+		p.ackAt = now
+		r.probed = false
 	}
 	qp.ccSync()
 }
@@ -275,6 +281,63 @@ func (qp *QP) ccRewind(psn wire.PSN) {
 	}
 	r.rttAt = 0 // Karn: no sample from a retransmission
 	qp.ccSync()
+}
+
+// Tail loss probe (after RACK-TLP, RFC 8985 section 7): a QP with few
+// packets in flight whose last ACK is overdue resends them once, well
+// before its local ACK timer (Timeout: 67 ms by default). Go-back-N finds
+// a loss only when a later packet reaches the responder (which NAKs the
+// gap); a loss at the tail of a burst, and with a small window every loss,
+// has no later packet, and waited for the timer: on a link that dropped 5%
+// at random, 2,665 timeouts for 29 k packets. A QP probes only while other
+// QPs of its path hear ACKs: when none does, the peer or this host stalls
+// (a 2-core machine descheduling the receiver), and 64 QPs probing at once
+// resent 4% of their packets for nothing. The probe resends at most
+// probeMax packets, so a probe that fires needlessly (the ACK was late,
+// not lost) costs that many duplicates at most.
+const (
+	probeMax = rrQuantum
+	minPTO   = 1_000_000 // ns: the least probe timeout
+)
+
+// pto returns the path's probe timeout: twice the smoothed round trip
+// (RFC 8985's PTO) or RFC 6298's retransmission timeout, whichever is
+// longer, and at least minPTO. With 200 µs at least, probes fired for ACKs
+// that were late, not lost: 5.7% of the packets of 64 QPs sending between
+// two namespaces were resent needlessly.
+func (p *ccPath) pto() int64 { return max(2*p.srtt, p.srtt+4*p.rttvar, minPTO) }
+
+// armProbe arms, or disarms, the tail loss probe after a send or an ACK:
+// armed while 1 to probeMax packets are in flight and nothing else (an
+// RNR wait) holds the QP.
+func (qp *QP) armProbe(now int64) {
+	r := &qp.req
+	if r.ccOut == 0 || r.ccOut > probeMax || r.rnrUntil != 0 || qp.state != verbs.QPSRTS || r.probed {
+		r.probeAt = 0
+		return
+	}
+	r.probeAt, r.probeSet = now+qp.path.pto(), now
+}
+
+// probeExpired resends what a QP has in flight, as a timeout would but
+// without using up a retry or cutting the window: an ACK of the resent
+// packets, or the NAK of a gap before them, follows.
+func (qp *QP) probeExpired(now int64) {
+	r := &qp.req
+	r.probeAt = 0
+	if qp.sq.head.Load() == r.started || r.ccOut == 0 {
+		return
+	}
+	if p := qp.path; p.refs > 1 && p.ackAt <= r.probeSet {
+		// No QP of the path heard an ACK: the peer (or this host) stalls,
+		// which a probe cannot mend; the ACKs of all would be late.
+		r.probeAt, r.probeSet = now+p.pto(), now
+		return
+	}
+	qp.e.stats.TailProbes++
+
+	r.probed = true // one probe until an ACK makes progress
+	qp.rewind(qp.resumePSN())
 }
 
 // CCState is a QP's view of its congestion control.

@@ -214,6 +214,7 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 	}
 	if qp.path != nil {
 		qp.ccAcked(now, old)
+		qp.armProbe(now)
 	}
 	if progress {
 		r.retryLeft, r.rnrLeft = int(qp.retryCnt), int(qp.rnrRetry)
@@ -255,8 +256,15 @@ func (qp *QP) timeoutExpired(now int64) {
 	if qp.path != nil {
 		qp.e.onTimeout(qp.path, now)
 	}
-	// Resend from the oldest WQE not retired: from its first response
-	// missing (READ), or its first packet not acknowledged.
+	qp.rewind(qp.resumePSN())
+	r.timerAt = now + qp.timeoutNs()
+}
+
+// resumePSN returns where a resend after a timeout starts: at the oldest
+// WQE not retired, from its first response missing (READ), or its first
+// packet not acknowledged.
+func (qp *QP) resumePSN() wire.PSN {
+	r := &qp.req
 	h := qp.sq.head.Load()
 	st := &qp.sqst[h&qp.sq.mask]
 	resume := st.firstPSN
@@ -266,8 +274,7 @@ func (qp *QP) timeoutExpired(now int64) {
 	case !r.ackPSN.Before(st.firstPSN) && r.ackPSN.Before(st.lastPSN):
 		resume = r.ackPSN.Add(1)
 	}
-	qp.rewind(resume)
-	r.timerAt = now + qp.timeoutNs()
+	return resume
 }
 
 // fatal completes the WQE holding psn with status, moves the QP to ERROR

@@ -113,6 +113,7 @@ type Stats struct {
 	AsyncEvents            uint64 // asynchronous events raised
 	TxBuildErrors          uint64 // packets that could not be built and were not sent (an engine defect; never expected)
 	TxGathered             uint64 // packets OutputGather gave with their payload left where it lies
+	TailProbes             uint64 // resends after a tail loss probe timeout (ccPath.pto), before the local ACK timer
 	// Congestion (see CCMode).
 	ECNMarked      uint64 // RC packets received with the IP ECN field CE (congestion experienced)
 	CNPsSent       uint64 // CNPs sent: to a QP whose packets came CE-marked, or while the packet path dropped
@@ -451,7 +452,7 @@ func (e *Engine) NextDeadline() int64 {
 		if qp.resp.queued() == 0 {
 			ackDue = 0 // flushed: nothing is held
 		}
-		for _, t := range [3]int64{qp.req.timerAt, qp.req.rnrUntil, ackDue} {
+		for _, t := range [4]int64{qp.req.timerAt, qp.req.rnrUntil, ackDue, qp.req.probeAt} {
 			if t != 0 && (d == 0 || t < d) {
 				d = t
 			}

@@ -391,7 +391,7 @@ func (qp *QP) setAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 		qp.req.psn = wire.PSN(a.SQPSN)
 		qp.req.ackPSN = qp.req.psn.Sub(1)
 		qp.req.askPSN = qp.req.ackPSN
-		qp.req.sndNxt = qp.req.psn
+		qp.req.sndNxt, qp.req.sndMax = qp.req.psn, qp.req.psn
 		qp.ccSync()
 	}
 	if mask&verbs.AttrTimeout != 0 {
@@ -662,7 +662,7 @@ func fillRecv(q *recvQueue, wrs []verbs.RecvWR, t uint64) (int, uint64, error) {
 // setError moves the QP to ERROR; its outstanding work is flushed by flush.
 func (qp *QP) setError() {
 	qp.setState(verbs.QPSErr)
-	qp.req.timerAt, qp.req.rnrUntil = 0, 0
+	qp.req.timerAt, qp.req.rnrUntil, qp.req.probeAt = 0, 0, 0
 	qp.leavePath()
 }
 
@@ -723,6 +723,9 @@ func (qp *QP) tick(now int64) {
 	}
 	if r.timerAt != 0 && now >= r.timerAt {
 		qp.timeoutExpired(now)
+	}
+	if r.probeAt != 0 && now >= r.probeAt {
+		qp.probeExpired(now)
 	}
 }
 

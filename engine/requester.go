@@ -34,9 +34,14 @@ type requester struct {
 	// rewind takes it back), ccOut is what the QP counts in its path's
 	// inflight, and rttPSN, sent at rttAt (0: none), times a round trip.
 	sndNxt wire.PSN
+	sndMax wire.PSN // the PSN after the last ever sent: a packet before it is a retransmission
 	ccOut  int
 	rttPSN wire.PSN
 	rttAt  int64
+	// probeAt is when the tail loss probe resends (ccProbe), 0: not armed.
+	probeAt  int64
+	probeSet int64 // when probeAt was set
+	probed   bool  // a probe went out and no ACK made progress since
 }
 
 func (qp *QP) timeoutNs() int64 {
@@ -172,9 +177,13 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	}
 	if qp.path != nil {
 		qp.ccSent(now, h.PSN, span, h.AckReq)
+		qp.armProbe(now)
 	}
-	if r.resend {
-		qp.e.stats.Retransmits++
+	if r.resend && h.PSN.Before(r.sndMax) {
+		qp.e.stats.Retransmits++ // sent before: packets of a WQE started but never sent are not
+	}
+	if end := h.PSN.Add(span); end.After(r.sndMax) {
+		r.sndMax = end
 	}
 	if wr.Opcode == verbs.WRRDMARead || last {
 		r.next++

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
@@ -155,7 +156,9 @@ func newCorkRig(t *testing.T) *corkRig {
 	env := perfLoopback()
 	ca, cb := env.conns(t)
 	t.Cleanup(func() { cb.Close() })
-	da, err := New(Options{Name: "corka", Conn: ca, SourcePort: ca.LocalAddrPort().Port(), Spin: -1})
+	// No congestion control: its tail loss probe would resend the
+	// unacknowledged packet after a millisecond, and what is corked with it.
+	da, err := New(Options{Name: "corka", Conn: ca, SourcePort: ca.LocalAddrPort().Port(), Spin: -1, Engine: engine.Config{Congestion: engine.CCOff}})
 	must(t, err)
 	t.Cleanup(func() { da.Close() })
 	if !da.duplex {
