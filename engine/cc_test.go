@@ -274,3 +274,34 @@ func TestSharedWindow(t *testing.T) {
 	}
 	t.Logf("peak %d packets in flight, window %d", peak, int(p.cwnd))
 }
+
+// TestCNPOnRxDrops: after the packet path reports drops (NoteRxDrops), the
+// RC packets input within CNPInterval are answered with CNPs as if
+// CE-marked (counted in RxCongestion, not ECNMarked); later ones are not.
+func TestCNPOnRxDrops(t *testing.T) {
+	l, a, b := rcLink(t)
+	post := func(id uint64) {
+		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: id, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: a.sge(0, 100), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+		must(t, err)
+	}
+	deliver := func() [][]byte {
+		for _, p := range ccOutput(l.a, l.now) {
+			l.b.Input(l.now, p, l.a.Local(), wire.RoCEv2Port)
+		}
+		return ccOutput(l.b, l.now)
+	}
+	l.b.NoteRxDrops(l.now)
+	post(1)
+	if got := cnps(t, deliver()); len(got) != 1 {
+		t.Fatalf("%d CNPs after drops, want 1", len(got))
+	}
+	l.now += 2 * DefaultCNPInterval
+	post(2)
+	if got := cnps(t, deliver()); len(got) != 0 {
+		t.Fatalf("%d CNPs long after the drops, want 0", len(got))
+	}
+	if s := l.b.Stats(); s.RxCongestion != 1 || s.CNPsSent != 1 || s.ECNMarked != 0 {
+		t.Errorf("RxCongestion %d CNPsSent %d ECNMarked %d", s.RxCongestion, s.CNPsSent, s.ECNMarked)
+	}
+}

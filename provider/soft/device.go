@@ -163,7 +163,16 @@ type Device struct {
 	first []byte
 	// gather: the driver sends payloads from where they lie (NoGather).
 	gather bool
+	// drops reads the packet path's count of datagrams the kernel dropped
+	// before it could read them (packetio.RxDropCounter), nil when it has
+	// none; seenDrops is the count input last saw (rxDrops).
+	drops     rxDropCounter
+	seenDrops uint64
 }
+
+// rxDropCounter is packetio.RxDropCounter, declared here so that a Conn
+// implements it by its method alone.
+type rxDropCounter interface{ RxDropped() uint64 }
 
 // ackCopy is an ACK set aside by ackAside.
 type ackCopy struct {
@@ -219,6 +228,9 @@ func New(opts Options) (*Device, error) {
 	d.linkLocal = linkLocalGID(d.addr, d.GUID())
 	if fd, ok := opts.Conn.(packetio.FullDuplex); ok {
 		d.duplex = fd.FullDuplex()
+	}
+	if dc, ok := opts.Conn.(rxDropCounter); ok {
+		d.drops, d.seenDrops = dc, dc.RxDropped()
 	}
 	if g, ok := opts.Conn.(packetio.Gatherer); ok && !opts.NoGather {
 		d.gather = g.Gathers()
@@ -384,6 +396,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 	}
 	d.mu.Lock()
 	now := d.now()
+	d.rxDrops(now)
 	// Four packets in a row from one source with one length that the
 	// four-lane pass takes (a burst of equal-sized small messages, a GRO
 	// train of them) have their ICRCs computed together (DiffICRC4):
@@ -414,6 +427,20 @@ func (d *Device) input(pkts []packetio.Packet) {
 		d.flush(now)
 	}
 	d.mu.Unlock()
+}
+
+// rxDrops tells the engine when the packet path dropped received packets
+// since the last look (engine.Engine.NoteRxDrops): the host cannot keep up,
+// and under engine.CCECN the engine answers the packets that follow with
+// CNPs, so that the senders slow down. Called with mu held; a load.
+func (d *Device) rxDrops(now int64) {
+	if d.drops == nil {
+		return
+	}
+	if n := d.drops.RxDropped(); n != d.seenDrops {
+		d.seenDrops = n
+		d.eng.NoteRxDrops(now)
+	}
 }
 
 // kick follows a post: when nobody is using the packet path, the caller's

@@ -554,6 +554,15 @@ func (q *QP) Err() error {
 // Num returns the QP number.
 func (q *QP) Num() uint32 { return q.qp.Num() }
 
+// Congestion returns the QP's congestion control state (engine.CCState):
+// the window it shares with the device's other QPs to the same peer, the
+// packets in flight, DCQCN's alpha, the smoothed round trip.
+func (q *QP) Congestion() engine.CCState {
+	q.d.mu.Lock()
+	defer q.d.mu.Unlock()
+	return q.qp.Congestion()
+}
+
 // Type returns the QP type.
 func (q *QP) Type() verbs.QPType { return q.qp.Type() }
 
