@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/paths"
 	"github.com/goroce/goroce/packetio/tee"
@@ -45,6 +46,9 @@ type OpenOptions struct {
 	// Spin is Options.Spin: how long the driver polls after activity
 	// before it blocks (0: the default, 50µs; negative: never).
 	Spin time.Duration
+	// Congestion is the engine's congestion control (engine.CCMode: off,
+	// loss or ecn; the zero value is ecn).
+	Congestion engine.CCMode
 }
 
 // Open resolves the address, opens the packet path and makes the device on
@@ -70,7 +74,8 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 			return nil, ch, err
 		}
 	}
-	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, Spin: o.Spin, NoGather: o.NoGather})
+	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, Spin: o.Spin, NoGather: o.NoGather,
+		Engine: engine.Config{Congestion: o.Congestion}})
 	if err != nil {
 		conn.Close()
 		return nil, ch, err
@@ -119,8 +124,18 @@ func ResolveAddr(s string) (netip.Addr, error) {
 // Conn.
 type pcapConn struct {
 	*tee.Conn
-	f  *os.File
-	pw *tee.PcapWriter
+	inner packetio.Conn
+	f     *os.File
+	pw    *tee.PcapWriter
+}
+
+// RxDropped is the recorded Conn's count of the datagrams the kernel
+// dropped (rxDropCounter), 0 when it keeps none.
+func (c *pcapConn) RxDropped() uint64 {
+	if dc, ok := c.inner.(rxDropCounter); ok {
+		return dc.RxDropped()
+	}
+	return 0
 }
 
 // recordTo wraps conn so that it records to the pcap file at path; on error
@@ -138,7 +153,7 @@ func recordTo(conn packetio.Conn, path string) (packetio.Conn, error) {
 		return nil, fmt.Errorf("soft: pcap: %w", err)
 	}
 	pw.Incoming = true
-	return &pcapConn{Conn: tee.New(conn, pw.Write), f: f, pw: pw}, nil
+	return &pcapConn{Conn: tee.New(conn, pw.Write), inner: conn, f: f, pw: pw}, nil
 }
 
 // Close closes the Conn, then the file.
