@@ -14,7 +14,8 @@ import (
 const softName = devinfo.SoftName
 
 // registerSoft registers the flags that say which soft device a command
-// opens (devinfo.Soft): its address, packet path and pcap file.
+// opens (devinfo.Soft): its address, packet path and pcap file, the path's
+// offloads and the congestion control.
 func registerSoft(fs *flag.FlagSet, s *devinfo.Soft) {
 	fs.StringVar(&s.Addr, "addr", "", "local IPv4 address of the soft device "+softName+" (default: the first non-loopback IPv4 address of an interface that is up)")
 	fs.StringVar(&s.Pcap, "pcap", "", "write every packet the soft device sends and receives to this pcap `file` (AF_XDP's frames bypass tcpdump; with bench --loopback, the server's device, which sees both directions)")
@@ -22,6 +23,7 @@ func registerSoft(fs *flag.FlagSet, s *devinfo.Soft) {
 	fs.Var(cliflag.Off{Off: &s.NoGSO}, "gso", "udp path: send runs of equal-sized packets as one UDP GSO message when the kernel offers it (default true; --gso=false: one datagram per packet)")
 	fs.Var(cliflag.Off{Off: &s.NoGather}, "gather", "udp and uring paths: send payloads of 1 KiB or more from the memory region they lie in, the kernel gathering each packet's pieces, instead of copying them into the packet (default true)")
 	fs.Var(cliflag.Off{Off: &s.NoGRO}, "gro", "udp path: receive with UDP GRO when the kernel offers it (default true; --gro=false: one datagram per buffer)")
+	fs.Var(cliflag.CC{Mode: &s.Congestion}, "cc", "congestion control `mode` of the soft device's RC QPs: off (a window per QP, as rdma_rxe), loss (a window shared per peer, cut on loss) or ecn (loss, also cut on CNPs, and CNPs sent for CE-marked packets and receive drops)")
 }
 
 // runDevices is `goroce devices`, as ibv_devices.

@@ -7,5 +7,7 @@
 //   - SplitShort turns grouped one-letter boolean flags ("-vV") into
 //     separate ones, as rping's users type them;
 //   - Seconds is a flag.Value for a duration given in seconds ("0.2", as
-//     ping takes it) or with a unit ("200ms").
+//     ping takes it) or with a unit ("200ms");
+//   - Off is a boolean flag that is on by default (--gso=false);
+//   - CC is a flag.Value for a congestion control mode (--cc off|loss|ecn).
 package cliflag

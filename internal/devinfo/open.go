@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
@@ -37,6 +38,9 @@ type Soft struct {
 	// Spin is soft.OpenOptions.Spin (0: the default; negative: the driver
 	// never polls after activity, it blocks at once).
 	Spin time.Duration
+	// Congestion is the device's congestion control
+	// (soft.OpenOptions.Congestion; the zero value is ecn).
+	Congestion engine.CCMode
 }
 
 // Resolve returns the device address and the MTU of its interface (0 when
@@ -54,7 +58,7 @@ func (s Soft) Resolve() (netip.Addr, int, error) {
 // s.Path. For traffic it listens on UDP port 4791 of the address; for
 // inspection only (devices, devinfo) on a port the kernel chooses.
 func (s Soft) Open(traffic bool) (*soft.Device, error) {
-	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy && traffic, Spin: s.Spin})
+	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy && traffic, Spin: s.Spin, Congestion: s.Congestion})
 	return dev, err
 }
 
@@ -216,10 +220,10 @@ func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error
 	if err != nil || !a.Is4() {
 		return nil, nil, netip.Addr{}, fmt.Errorf("--addr %q: want an IPv4 address", s.Addr)
 	}
-	if first, err = (Soft{Addr: a.String(), Path: s.Path, Pcap: s.Pcap, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
+	if first, err = (Soft{Addr: a.String(), Path: s.Path, Pcap: s.Pcap, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion}).Open(true); err != nil {
 		return nil, nil, netip.Addr{}, err
 	}
-	if second, err = (Soft{Addr: a.Next().String(), Path: s.Path, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin}).Open(true); err != nil {
+	if second, err = (Soft{Addr: a.Next().String(), Path: s.Path, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion}).Open(true); err != nil {
 		first.Close()
 		return nil, nil, netip.Addr{}, err
 	}
