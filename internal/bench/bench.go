@@ -12,6 +12,7 @@ import (
 
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/cm/rdmacm"
+	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/verbs"
 )
@@ -229,6 +230,9 @@ type Outcome struct {
 	PeerVersion   string
 	RDMACM        bool // the exchange and the data QPs went through rdma_cm (-R)
 	Results       []Result
+	// Congestion is what the soft device's congestion control did during
+	// the run; nil for other devices.
+	Congestion *Congestion
 }
 
 // Check fills in the defaults and checks o; its errors match ErrUsage. Run
@@ -449,6 +453,7 @@ func Run(ctx context.Context, vctx verbs.Context, conn *perftest.Conn, o Options
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	s := &session{o: o, vctx: vctx, conn: conn, out: &Outcome{}}
+	s.ccStart()
 	defer s.close()
 	err := s.run(ctx)
 	if err != nil && ctx.Err() != nil {
@@ -495,6 +500,9 @@ type session struct {
 	rwr     [1]verbs.RecvWR
 
 	wc [16]verbs.WC
+
+	ccDev  statser      // the device, when it counts what its engine did
+	ccFrom engine.Stats // its counters at the start
 }
 
 func (s *session) run(ctx context.Context) error {
@@ -910,6 +918,7 @@ func (s *session) close() {
 	if len(s.qps) > 0 {
 		s.drain()
 	}
+	s.ccEnd()
 	for _, qp := range s.qps {
 		qp.Destroy()
 	}

@@ -40,4 +40,11 @@
 // report (WriteReport, or WriteJSON); RunBaselineSide does the same for the
 // raw-UDP baseline (Baseline), and RunLoopback runs both sides in one
 // process on two devices.
+//
+// On a soft device Run also returns what its congestion control did
+// (Outcome.Congestion): the growth of the device's counters over the run
+// (retransmissions, timeouts, NAKs, tail probes, CNPs, window cuts,
+// CE-marked packets, receive drops) and the first QP's final window and
+// round trip; WriteCongestion prints them after perftest's table, which
+// stays as perftest prints it.
 package bench

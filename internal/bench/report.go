@@ -197,7 +197,16 @@ type JSONReport struct {
 	Local         []JSONDest   `json:"local"`
 	Remote        []JSONDest   `json:"remote"`
 	Results       []JSONResult `json:"results"`
-	Error         string       `json:"error,omitempty"`
+	// Congestion is the soft device's congestion control during the run
+	// (Outcome.Congestion); absent for other devices.
+	Congestion *JSONCongestion `json:"congestion,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// JSONCongestion is Congestion in a JSON report, its mode by name.
+type JSONCongestion struct {
+	Mode string `json:"mode"`
+	Congestion
 }
 
 // WriteJSON prints a side's report as one JSON document (`goroce bench
@@ -222,6 +231,9 @@ func WriteJSON(w io.Writer, devName, path string, o Options, out *Outcome, runEr
 		return r
 	}
 	rep.Local, rep.Remote = conv(out.Local), conv(out.Remote)
+	if c := out.Congestion; c != nil {
+		rep.Congestion = &JSONCongestion{Mode: c.Mode.String(), Congestion: *c}
+	}
 	rep.Results = []JSONResult{}
 	f := func(v float64) *float64 { return &v }
 	for _, r := range out.Results {

@@ -143,6 +143,7 @@ func (s *Side) runOne(ctx context.Context, dev verbs.Device, conn *perftest.Conn
 			}
 		} else {
 			WriteReport(s.Out, dev.Name(), DevicePath(dev), o, out)
+			WriteCongestion(s.Out, out.Congestion)
 		}
 	}
 	return err
