@@ -1,7 +1,9 @@
 // Package rxeinterop holds interoperability tests of goroce against Linux's
 // rdma_rxe, rdma-core's tools and perftest, run in a qemu guest by the rxe-vm
 // harness (run-peer.sh). It has no code of its own: see rxeinterop_test.go
-// (pingpong), bench_test.go (perftest) and ibverbs_test.go.
+// (pingpong), bench_test.go (perftest), ibverbs_test.go and cnp_test.go
+// (ECN: goroce's CNPs to rdma_rxe, whose packets an nftables rule marks CE;
+// it also needs nft).
 //
 // The tests skip, and say why, unless GOROCE_RXE_VM names the harness
 // directory; RXE_VM_BUILD names its build directory (default: the harness's
