@@ -69,6 +69,16 @@
 // goroutine. Hot paths (Receive, TxBatch, Transmit, Wake) do not allocate in
 // steady state; errors may allocate.
 //
+// # Congestion
+//
+// The socket and AF_XDP paths send every packet ECN-capable, ECT(0), as RoCE
+// NICs do (their Options.NoECN turns it off; SendTOS), and report each
+// received packet's TOS byte, so a receiver sees the CE marks of congested
+// switches (Packet.TOS&ECNMask == CE). A Conn that learns how many packets
+// the kernel dropped before it read them (its receive buffer or ring full:
+// the receiver itself congested) implements RxDropCounter, an atomic load
+// a driver reads every round, and counts them in Stats.KernelRxDrops.
+//
 // # Implementations
 //
 // Package pipe is an in-memory connected pair for tests; package udp is a

@@ -31,6 +31,14 @@ type Stats struct {
 	// GROBuffers counts the received buffers that UDP GRO coalesced from
 	// several datagrams, GROSegments the packets split out of them.
 	GROBuffers, GROSegments uint64
+	// KernelRxDrops counts the datagrams the kernel dropped before the
+	// Conn read them: a socket's receive buffer was full (SO_RXQ_OVFL;
+	// the udp and uring paths), or an AF_XDP socket found its RX ring full
+	// or no fill-ring frame (XDP_STATISTICS). It is what RxDropped
+	// (RxDropCounter) returns, and lags the kernel's own count (see each
+	// path's documentation for when it is learnt). Not in RxDrops, which
+	// counts what the Conn itself dropped.
+	KernelRxDrops uint64
 }
 
 // Counters holds the counters behind Stats for an implementation of Conn.
@@ -52,6 +60,9 @@ type Counters struct {
 	GSOFallbacks         atomic.Uint64
 	GROBuffers           atomic.Uint64
 	GROSegments          atomic.Uint64
+	// KernelRxDrops is set (not added to) by the receive side as it learns
+	// the kernel's count: NoteKernelRxDrops32 or Store.
+	KernelRxDrops atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Counters updated concurrently
@@ -77,6 +88,7 @@ func (c *Counters) Stats() Stats {
 		GSOFallbacks:        c.GSOFallbacks.Load(),
 		GROBuffers:          c.GROBuffers.Load(),
 		GROSegments:         c.GROSegments.Load(),
+		KernelRxDrops:       c.KernelRxDrops.Load(),
 	}
 }
 
@@ -104,4 +116,19 @@ func (c *Counters) Transmitted(sent int, bytes uint64, fail *TxFailures, pkts []
 		return sent, fail.Err(pkts)
 	}
 	return sent, nil
+}
+
+// NoteKernelRxDrops32 sets KernelRxDrops from total, a socket's cumulative
+// drop count as the kernel reports it with each datagram (SO_RXQ_OVFL: 32
+// bits, which wrap): KernelRxDrops goes up by total's increase since the
+// last one noted, modulo 2^32, so that it keeps counting past the wrap. A
+// total of 0 (no drop reported) leaves it. Only the receive side calls it.
+func (c *Counters) NoteKernelRxDrops32(total uint32) {
+	if total == 0 {
+		return
+	}
+	old := c.KernelRxDrops.Load()
+	if d := total - uint32(old); d != 0 {
+		c.KernelRxDrops.Store(old + uint64(d))
+	}
 }

@@ -89,6 +89,10 @@ type Conn struct {
 	used  []bool            // Transmit: lentF[i] went to the TX ring
 	txl   packetio.TxLender // how many of tx are lent
 
+	// dropsAt is when Receive last read the kernel's drop counts into
+	// ctr.KernelRxDrops (refreshDrops).
+	dropsAt time.Time
+
 	closed atomic.Bool
 	inUse  atomic.Int32 // driver calls under way; Close unmaps only when none
 	ctr    packetio.Counters
@@ -97,7 +101,10 @@ type Conn struct {
 	}
 }
 
-var _ packetio.Conn = (*Conn)(nil)
+var (
+	_ packetio.Conn          = (*Conn)(nil)
+	_ packetio.RxDropCounter = (*Conn)(nil)
+)
 
 func (o Options) withDefaults() Options {
 	if o.Port == 0 {
@@ -195,7 +202,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	if !local.Is4() || local.IsUnspecified() {
 		return nil, fmt.Errorf("packetio/afxdp: listen on %v: want the IPv4 address of an interface: %w", local, errNotSupported)
 	}
-	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: o.TOS, batch: o.Batch}
+	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: packetio.SendTOS(o.TOS, o.NoECN), batch: o.Batch}
 	defer func() {
 		if err != nil {
 			c.release()
@@ -464,6 +471,36 @@ func (c *Conn) MaxPacket() int { return c.maxPacket }
 
 // Stats implements packetio.Conn.
 func (c *Conn) Stats() packetio.Stats { return c.ctr.Stats() }
+
+// RxDropped implements packetio.RxDropCounter: the packets the kernel
+// dropped for the Conn's sockets because an RX ring was full or no
+// fill-ring frame was free (XDP_STATISTICS rx_ring_full and rx_dropped,
+// summed over the sockets; Stats' KernelRxDrops). Receive reads them from
+// the kernel (a getsockopt per socket) when it returns a full batch, at
+// most every DropsEvery, and otherwise every DropsIdle: the count lags the
+// kernel's by that much. Drops before the XDP program (the driver's, the
+// interface's) are not in it.
+func (c *Conn) RxDropped() uint64 { return c.ctr.KernelRxDrops.Load() }
+
+// refreshDrops reads the kernel's drop counts into ctr.KernelRxDrops when
+// it is time, after a Receive that returns n packets (see RxDropped).
+func (c *Conn) refreshDrops(n int) {
+	now := time.Now()
+	since := now.Sub(c.dropsAt)
+	if since < DropsEvery || n < c.batch && since < DropsIdle {
+		return
+	}
+	c.dropsAt = now
+	var sum uint64
+	for _, s := range c.socks {
+		k, err := s.stats()
+		if err != nil {
+			return // closing; XDPStats reports the error
+		}
+		sum += k.Rx_dropped + k.Rx_ring_full
+	}
+	c.ctr.KernelRxDrops.Store(sum)
+}
 
 // XDPStats are the AF_XDP path's own counters: the XDP program's, the
 // kernel's (XDP_STATISTICS, summed over the sockets) and the Conn's.

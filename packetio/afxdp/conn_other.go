@@ -26,3 +26,6 @@ func (c *Conn) Interface() string { return "" }
 
 // MultiBuffer is false, 0 (no AF_XDP here).
 func (c *Conn) MultiBuffer() (bool, int) { return false, 0 }
+
+// RxDropped is 0 (no AF_XDP here).
+func (c *Conn) RxDropped() uint64 { return 0 }

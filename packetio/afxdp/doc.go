@@ -147,7 +147,8 @@
 // engine writes its transport packet in place; Transmit writes in front of
 // it the Ethernet header, the IPv4 header (DF set and Identification 0, as
 // the UDP path's kernel writes them, so that the ICRC the engine computed
-// over the pseudo-header is right; TTL 64; Options.TOS) and the UDP header
+// over the pseudo-header is right; TTL 64; Options.TOS, ECT(0) by default,
+// not-ECT with Options.NoECN) and the UDP header
 // (checksum 0, as rdma_rxe sends over IPv4), pads frames shorter than 60
 // bytes, queues the batch on the TX ring with one store and, when the
 // kernel asks (in copy mode: always; the sending happens in the sendto

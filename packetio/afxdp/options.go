@@ -13,6 +13,14 @@ const (
 	DefaultHeadroom  = 256  // UMEM headroom: bytes the kernel leaves free before received data, besides its own XDP_PACKET_HEADROOM
 )
 
+// How often Receive reads the kernel's drop counts (RxDropped): when it
+// returns a full batch (the Conn is behind, and the rings may overflow)
+// at most every DropsEvery, else every DropsIdle.
+const (
+	DropsEvery = 100 * time.Microsecond
+	DropsIdle  = 10 * time.Millisecond
+)
+
 // Attach modes of Options.Attach.
 const (
 	AttachAuto    = ""        // native (driver) XDP, else generic
@@ -105,8 +113,14 @@ type Options struct {
 	// Queue is the first RX queue bound; Queues how many (one socket
 	// each). Default: queue 0, and every RX queue of the interface.
 	Queue, Queues int
-	// TOS is the IPv4 TOS byte (DSCP << 2 | ECN) of transmitted packets.
+	// TOS is the IPv4 TOS byte (DSCP << 2 | ECN) of transmitted packets,
+	// as package udp's: its ECN field left 0, packets leave ECT(0) (the
+	// default, TOS 0x02, as RoCE NICs send); set, as given
+	// (packetio.SendTOS).
 	TOS uint8
+	// NoECN sends packets not-ECT (ECN field 0, TOS's DSCP kept), for a
+	// network that mishandles ECN.
+	NoECN bool
 	// ResolveTimeout bounds how long Transmit waits for the kernel to
 	// resolve a neighbour it does not know yet. Default 1 s.
 	ResolveTimeout time.Duration

@@ -18,6 +18,15 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
 	}
+	pkts, err := c.receive(deadline)
+	if err == nil {
+		c.refreshDrops(len(pkts))
+	}
+	return pkts, err
+}
+
+// receive is Receive, the kernel's drop counts left to it.
+func (c *Conn) receive(deadline time.Time) ([]packetio.Packet, error) {
 	deadline = c.wait.Begin(deadline)
 	c.loop.release()
 	if c.loop.pending() > 0 {

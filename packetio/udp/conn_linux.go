@@ -101,7 +101,10 @@ type Conn struct {
 	ctr    packetio.Counters
 }
 
-var _ packetio.Conn = (*Conn)(nil)
+var (
+	_ packetio.Conn          = (*Conn)(nil)
+	_ packetio.RxDropCounter = (*Conn)(nil)
+)
 
 // Listen opens an unconnected UDP socket bound to local and opts.Port (4791
 // by default); see the package documentation for its options. local must be
@@ -117,8 +120,9 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	// A blocking socket, made non-blocking once wrapped: os.NewFile leaves
 	// it out of Go's netpoller (see the package documentation for why not
 	// net.UDPConn, and pollwait.Epoll for where Receive waits instead).
+	tos := packetio.SendTOS(o.TOS, o.NoECN)
 	fd, port, err := udpsock.Open("packetio/udp", local, udpsock.Config{
-		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS,
+		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: tos,
 		Checksum: o.GSO != OffloadOff,
 	})
 	if err != nil {
@@ -168,7 +172,7 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	c.initTx(tx)
 	if o.SourcePorts > 0 {
 		c.perPort = true
-		c.ports.init(o.SourcePorts, fd, o.TOS, c.off.GSO())
+		c.ports.init(o.SourcePorts, fd, tos, c.off.GSO())
 	}
 	return c, nil
 }
@@ -319,6 +323,7 @@ func (c *Conn) recvWait(uintptr) bool {
 func (c *Conn) collect(n int) []packetio.Packet {
 	k := 0
 	var bytes, drops uint64
+	var kdrops uint32 // the kernel's drop count, as the last datagram read carried it
 	for i := range n {
 		h := &c.rxHdrs[i]
 		if h.hdr.Flags&unix.MSG_TRUNC != 0 || c.rxNames[i].family != unix.AF_INET {
@@ -337,6 +342,9 @@ func (c *Conn) collect(n int) []packetio.Packet {
 			p.Local = netip.AddrFrom4(cm.Dst)
 		}
 		p.TOS, p.RxTime, p.GROSeg = cm.TOS, cm.RxTime, 0
+		if cm.Drops != 0 {
+			kdrops = cm.Drops
+		}
 		buf := c.rxMem[off : off+ln : off+ln]
 		if cm.GROSize > 0 && cm.GROSize < ln {
 			m, d := udpsock.SplitGRO(c.rx[k:], buf, cm.GROSize, ln, c.maxPacket, c.off.GROIDs, &c.ctr)
@@ -357,6 +365,7 @@ func (c *Conn) collect(n int) []packetio.Packet {
 	if drops > 0 {
 		c.ctr.RxDrops.Add(drops)
 	}
+	c.ctr.NoteKernelRxDrops32(kdrops)
 	c.ctr.Received(k, bytes)
 	return c.rx[:k]
 }
@@ -638,6 +647,12 @@ func (c *Conn) MaxPacket() int { return c.maxPacket }
 
 // Stats implements packetio.Conn.
 func (c *Conn) Stats() packetio.Stats { return c.ctr.Stats() }
+
+// RxDropped implements packetio.RxDropCounter: the datagrams the kernel
+// dropped because the socket's receive buffer was full (Stats'
+// KernelRxDrops), as the last datagram Receive read reported them
+// (SO_RXQ_OVFL). Drops after it are learnt with the next datagram read.
+func (c *Conn) RxDropped() uint64 { return c.ctr.KernelRxDrops.Load() }
 
 // SocketBuffers returns the socket's receive and send buffer sizes as the
 // kernel reports them (twice the requested size, for its bookkeeping).

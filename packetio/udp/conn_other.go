@@ -55,6 +55,9 @@ func (c *Conn) MaxPacket() int { return 0 }
 // Stats implements packetio.Conn.
 func (c *Conn) Stats() packetio.Stats { return packetio.Stats{} }
 
+// RxDropped implements packetio.RxDropCounter.
+func (c *Conn) RxDropped() uint64 { return 0 }
+
 // SocketBuffers returns the socket's receive and send buffer sizes.
 func (c *Conn) SocketBuffers() (recv, send int, err error) {
 	return 0, 0, packetio.ErrNotSupported

@@ -26,9 +26,26 @@
 //     4791 would need SO_REUSEPORT, which spreads received datagrams over
 //     both.
 //   - UDP_GRO, when GRO is on (below).
+//   - SO_RXQ_OVFL: every datagram read after the kernel dropped some for a
+//     full receive buffer carries the socket's drop count, which Receive
+//     keeps (Stats().KernelRxDrops, and RxDropped: packetio.RxDropCounter,
+//     an atomic load a driver may read every round). The count is learnt
+//     with the next datagram read, so drops at the end of a burst show
+//     when traffic resumes.
+//   - IP_TOS: the TOS byte of transmitted packets, ECT(0) (0x02, DSCP 0) by
+//     default, as RoCE NICs send RoCEv2, so that congested switches mark
+//     packets CE rather than drop them and the receiver answers with CNPs.
+//     Options.TOS chooses the DSCP (and an ECN field other than ECT(0));
+//     Options.NoECN sends not-ECT, for a network that mishandles ECN.
 //   - large SO_RCVBUF and SO_SNDBUF (Options.RecvBuffer/SendBuffer, 4 MiB by
 //     default), forced past net.core.rmem_max/wmem_max with SO_RCVBUFFORCE /
-//     SO_SNDBUFFORCE when the process may (CAP_NET_ADMIN).
+//     SO_SNDBUFFORCE when the process may (CAP_NET_ADMIN, as root). Without
+//     that privilege the kernel silently caps the request at
+//     net.core.rmem_max / wmem_max (the kernel's default 212992 bytes, which
+//     SocketBuffers reports doubled, 425984) and Listen does not fail: a
+//     bulk receiver then overflows its buffer sooner (RxDropped counts
+//     what it lost); raise the sysctls (sysctl -w
+//     net.core.rmem_max=8388608) to get the 4 MiB unprivileged.
 //
 // # Ports and flow entropy
 //

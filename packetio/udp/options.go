@@ -9,8 +9,8 @@ const AnyPort = udpsock.AnyPort
 const DefaultSocketBuffer = udpsock.DefaultSocketBuffer
 
 // Options configures Listen. The zero value gives the defaults. Port,
-// DstPort, Batch, MaxPacket, RecvBuffer, SendBuffer and TOS are shared with
-// package uring, whose Options mean the same by them.
+// DstPort, Batch, MaxPacket, RecvBuffer, SendBuffer, TOS and NoECN are
+// shared with package uring, whose Options mean the same by them.
 type Options struct {
 	// Port is the local UDP port. Default 4791 (RoCEv2); AnyPort lets the
 	// kernel choose one (tests).
@@ -36,8 +36,15 @@ type Options struct {
 	// which are not capped by net.core.rmem_max/wmem_max.
 	RecvBuffer, SendBuffer int
 	// TOS is the IPv4 TOS byte (DSCP << 2 | ECN) of transmitted packets
-	// (IP_TOS). Default 0.
+	// (IP_TOS). Its ECN field (the two low bits) left 0, packets leave
+	// ECT(0), ECN-capable, as RoCE NICs send them: the default is TOS 0x02,
+	// DSCP 0 and ECT(0). An ECN field set (packetio.ECT1, ECT0, CE) is sent
+	// as given (packetio.SendTOS).
 	TOS uint8
+	// NoECN sends packets not-ECT (ECN field 0, TOS's DSCP kept), for a
+	// network that mishandles ECN: congested switches then drop them
+	// rather than mark them CE.
+	NoECN bool
 	// SourcePorts is the most extra sockets kept open to send packets from
 	// source ports other than Port (Packet.Port; see the package
 	// documentation), the least recently used closed to make room. Default

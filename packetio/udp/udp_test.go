@@ -110,8 +110,8 @@ func TestPktinfoUnspecified(t *testing.T) {
 		if got.Local != dst || got.Addr != lo1 || got.Port != s.LocalAddrPort().Port() || string(got.Buf) != "pktinfo" {
 			t.Fatalf("sent to %v: got Local %v Addr %v Port %d %q", dst, got.Local, got.Addr, got.Port, got.Buf)
 		}
-		if got.TOS != 0x68 {
-			t.Errorf("TOS = %#x, want 0x68 (IP_RECVTOS)", got.TOS)
+		if got.TOS != 0x6a { // DSCP 26, and ECT(0) added (packetio.SendTOS)
+			t.Errorf("TOS = %#x, want 0x6a (IP_RECVTOS)", got.TOS)
 		}
 	}
 	if any.LocalAddr() != netip.IPv4Unspecified() {

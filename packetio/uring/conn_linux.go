@@ -108,6 +108,7 @@ type Conn struct {
 	arg        getEventsArg
 	ts         unix.Timespec
 	singleshot bool
+	rxKDrops   uint32 // the socket's drop count (SO_RXQ_OVFL) as the last datagram read carried it
 
 	// Send side (transmit_linux.go). The k-th packet Transmit sends is
 	// txIovs[txIov0[k]:txIov0[k+1]] (one iovec, or three for a packet in
@@ -156,7 +157,10 @@ type Conn struct {
 	nops       int // NOP completions seen (ring tests)
 }
 
-var _ packetio.Conn = (*Conn)(nil)
+var (
+	_ packetio.Conn          = (*Conn)(nil)
+	_ packetio.RxDropCounter = (*Conn)(nil)
+)
 
 // Features tells which io_uring features a Conn uses.
 type Features struct {
@@ -227,7 +231,7 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 	}
 
 	fd, port, err := udpsock.Open("packetio/uring", local, udpsock.Config{
-		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: o.TOS,
+		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: packetio.SendTOS(o.TOS, o.NoECN),
 		// Blocking: io_uring tries each operation without waiting and
 		// arms a poll when it would block; on an O_NONBLOCK socket some
 		// kernels return EAGAIN instead.
@@ -429,6 +433,12 @@ func (c *Conn) MaxPacket() int { return c.maxPacket }
 
 // Stats implements packetio.Conn.
 func (c *Conn) Stats() packetio.Stats { return c.ctr.Stats() }
+
+// RxDropped implements packetio.RxDropCounter: the datagrams the kernel
+// dropped because the socket's receive buffer was full (Stats'
+// KernelRxDrops), as the last datagram Receive read reported them
+// (SO_RXQ_OVFL). Drops after it are learnt with the next datagram read.
+func (c *Conn) RxDropped() uint64 { return c.ctr.KernelRxDrops.Load() }
 
 // Close implements packetio.Conn. It wakes a blocked Receive, waits for it
 // to return, cancels the ring's outstanding requests, and frees the ring,

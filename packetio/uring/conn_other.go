@@ -67,6 +67,9 @@ func (c *Conn) MaxPacket() int { return 0 }
 // Stats implements packetio.Conn.
 func (c *Conn) Stats() packetio.Stats { return packetio.Stats{} }
 
+// RxDropped implements packetio.RxDropCounter.
+func (c *Conn) RxDropped() uint64 { return 0 }
+
 // Close implements packetio.Conn.
 func (c *Conn) Close() error { return packetio.ErrClosed }
 

@@ -19,9 +19,11 @@
 // shared setup): unconnected, IPv4, bound to the local address and port 4791
 // (Options.Port overrides it), with IP_MTU_DISCOVER=IP_PMTUDISC_DO (DF set
 // and IPv4 Identification 0, which the ICRC covers), IP_PKTINFO and
-// IP_RECVTOS for each packet's local address and TOS, SO_NO_CHECK only
+// IP_RECVTOS for each packet's local address and TOS, SO_RXQ_OVFL for the
+// kernel's drops (RxDropped, Stats().KernelRxDrops, as package udp), SO_NO_CHECK only
 // when GSO is off (see Segmentation offloads), UDP_GRO when GRO is on,
-// large socket buffers and the TOS of transmitted packets. Options has the
+// large socket buffers (capped by net.core.rmem_max unless root) and the
+// TOS of transmitted packets (ECT(0) by default). Options has the
 // fields of udp.Options that do not concern extra source ports, with the
 // same meaning, and Listen the same signature, so the two paths are
 // interchangeable.

@@ -14,17 +14,22 @@ const maxRxBuffers = 1 << 15
 
 // Options configures Listen. The zero value gives the defaults.
 type Options struct {
-	// Port, DstPort, MaxPacket, RecvBuffer, SendBuffer and TOS are package
-	// udp's, with its defaults: the local UDP port (4791; AnyPort lets the
-	// kernel choose), the destination port of transmitted packets (the
-	// local port), the largest transport packet (packetio.DefaultMaxPacket;
-	// longer datagrams received are dropped and counted), the requested
-	// SO_RCVBUF and SO_SNDBUF sizes (DefaultSocketBuffer, forced as root;
-	// negative keeps the kernel's) and the IPv4 TOS byte (IP_TOS, 0).
+	// Port, DstPort, MaxPacket, RecvBuffer, SendBuffer, TOS and NoECN are
+	// package udp's, with its defaults: the local UDP port (4791; AnyPort
+	// lets the kernel choose), the destination port of transmitted packets
+	// (the local port), the largest transport packet
+	// (packetio.DefaultMaxPacket; longer datagrams received are dropped
+	// and counted), the requested SO_RCVBUF and SO_SNDBUF sizes
+	// (DefaultSocketBuffer, forced as root, else capped by
+	// net.core.rmem_max and wmem_max; negative keeps the kernel's), and the
+	// IPv4 TOS byte (IP_TOS): ECT(0) when its ECN field is left 0 (the
+	// default, TOS 0x02), as given when set, not-ECT with NoECN
+	// (packetio.SendTOS).
 	Port, DstPort          int
 	MaxPacket              int
 	RecvBuffer, SendBuffer int
 	TOS                    uint8
+	NoECN                  bool
 	// Batch is the largest number of packets one Receive returns and one
 	// TxBatch lends (one SQE each, one io_uring_enter per Transmit).
 	// Default packetio.DefaultBatch; at most 1024.

@@ -349,6 +349,7 @@ func (c *Conn) harvest() ([]packetio.Packet, error) {
 	if drops > 0 {
 		c.ctr.RxDrops.Add(drops)
 	}
+	c.ctr.NoteKernelRxDrops32(c.rxKDrops)
 	c.ctr.Received(k, bytes)
 	return c.rx[:k], err
 }
@@ -427,6 +428,9 @@ func (c *Conn) recvCompletion(e cqe, k int) (made int, drops uint64, err error) 
 		return 0, 1, nil
 	}
 	cm := udpsock.ParseControl(c.rxMem[base+slotControl : base+slotControl+controllen])
+	if cm.Drops != 0 {
+		c.rxKDrops = cm.Drops
+	}
 	seg := cm.GROSize
 	if seg <= 0 || seg >= n {
 		// One datagram.

@@ -19,7 +19,9 @@ type Config struct {
 	// RecvBuffer and SendBuffer are the requested SO_RCVBUF and SO_SNDBUF
 	// sizes; negative keeps the kernel's default.
 	RecvBuffer, SendBuffer int
-	// TOS is the IPv4 TOS byte of transmitted packets (0: not set).
+	// TOS is the IPv4 TOS byte of transmitted packets (0: not set, the
+	// kernel's 0). The paths pass packetio.SendTOS of their options: ECT(0)
+	// unless told otherwise.
 	TOS uint8
 	// NonBlock opens the socket with SOCK_NONBLOCK.
 	NonBlock bool
@@ -71,6 +73,10 @@ func configure(prefix string, fd int, local netip.Addr, cfg Config) error {
 		// are stamped with it, so a probe's network RTT leaves out the
 		// time the receiver took to wake up.
 		{"SO_TIMESTAMPNS", unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
+		// The socket's count of datagrams dropped (its receive buffer
+		// full), with each datagram received after a drop: the Conn's
+		// RxDropped, without a system call of its own.
+		{"SO_RXQ_OVFL", unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1},
 	}
 	if !cfg.Checksum {
 		// UDP checksum 0, as rdma_rxe and RoCE NICs send over IPv4: the
@@ -138,9 +144,11 @@ type SockaddrInet4 struct {
 const SizeofSockaddrInet4 = unsafe.Sizeof(SockaddrInet4{})
 
 // ControlSpace is the receive control buffer per message, in bytes: room for
-// IP_PKTINFO (CmsgSpace(12): 32 bytes on 64-bit), IP_TOS (CmsgSpace(1): 24)
-// and SCM_TIMESTAMPNS (CmsgSpace(16): 32), and a little more.
-const ControlSpace = 96
+// IP_PKTINFO (CmsgSpace(12): 32 bytes on 64-bit), IP_TOS (CmsgSpace(1): 24),
+// SCM_TIMESTAMPNS (CmsgSpace(16): 32) and SO_RXQ_OVFL (CmsgSpace(4): 24),
+// 112 in all, and a little more. A smaller room cuts off the last (the
+// kernel writes IP_PKTINFO and IP_TOS last) and sets MSG_CTRUNC.
+const ControlSpace = 120
 
 // Control is what ParseControl found in a datagram's control messages.
 type Control struct {
@@ -151,12 +159,17 @@ type Control struct {
 	// GROSize is the segment size of a buffer that UDP GRO coalesced
 	// from several datagrams (the UDP_GRO cmsg), 0 if none.
 	GROSize int
+	// Drops is the socket's cumulative count of dropped datagrams when
+	// this one was queued (the SO_RXQ_OVFL cmsg, which the kernel adds
+	// only once the count is not 0), 0 if none: for
+	// packetio.Counters.NoteKernelRxDrops32.
+	Drops uint32
 }
 
 // ParseControl reads the IP_PKTINFO destination address, the IP_TOS byte,
-// the SCM_TIMESTAMPNS receive time and the UDP_GRO segment size from
-// received control messages. It
-// does not allocate.
+// the SCM_TIMESTAMPNS receive time, the SO_RXQ_OVFL drop count and the
+// UDP_GRO segment size from received control messages. It does not
+// allocate.
 func ParseControl(b []byte) (c Control) {
 	const align = unix.SizeofPtr
 	for len(b) >= unix.SizeofCmsghdr {
@@ -182,9 +195,14 @@ func ParseControl(b []byte) (c Control) {
 		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 4 {
 			c.GROSize = int(*(*int32)(unsafe.Pointer(unsafe.SliceData(data))))
 		}
-		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16 {
-			ts := (*unix.Timespec)(unsafe.Pointer(unsafe.SliceData(data)))
-			c.RxTime = ts.Nano()
+		if h.Level == unix.SOL_SOCKET {
+			switch {
+			case h.Type == unix.SCM_TIMESTAMPNS && len(data) >= 16:
+				ts := (*unix.Timespec)(unsafe.Pointer(unsafe.SliceData(data)))
+				c.RxTime = ts.Nano()
+			case h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+				c.Drops = *(*uint32)(unsafe.Pointer(unsafe.SliceData(data)))
+			}
 		}
 		l = (l + align - 1) &^ (align - 1)
 		if l >= len(b) {
