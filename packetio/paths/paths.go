@@ -5,6 +5,9 @@
 // then udp) and says which one it took and why it passed over the others.
 // Every goroce command that opens a device takes --path.
 //
+// Every path sends ECN-capable packets (ECT(0)) unless Options.NoECN says
+// not to, and reports the kernel's receive drops (packetio.RxDropCounter).
+//
 // The udp and afxdp paths send each packet from the source port its
 // Packet.Port asks for (packetio.SourcePorts), so a soft device over them
 // sends UD packets with a flow label from the label's port; uring sends
@@ -96,6 +99,12 @@ type Options struct {
 	// generic receive offloads (udp.Options.GSO and GRO), which it uses by
 	// default when the kernel offers them.
 	NoGSO, NoGRO bool
+	// TOS and NoECN are every path's Options.TOS and NoECN: the IPv4 TOS
+	// byte of transmitted packets, ECT(0) when its ECN field is left 0 (the
+	// default: TOS 0x02, DSCP 0, ECN-capable, as RoCE NICs send), and
+	// not-ECT with NoECN (packetio.SendTOS).
+	TOS   uint8
+	NoECN bool
 }
 
 // Chosen says which path Open took.
@@ -163,7 +172,7 @@ func Open(local netip.Addr, name string, o Options) (packetio.Conn, Chosen, erro
 
 // udpOptions are the udp path's options for o.
 func udpOptions(o Options) udp.Options {
-	uo := udp.Options{MaxPacket: o.MaxPacket}
+	uo := udp.Options{MaxPacket: o.MaxPacket, TOS: o.TOS, NoECN: o.NoECN}
 	uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = o.socket()
 	if o.NoGSO {
 		uo.GSO = udp.OffloadOff
@@ -183,7 +192,7 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 		}
 		return c, c.Offloads().String(), nil
 	case Uring:
-		uo := uring.Options{MaxPacket: o.MaxPacket}
+		uo := uring.Options{MaxPacket: o.MaxPacket, TOS: o.TOS, NoECN: o.NoECN}
 		uo.Port, uo.RecvBuffer, uo.SendBuffer, uo.Batch = o.socket()
 		c, err := uring.Listen(local, uo)
 		if err != nil {
@@ -194,7 +203,8 @@ func open(local netip.Addr, name string, o Options) (packetio.Conn, string, erro
 		if o.Port < 0 || o.Port > 0xFFFF {
 			return nil, "", fmt.Errorf("paths: AF_XDP needs a fixed UDP port, not %d", o.Port)
 		}
-		c, err := afxdp.Listen(local, afxdp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket, Port: uint16(o.Port), DstPort: uint16(o.Port)})
+		c, err := afxdp.Listen(local, afxdp.Options{Batch: o.Batch, MaxPacket: o.MaxPacket, Port: uint16(o.Port), DstPort: uint16(o.Port),
+			TOS: o.TOS, NoECN: o.NoECN})
 		if err != nil {
 			return nil, "", err
 		}

@@ -232,3 +232,54 @@ func TestAutoNetnsJumbo(t *testing.T) {
 	exchangeMsg(t, a, b, msg)
 	exchangeMsg(t, b, a, msg)
 }
+
+// TestOpenTOS: Options.TOS and NoECN reach the socket paths: a sends DSCP
+// 46 with ECT(0) added, b, with NoECN, not-ECT, as the peer's Packet.TOS
+// tells.
+func TestOpenTOS(t *testing.T) {
+	a4, b4 := netip.MustParseAddr("127.0.9.5"), netip.MustParseAddr("127.0.9.6")
+	for _, name := range []string{UDP, Uring} {
+		t.Run(name, func(t *testing.T) {
+			a, _, err := Open(a4, name, Options{TOS: 46 << 2})
+			if name == Uring && err != nil {
+				testenv.Skipf(t, testenv.Uring, "io_uring unavailable: %v", err)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			b, _, err := Open(b4, name, Options{NoECN: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if got := tosOf(t, a, b); got != 46<<2|packetio.ECT0 {
+				t.Errorf("a's packet arrived with TOS %#02x, want %#02x", got, 46<<2|packetio.ECT0)
+			}
+			if got := tosOf(t, b, a); got != packetio.NotECT {
+				t.Errorf("b's packet (NoECN) arrived with TOS %#02x, want 0", got)
+			}
+		})
+	}
+}
+
+// tosOf sends one packet from a to b and returns the TOS byte b saw.
+func tosOf(t *testing.T, a, b packetio.Conn) uint8 {
+	t.Helper()
+	tx := a.TxBatch(1)
+	tx[0].Buf, tx[0].Addr = append(tx[0].Buf[:0], make([]byte, 64)...), b.LocalAddr()
+	if n, err := a.Transmit(tx); n != 1 || err != nil {
+		t.Fatalf("Transmit: %d, %v", n, err)
+	}
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); {
+		pkts, err := b.Receive(time.Now().Add(100 * time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pkts) > 0 {
+			return pkts[0].TOS
+		}
+	}
+	t.Fatal("nothing received in 5 s")
+	return 0
+}

@@ -38,6 +38,15 @@ type OpenOptions struct {
 	// of datagrams in one buffer) on the udp path, which uses them by
 	// default when the kernel offers them (see packetio/udp).
 	NoGSO, NoGRO bool
+	// TOS is the IPv4 TOS byte (DSCP << 2 | ECN) of the packets the device
+	// sends (paths.Options.TOS). Its ECN field left 0 they leave ECT(0),
+	// ECN-capable as RoCE NICs send them, so that congested switches mark
+	// them CE instead of dropping them (the default: TOS 0x02); set, as
+	// given.
+	TOS uint8
+	// NoECN sends them not-ECT (ECN field 0, TOS's DSCP kept), for a
+	// network that mishandles ECN.
+	NoECN bool
 	// NoGather copies every payload into its packet (Options.NoGather).
 	NoGather bool
 	// Busy makes the device's driver poll without ever blocking (see
@@ -65,7 +74,8 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 	if o.Name == "" {
 		o.Name = "soft0"
 	}
-	conn, ch, err := paths.Open(addr, o.Path, paths.Options{Inspect: o.Inspect, NoGSO: o.NoGSO, NoGRO: o.NoGRO})
+	conn, ch, err := paths.Open(addr, o.Path, paths.Options{Inspect: o.Inspect, NoGSO: o.NoGSO, NoGRO: o.NoGRO,
+		TOS: o.TOS, NoECN: o.NoECN})
 	if err != nil {
 		return nil, ch, err
 	}
