@@ -1,9 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
@@ -24,6 +26,8 @@ func registerSoft(fs *flag.FlagSet, s *devinfo.Soft) {
 	fs.Var(cliflag.Off{Off: &s.NoGather}, "gather", "udp and uring paths: send payloads of 1 KiB or more from the memory region they lie in, the kernel gathering each packet's pieces, instead of copying them into the packet (default true)")
 	fs.Var(cliflag.Off{Off: &s.NoGRO}, "gro", "udp path: receive with UDP GRO when the kernel offers it (default true; --gro=false: one datagram per buffer)")
 	fs.Var(cliflag.CC{Mode: &s.Congestion}, "cc", "congestion control `mode` of the soft device's RC QPs: off (a window per QP, as rdma_rxe), loss (a window shared per peer, cut on loss) or ecn (loss, also cut on CNPs, and CNPs sent for CE-marked packets and receive drops)")
+	fs.Var(tosFlag{&s.TOS}, "tos", "IPv4 TOS `byte` (DSCP << 2 | ECN, e.g. 0x68 or 104) of the packets the soft device sends; an ECN field left 0 sends ECT(0), as RoCE NICs do (default 0: DSCP 0, ECT(0))")
+	fs.Var(cliflag.Off{Off: &s.NoECN}, "ecn", "send packets ECN-capable, ECT(0), so that congested switches mark them CE instead of dropping them (default true; --ecn=false: not-ECT, for a network that mishandles ECN)")
 }
 
 // runDevices is `goroce devices`, as ibv_devices.
@@ -112,4 +116,25 @@ func runDevinfo(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// tosFlag is --tos: a TOS byte, decimal or 0x-prefixed hexadecimal.
+type tosFlag struct{ v *uint8 }
+
+// String returns the byte in hexadecimal.
+func (f tosFlag) String() string {
+	if f.v == nil {
+		return "0x00"
+	}
+	return fmt.Sprintf("0x%02x", *f.v)
+}
+
+// Set parses a byte.
+func (f tosFlag) Set(s string) error {
+	n, err := strconv.ParseUint(s, 0, 8)
+	if err != nil {
+		return errors.New("want a byte, 0 to 255 (0x68)")
+	}
+	*f.v = uint8(n)
+	return nil
 }

@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"flag"
+	"io"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/goroce/goroce/internal/devinfo"
 )
 
 func runArgs(args ...string) (int, string, string) {
@@ -96,5 +100,19 @@ func TestDevinfoPath(t *testing.T) {
 	}
 	if code, _, e := runArgs("devinfo", "--addr", "127.0.0.1", "--path", "dpdk"); code != 1 || !strings.Contains(e, "unknown packet path") {
 		t.Errorf("--path dpdk: exit %d, %q", code, e)
+	}
+}
+
+// --tos takes a byte in decimal or hexadecimal, --ecn=false sets NoECN.
+func TestTOSFlags(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var s devinfo.Soft
+	registerSoft(fs, &s)
+	if err := fs.Parse([]string{"--tos", "0x68", "--ecn=false"}); err != nil || s.TOS != 0x68 || !s.NoECN {
+		t.Fatalf("--tos 0x68 --ecn=false: TOS %#x NoECN %v, %v", s.TOS, s.NoECN, err)
+	}
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse([]string{"--tos", "256"}); err == nil {
+		t.Fatal("--tos 256 accepted")
 	}
 }
