@@ -305,3 +305,43 @@ func TestCNPOnRxDrops(t *testing.T) {
 		t.Errorf("RxCongestion %d CNPsSent %d ECNMarked %d", s.RxCongestion, s.CNPsSent, s.ECNMarked)
 	}
 }
+
+// TestReNAK: the packet a gap NAK asks for is lost again: the responder
+// NAKs the gap a second time when the requests resent behind it arrive,
+// and the WRITE completes without the local ACK timer (where rdma_rxe
+// NAKs a gap once and the requester would wait for its timeout).
+func TestReNAK(t *testing.T) {
+	l, a, b := rcLink(t)
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: a.sge(0, 20*1024), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+	must(t, err)
+	var lost wire.PSN
+	drops := 0
+	for i := 0; i < 100 && l.a.Stats().Timeouts == 0; i++ {
+		for _, p := range ccOutput(l.a, l.now) {
+			psn := wire.BTH(p).PSN()
+			if drops == 0 && wire.Opcode(p[0]) == wire.RCWriteMiddle {
+				lost = psn
+			}
+			if psn == lost && drops < 2 && wire.Opcode(p[0]) == wire.RCWriteMiddle {
+				drops++ // the first copy and the first resend
+				continue
+			}
+			l.b.Input(l.now, p, l.a.Local(), wire.RoCEv2Port)
+		}
+		for _, p := range ccOutput(l.b, l.now) {
+			l.a.Input(l.now, p, l.b.Local(), wire.RoCEv2Port)
+		}
+		if wc := a.poll(a.scq); len(wc) == 1 {
+			if wc[0].Status != verbs.WCSuccess {
+				t.Fatal(wc[0].Status)
+			}
+			if s := l.b.Stats(); drops != 2 || s.NAKsSent != 2 {
+				t.Errorf("%d drops, %d NAKs sent, want 2 and 2", drops, s.NAKsSent)
+			}
+			return
+		}
+		l.now += 1000
+	}
+	t.Fatalf("no completion without the timer: a %+v b %+v", l.a.Stats(), l.b.Stats())
+}

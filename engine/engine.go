@@ -159,6 +159,9 @@ type Engine struct {
 	paths map[netip.Addr]*ccPath
 	// rrRun counts the packets the QP at rr sent in a row (rrQuantum).
 	rrRun int
+	// paceAt is the earliest time a path's pacing lets a waiting QP send
+	// (paced), 0: none waits.
+	paceAt int64
 	// rxCongUntil: the packet path reported drops; RC packets input until
 	// then are answered with CNPs as if CE-marked (NoteRxDrops).
 	rxCongUntil int64
@@ -446,7 +449,7 @@ func (e *Engine) NextDeadline() int64 {
 	if len(e.overran) > 0 {
 		return 1 // a CQ overran: Tick reports it
 	}
-	var d int64
+	d := e.paceAt // a QP waits for its path's pacing (Engine.paced)
 	for _, qp := range e.active {
 		ackDue := qp.resp.ackDue
 		if qp.resp.queued() == 0 {
@@ -464,6 +467,9 @@ func (e *Engine) NextDeadline() int64 {
 // Tick runs the timers that are due.
 func (e *Engine) Tick(now int64) {
 	e.now = now
+	if e.paceAt != 0 && now >= e.paceAt {
+		e.paceAt = 0 // the output that follows tries again
+	}
 	for _, qp := range e.active {
 		qp.tick(now)
 	}

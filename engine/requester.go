@@ -42,6 +42,8 @@ type requester struct {
 	probeAt  int64
 	probeSet int64 // when probeAt was set
 	probed   bool  // a probe went out and no ACK made progress since
+	// probeWaited: the probe found no confirmation and waits longer.
+	probeWaited bool
 }
 
 func (qp *QP) timeoutNs() int64 {
@@ -59,7 +61,7 @@ func isRdAtomic(o verbs.WROpcode) bool {
 // now (a cheap approximation of reqOutput's conditions).
 func (qp *QP) reqReady() bool {
 	r := &qp.req
-	return qp.state == verbs.QPSRTS && r.rnrUntil == 0 && r.next != qp.sq.posted() && qp.windowOpen(qp.nextPSN(), 1)
+	return qp.state == verbs.QPSRTS && r.rnrUntil == 0 && r.next != qp.sq.posted() && qp.windowOpen(qp.nextPSN(), 1, false)
 }
 
 // nextPSN returns the PSN of the request packet the requester sends next:
@@ -75,14 +77,15 @@ func (qp *QP) nextPSN() wire.PSN {
 // windowOpen reports whether the packet at psn, covering span PSNs, may go
 // now: no more than Config.Window packets of the QP unacknowledged with it,
 // retransmissions included (a go-back-N resends at most a window), and
-// room in its path's congestion window (ccPath.admit).
-func (qp *QP) windowOpen(psn wire.PSN, span uint32) bool {
+// room in its path's congestion window (ccPath.admit) and its pacing
+// (paced), whose tokens a packet about to go takes.
+func (qp *QP) windowOpen(psn wire.PSN, span uint32, take bool) bool {
 	r := &qp.req
 	if psn.Diff(r.ackPSN) > int32(qp.e.cfg.Window) { // signed: a READ asked again may sit before ackPSN
 		return false
 	}
 	if p := qp.path; p != nil && psn.Add(span).After(r.sndNxt) {
-		return p.admit(r.ccOut, int(span))
+		return p.admit(r.ccOut, int(span)) && qp.e.paced(p, int(span), take)
 	}
 	return true
 }
@@ -107,7 +110,7 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	if wr.Opcode == verbs.WRRDMARead {
 		span = max((s.length-min(r.nextPkt*uint32(qp.mtu), s.length)+uint32(qp.mtu)-1)/uint32(qp.mtu), 1)
 	}
-	if psn := qp.nextPSN(); !qp.windowOpen(psn, span) {
+	if psn := qp.nextPSN(); !qp.windowOpen(psn, span, true) {
 		return 0, false // window full: the QP's, or its path's
 	}
 	if !st.started {
