@@ -41,7 +41,7 @@ type requester struct {
 	// probeAt is when the tail loss probe resends (ccProbe), 0: not armed.
 	probeAt  int64
 	probeSet int64 // when probeAt was set
-	probed   bool  // a probe went out and no ACK made progress since
+	probes   int   // probes sent since an ACK last made progress
 	// probeWaited: the probe found no confirmation and waits longer.
 	probeWaited bool
 }

@@ -45,6 +45,8 @@ type incastResult struct {
 	jain       float64 // Jain's fairness index of the QPs' goodputs
 	tx, resent uint64  // the senders' packets and retransmissions
 	timeouts   uint64
+	probes     uint64 // tail loss probes
+	naks       uint64 // NAKs the senders received
 	cuts       uint64
 	cnpsRx     uint64 // CNPs the senders received
 	errs       int    // completions in error
@@ -52,8 +54,8 @@ type incastResult struct {
 }
 
 func (r incastResult) String() string {
-	return fmt.Sprintf("%.0f Mbit/s (%.2fx the bottleneck), Jain %.3f, resent %d of %d packets (%.2f%%), %d timeouts, %d window cuts, %d CNPs (receiver: %d CE-marked, %d CNPs sent), %d completions in error",
-		r.goodput/1e6, r.goodput/incastRateBps, r.jain, r.resent, r.tx, 100*float64(r.resent)/float64(max(r.tx, 1)), r.timeouts, r.cuts, r.cnpsRx, r.rx.ECNMarked, r.rx.CNPsSent, r.errs)
+	return fmt.Sprintf("%.0f Mbit/s (%.2fx the bottleneck), Jain %.3f, resent %d of %d packets (%.2f%%), %d NAKs, %d probes, %d timeouts, %d window cuts, %d CNPs (receiver: %d CE-marked, %d CNPs sent), %d completions in error",
+		r.goodput/1e6, r.goodput/incastRateBps, r.jain, r.resent, r.tx, 100*float64(r.resent)/float64(max(r.tx, 1)), r.naks, r.probes, r.timeouts, r.cuts, r.cnpsRx, r.rx.ECNMarked, r.rx.CNPsSent, r.errs)
 }
 
 // incastNet builds the router and its bottleneck; mark makes the router
@@ -194,6 +196,8 @@ func sumStats(devs []*Device, before []engine.Stats, res *incastResult) {
 		res.tx += s.TxPackets - b.TxPackets
 		res.resent += s.Retransmits - b.Retransmits
 		res.timeouts += s.Timeouts - b.Timeouts
+		res.probes += s.TailProbes - b.TailProbes
+		res.naks += s.NAKsReceived - b.NAKsReceived
 		res.cuts += s.CongestionCuts - b.CongestionCuts
 		res.cnpsRx += s.CNPsReceived - b.CNPsReceived
 	}
