@@ -6,7 +6,11 @@
 // share of the UDP datagrams arriving on a device, for fault tests.
 // NewRouter builds a star instead: host namespaces, each with its own subnet
 // and veth link to one router namespace that forwards between them, where
-// nftables rules can act on one path between two hosts.
+// nftables rules can act on one path between two hosts. NS.SetTBF makes a
+// device a shallow bottleneck (tc tbf: a rate and a short queue), and
+// NS.SetCEMark has a router mark ECN-capable packets CE above a rate (a
+// phantom queue in nftables, for kernels without RED or fq_codel);
+// NS.QdiscStats and NS.CEMarked read what they did.
 //
 // Creating namespaces needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) and the
 // ip command of iproute2; SetLoss needs nft. Tests call Require (and
