@@ -55,14 +55,17 @@ func Require(t testing.TB) {
 }
 
 // RequireTool skips the test unless the named command is installed (see
-// package testenv: nft belongs to the nftables suite, other tools to the
-// namespace suite).
+// package testenv: nft belongs to the nftables suite, iperf3 to the iperf3
+// suite, other tools to the namespace suite).
 func RequireTool(t testing.TB, name string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
 		suite := testenv.Netns
-		if name == "nft" {
+		switch name {
+		case "nft":
 			suite = testenv.Nftables
+		case "iperf3":
+			suite = testenv.Iperf3
 		}
 		testenv.Skipf(t, suite, "netns: the %s command is not installed", name)
 	}

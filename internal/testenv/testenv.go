@@ -46,10 +46,13 @@ const (
 	Prometheus = "prometheus"
 	// Chromium: the prober's page in headless Chromium.
 	Chromium = "chromium"
+	// Iperf3: TCP through the load tests' bottleneck with iperf3, the
+	// anchor goroce's goodput is compared with.
+	Iperf3 = "iperf3"
 )
 
 // Suites lists every suite name.
-var Suites = []string{Netns, Nftables, AFXDP, Uring, WireCheck, RxeVM, Ibverbs, Prometheus, Chromium}
+var Suites = []string{Netns, Nftables, AFXDP, Uring, WireCheck, RxeVM, Ibverbs, Prometheus, Chromium, Iperf3}
 
 // Required reports whether suite is listed in GOROCE_REQUIRE.
 func Required(suite string) bool {
