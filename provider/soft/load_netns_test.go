@@ -83,9 +83,9 @@ func TestLoadManyQPs(t *testing.T) {
 	}
 	netns.Require(t)
 	mode, asserted := loadMode(t)
-	wrs, big, reps := loadManyWRs, loadBig, 1
+	wrs, big, reps, limit := loadManyWRs, loadBig, 1, 20*time.Second
 	if loadFull() {
-		wrs, big, reps = loadManyWRsFull, loadBigFull, 3
+		wrs, big, reps, limit = loadManyWRsFull, loadBigFull, 3, 120*time.Second
 	}
 	for _, link := range []struct {
 		mtu  int
@@ -103,22 +103,22 @@ func TestLoadManyQPs(t *testing.T) {
 			// outcome and keeps the faster of it and best.
 			measure := func(t *testing.T, name string, qps []*loadQP, rep int, best *loadManyResult) {
 				t.Helper()
-				for _, x := range qps {
-					x.posted, x.done, x.failed, x.end = 0, 0, false, 0
-				}
 				e2eFill(qps[0].src.buf, uint64(len(qps)<<8|rep<<1))
 				e2eFill(qps[0].dst.buf, uint64(len(qps)<<8|rep<<1|1))
 				loadSync(devs...)
 				before := loadStats(devs)
-				run, err := loadLoop(qps, 120*time.Second)
+				run, err := loadLoop(qps, limit)
 				e2eMust(t, err)
 				loadSync(devs...)
 				r := loadManyResult{name: name, run: run, cost: loadCostSince(devs, before), goodput: float64(run.bytes) / run.elapsed.Seconds()}
 				if r.run.unfinished > 0 {
-					t.Errorf("%s: %d WRITEs neither completed nor failed in time", name, r.run.unfinished)
+					t.Errorf("%s: %d WRITEs neither completed nor failed in %v: %s", name, r.run.unfinished, limit, r.run.stall)
 				}
 				if r.run.errs > 0 {
 					t.Errorf("%s: %d completions in error: %s", name, r.run.errs, loadFirstErrors(qps))
+				}
+				if r.cost.overruns > 0 {
+					t.Errorf("%s: %d completions lost to a full CQ", name, r.cost.overruns)
 				}
 				if r.run.errs == 0 && r.run.unfinished == 0 {
 					loadCheckData(t, qps)
@@ -142,7 +142,7 @@ func TestLoadManyQPs(t *testing.T) {
 						qb := rb.qp(t, verbs.QPTRC, rcq, rcq, nil, 1)
 						e2eConnect(t, link.pmtu, qa, a, uint32(i)*0x3FFFF+5, qb, b, uint32(i)*977+3)
 						qps[i] = &loadQP{qp: qa, cq: scq, src: ra, dst: rb, srcOff: i * region, dstOff: i * region,
-							slots: loadSlots, size: loadWriteSize, wrs: wrs}
+							slots: loadSlots, size: loadWriteSize, wrs: wrs, depth: loadSQDepth}
 					}
 					var best loadManyResult
 					for rep := range reps {
@@ -160,8 +160,8 @@ func TestLoadManyQPs(t *testing.T) {
 				e2eConnect(t, link.pmtu, qa, a, 0x777, qb, b, 0x999)
 				// Every WRITE has a region of its own: the whole
 				// destination is checked. The two alternate.
-				one := []*loadQP{{qp: qa, cq: scq, src: ra, dst: rb, slots: 1, size: big, wrs: 1}}
-				many := []*loadQP{{qp: qa, cq: scq, src: ra, dst: rb, slots: big / loadWriteSize, size: loadWriteSize, wrs: big / loadWriteSize}}
+				one := []*loadQP{{qp: qa, cq: scq, src: ra, dst: rb, slots: 1, size: big, wrs: 1, depth: loadSQDepth}}
+				many := []*loadQP{{qp: qa, cq: scq, src: ra, dst: rb, slots: big / loadWriteSize, size: loadWriteSize, wrs: big / loadWriteSize, depth: loadSQDepth}}
 				var bestOne, bestMany loadManyResult
 				for rep := range reps {
 					measure(t, fmt.Sprintf("one %d MiB WRITE", big>>20), one, rep, &bestOne)
@@ -285,7 +285,7 @@ func loadIncast(t *testing.T, r *netns.Router, name string, m engine.CCMode, wrs
 			b := rb.qp(t, verbs.QPTRC, rcq, rcq, nil, 1)
 			e2eConnect(t, verbs.MTU1024, a, d, uint32(h<<12|i), b, recv, uint32(i*7))
 			qps = append(qps, &loadQP{qp: a, cq: scq, src: ra, dst: rb, srcOff: i * region, dstOff: len(qps) * region,
-				slots: loadSlots, size: loadWriteSize, wrs: wrs})
+				slots: loadSlots, size: loadWriteSize, wrs: wrs, depth: loadSQDepth})
 		}
 	}
 	all := append([]*Device{recv}, senders...)
@@ -299,7 +299,7 @@ func loadIncast(t *testing.T, r *netns.Router, name string, m engine.CCMode, wrs
 	}
 	loadSync(all...)
 	before, rxBefore := loadStats(senders), loadStats([]*Device{recv})
-	limit := 60 * time.Second
+	limit := 30 * time.Second
 	if loadFull() {
 		limit = 240 * time.Second
 	}
@@ -343,10 +343,13 @@ func loadIncast(t *testing.T, r *netns.Router, name string, m engine.CCMode, wrs
 	}
 	if m != engine.CCOff {
 		if run.unfinished > 0 {
-			t.Errorf("%d WRITEs neither completed nor failed in %v", run.unfinished, limit)
+			t.Errorf("%d WRITEs neither completed nor failed in %v: %s", run.unfinished, limit, run.stall)
 		}
 		if run.errs > 0 {
 			t.Errorf("%d completions in error: %s", run.errs, loadFirstErrors(qps))
+		}
+		if n := res.cost.overruns + res.rx.overruns; n > 0 {
+			t.Errorf("%d completions lost to a full CQ", n)
 		}
 		if run.errs == 0 && run.unfinished == 0 {
 			loadCheckData(t, qps)
@@ -394,7 +397,7 @@ func TestLoadIncast(t *testing.T) {
 		netns.RequireTool(t, "iperf3")
 		r := loadIncastNet(t, false)
 		rx := r.Hosts[loadIncastSenders]
-		bps, sent, retr, err := loadTCP(t, rx, r.Hosts[0], r.HostAddrs[loadIncastSenders], 64, tcpSecs)
+		bps, sent, retr, err := loadTCP(rx, r.Hosts[0], r.HostAddrs[loadIncastSenders], 64, tcpSecs)
 		e2eMust(t, err)
 		st, err := r.Router.QdiscStats(r.RouterLinks[loadIncastSenders])
 		e2eMust(t, err)
