@@ -90,7 +90,7 @@ type loadQP struct {
 	size     int
 	wrs      int
 
-	depth    int // the most WRITEs it has unpolled (its send queue's depth)
+	depth int // the most WRITEs it has unpolled (its send queue's depth)
 
 	posted, done int
 	polled       int           // completions polled, in error or not
