@@ -382,7 +382,10 @@ func (p *ccPath) pto() int64 { return max(2*p.srtt, p.srtt+4*p.rttvar, minPTO) }
 // QP, and no probe went out since the last ACK that made progress.
 func (qp *QP) armProbe(now int64) {
 	r := &qp.req
-	if r.ccOut == 0 || r.rnrUntil != 0 || qp.state != verbs.QPSRTS {
+	// Not while a READ or atomic is outstanding: its responses come at the
+	// responder's pace (a 1 MiB READ's 256 of them outlived the timeout on
+	// a busy machine), and a READ asked again is answered again in full.
+	if r.ccOut == 0 || r.rnrUntil != 0 || qp.state != verbs.QPSRTS || r.rdAtomic > 0 {
 		r.probeAt = 0
 		return
 	}
