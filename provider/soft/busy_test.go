@@ -22,17 +22,21 @@ import (
 func TestBusyPingPong(t *testing.T) {
 	env := perfLoopback()
 	da, db := env.devices(t, Options{Busy: true})
-	x, y := newEnd(t, da, verbs.QPTRC, 4096), newEnd(t, db, verbs.QPTRC, 4096)
+	x, y := newEnd(t, da, verbs.QPTRC, 64<<10), newEnd(t, db, verbs.QPTRC, 64<<10)
 	connect(t, x, y)
 	const size, rounds = 64, 200
 	send := func(e *end, round int) {
 		t.Helper()
-		msg := e.buf[:size]
+		// Each round's message in memory of its own: a send's memory must
+		// not change until its completion, which this loop does not await
+		// (a resend, such as a tail loss probe's, reads it again).
+		off := 2048 + round*size
+		msg := e.buf[off : off+size]
 		for i := range msg {
 			msg[i] = byte(round + i)
 		}
 		_, err := e.qp.PostSend([]verbs.SendWR{{WRID: uint64(round), Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SGList: []verbs.SGE{{Addr: e.mr.Addr(), Length: size, LKey: e.mr.LKey()}}}})
+			SGList: []verbs.SGE{{Addr: e.mr.Addr() + uint64(off), Length: size, LKey: e.mr.LKey()}}}})
 		must(t, err)
 	}
 	recv := func(e *end) {
