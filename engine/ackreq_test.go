@@ -37,6 +37,7 @@ func TestAckReqBurst(t *testing.T) {
 		n, size  int   // WRITEs and bytes each (path MTU 1024)
 		signaled []int // indexes of signaled WRs
 		want     []int // packets (in sending order) with AckReq
+		cc       bool  // under the default congestion control (else CCOff)
 	}{
 		{name: "one WRITE", n: 1, size: 64, want: []int{0}},
 		{name: "a burst", n: 10, size: 64, want: []int{0, 9}},
@@ -44,10 +45,16 @@ func TestAckReqBurst(t *testing.T) {
 		{name: "three-packet WRITEs", n: 4, size: 3000, want: []int{2, 11}},
 		{name: "a long burst", n: 200, size: 64, want: []int{0, 64, 128, 192, 199}},
 		{name: "a long message", n: 1, size: 150 * 1024, want: []int{63, 127, 149}},
+		// The path's first window (initWindow) ends the burst until ACKs
+		// come: its last packet asks for one.
+		{name: "a long burst, congestion control on", n: 200, size: 64, want: []int{0, initWindow - 1}, cc: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			l := newLink(t)
+			l := newLinkCC(t, CCOff)
+			if c.cc {
+				l = newLinkCC(t, CCDefault)
+			}
 			x, y := newSide(t, l.a, verbs.QPTRC, 1<<18), newSide(t, l.b, verbs.QPTRC, 1<<18)
 			connectRC(t, x, y, verbs.MTU1024)
 			wrs := make([]verbs.SendWR, c.n)

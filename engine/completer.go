@@ -247,6 +247,14 @@ func (qp *QP) timeoutExpired(now int64) {
 	if qp.sq.head.Load() == r.started {
 		return
 	}
+	if r.ccOut == 0 && qp.path != nil {
+		// Nothing of the QP is in the network: it went back (go-back-N)
+		// and its path's congestion window has held it since. The peer
+		// has nothing to answer; waiting for the window is no retry, or
+		// QPs that many others outran for a while died of it.
+		r.timerAt = now + qp.timeoutNs()
+		return
+	}
 	qp.e.stats.Timeouts++
 	if r.retryLeft == 0 {
 		qp.fatal(r.ackPSN.Add(1), verbs.WCRetryExcErr)

@@ -48,6 +48,11 @@ type Config struct {
 	// CNPInterval is the least time (ns) between two CNPs a QP sends
 	// (default DefaultCNPInterval), as RoCE NICs rate-limit them.
 	CNPInterval int64
+	// TargetDelay is how far (ns) above the least round trip it measured a
+	// path's round trips may rise before the window falls (ccPath's delay
+	// response, after Swift; default DefaultTargetDelay; negative: no
+	// delay response).
+	TargetDelay int64
 	// AckEvery sets AckReq on at least every n-th packet a QP sends; the
 	// last packet of a message asks too when it ends a burst of posts, is
 	// signaled, or no ACK is awaited (default 64, at most Window/2).
@@ -118,7 +123,8 @@ type Stats struct {
 	ECNMarked      uint64 // RC packets received with the IP ECN field CE (congestion experienced)
 	CNPsSent       uint64 // CNPs sent: to a QP whose packets came CE-marked, or while the packet path dropped
 	CNPsReceived   uint64 // CNPs received for an RC QP
-	CongestionCuts uint64 // times a peer's shared window was cut (a loss, a timeout or a CNP)
+	CongestionCuts uint64 // times a peer's shared window was cut (a loss, a timeout, a CNP or a delay)
+	DelayCuts      uint64 // of those, cuts for a round trip above the target delay
 	RxCongestion   uint64 // times the packet path reported receive drops (NoteRxDrops)
 }
 
@@ -194,6 +200,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.CNPInterval <= 0 {
 		cfg.CNPInterval = DefaultCNPInterval
+	}
+	if cfg.TargetDelay == 0 {
+		cfg.TargetDelay = DefaultTargetDelay
 	}
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64

@@ -818,6 +818,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			return n, to, e.lastSport, true
 		}
 	}
+	start, sent := e.rr, e.rrRun > 0
 	for tries := len(e.active); tries > 0; tries-- {
 		if e.rr >= len(e.active) {
 			e.rr = 0
@@ -850,6 +851,14 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 		}
 		e.rrRun = 0
 		e.rr++
+	}
+	// Nothing to send: when the QP this call started at is the last that
+	// sent, the next call starts after it, not at it again. A sweep that
+	// fails ends where it began, and QPs held by a shared congestion
+	// window would otherwise hand each packet the window frees to that
+	// same QP: the others starved until their retries ran out.
+	if sent {
+		e.rr = start + 1
 	}
 	return 0, netip.Addr{}, 0, false
 }
