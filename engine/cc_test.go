@@ -345,3 +345,119 @@ func TestReNAK(t *testing.T) {
 	}
 	t.Fatalf("no completion without the timer: a %+v b %+v", l.a.Stats(), l.b.Stats())
 }
+
+// ccPost posts n signaled WRITEs of size bytes from a to b.
+func ccPost(t *testing.T, a, b *side, n, size int) {
+	t.Helper()
+	for i := range n {
+		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: a.sge(0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+		must(t, err)
+	}
+}
+
+// TestSparseAndHeld: on a path whose window bulk QPs fill, a QP with
+// nothing in flight still sends a message of one packet at once (a ping is
+// not queued behind bulk turns), a bulk QP that the window holds sends
+// nothing, and room goes to the QPs the window held, in the order it held
+// them.
+func TestSparseAndHeld(t *testing.T) {
+	l := newLinkCC(t, CCECN)
+	bulk1, peer1 := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	bulk2, peer2 := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	ping, pingPeer := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	for _, p := range [][2]*side{{bulk1, peer1}, {bulk2, peer2}, {ping, pingPeer}} {
+		connectRC(t, p[0], p[1], verbs.MTU1024)
+	}
+	p := bulk1.qp.path
+	ccPost(t, bulk1, peer1, 1, 64<<10)
+	if out := ccOutput(l.a, l.now); len(out) != initWindow {
+		t.Fatalf("bulk QP sent %d packets, want its path's first window %d", len(out), initWindow)
+	}
+	ccPost(t, bulk2, peer2, 1, 64<<10)
+	if out := ccOutput(l.a, l.now); len(out) != 0 || !bulk2.qp.req.ccWaiting {
+		t.Fatalf("second bulk QP sent %d packets into a full window (held %v)", len(out), bulk2.qp.req.ccWaiting)
+	}
+	ccPost(t, ping, pingPeer, 1, 64)
+	if out := ccOutput(l.a, l.now); len(out) != 1 {
+		t.Fatalf("a one-packet WRITE on an idle QP sent %d packets, want 1 despite the full window", len(out))
+	}
+	// Room for one packet, twice: bulk1 (held first, at its 33rd packet)
+	// takes the first, bulk2 (held after it) the second, though the
+	// output visits bulk1 first both times.
+	for i, want := range []*side{bulk1, bulk2} {
+		before := want.qp.req.ccOut
+		full := p.inflight
+		p.inflight = int(p.cwnd) - 1
+		out := ccOutput(l.a, l.now)
+		p.inflight = full + len(out)
+		if len(out) != 1 || want.qp.req.ccOut != before+1 {
+			t.Fatalf("room for one packet (%d): %d sent, bulk1 %d in flight, bulk2 %d; want it to the QP held %s", i, len(out),
+				bulk1.qp.req.ccOut, bulk2.qp.req.ccOut, []string{"first", "second"}[i])
+		}
+	}
+}
+
+// TestHeldIsNoRetry: a QP that its path's window holds, with nothing in the
+// network, for longer than its local ACK timeout x retry count, neither
+// times out nor fails: waiting for the window is no retry.
+func TestHeldIsNoRetry(t *testing.T) {
+	l := newLinkCC(t, CCECN)
+	a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	c, d := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+	connectRC(t, a, b, verbs.MTU1024)
+	connectRC(t, c, d, verbs.MTU1024)
+	ccPost(t, c, d, 1, 2048)
+	if out := ccOutput(l.a, l.now); len(out) != 2 {
+		t.Fatalf("c sent %d packets, want 2", len(out))
+	}
+	ccPost(t, a, b, 1, 64<<10)
+	ccOutput(l.a, l.now) // a fills the window
+	// c's packets are lost and c goes back: then only the window holds it.
+	c.qp.rewind(c.qp.resumePSN())
+	if c.qp.req.ccOut != 0 {
+		t.Fatalf("c has %d in flight after going back", c.qp.req.ccOut)
+	}
+	a.qp.path.inflight += 1 << 20 // and the window stays full (of others' packets)
+	for range 20 {
+		l.now += c.qp.timeoutNs() + 1
+		l.a.Tick(l.now)
+		ccOutput(l.a, l.now)
+	}
+	if s := l.a.Stats(); c.qp.state != verbs.QPSRTS || c.qp.req.retryLeft != int(c.qp.retryCnt) {
+		t.Fatalf("held QP: state %v, %d retries left of %d; %d timeouts counted", c.qp.state, c.qp.req.retryLeft, c.qp.retryCnt, s.Timeouts)
+	}
+}
+
+// TestDelayCut: a round trip more than TargetDelay above the least cuts the
+// window (DelayCuts) once the path was cut for a loss or CNP, at most once
+// a round trip; never before, and never at or below the target.
+func TestDelayCut(t *testing.T) {
+	l := newLinkCC(t, CCECN)
+	e := l.a
+	p := newPath(netip.MustParseAddr("10.0.0.2"), 512)
+	const base = 50_000
+	p.sample(1, base)
+	e.onDelay(p, 2, base+10*DefaultTargetDelay)
+	if e.stats.DelayCuts != 0 {
+		t.Fatal("a delay cut on a path never cut for a loss or CNP")
+	}
+	e.onLoss(p, 1_000_000)
+	w := p.cwnd
+	now := int64(1_000_000 + base)
+	p.sample(now, base)
+	e.onDelay(p, now+1, base+DefaultTargetDelay)
+	if e.stats.DelayCuts != 0 || p.cwnd != w {
+		t.Fatalf("a round trip at the target cut the window %.1f -> %.1f", w, p.cwnd)
+	}
+	rtt := int64(base + 3*DefaultTargetDelay)
+	e.onDelay(p, now+2*rtt, rtt)
+	want := max(w*(1-swiftBeta*float64(rtt-base-DefaultTargetDelay)/float64(rtt)), w*(1-swiftMaxMDF))
+	if e.stats.DelayCuts != 1 || p.cwnd != want {
+		t.Fatalf("after a round trip of %d ns: %d delay cuts, window %.2f, want 1 and %.2f", rtt, e.stats.DelayCuts, p.cwnd, want)
+	}
+	e.onDelay(p, now+2*rtt+1, rtt)
+	if e.stats.DelayCuts != 1 {
+		t.Fatal("two delay cuts within a round trip")
+	}
+}
