@@ -164,6 +164,13 @@ type CQ interface {
 	// ReqNotify arms the CQ: the next completion (the next solicited or error
 	// one with solicitedOnly) raises one event on its channel.
 	ReqNotify(solicitedOnly bool) error
+	// Err returns nil while the CQ works, else why it will give no more
+	// completions: an error matching ErrCQOverrun (a completion found it
+	// full and was lost: the CQ is in error, as IBV_EVENT_CQ_ERR says) or
+	// ErrDestroyed (the CQ was destroyed, or its context or device
+	// closed). The completions it held can still be polled. An error
+	// wakes the CQ's completion channel, so that PollWait returns it.
+	Err() error
 	// Destroy destroys the CQ (ibv_destroy_cq). It fails with an error
 	// matching ErrBusy while a QP uses the CQ.
 	Destroy() error

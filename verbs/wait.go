@@ -12,7 +12,9 @@ import (
 // event starts the cycle again. It moves up to len(wc) completions into wc
 // and returns how many (at least one), or ctx's error when ctx ends first,
 // or an error matching ErrDestroyed when ch or cq is destroyed or their
-// context closed.
+// context closed, or cq's fatal error (CQ.Err: ErrCQOverrun) once the
+// completions cq still holds are polled: a CQ failing under a waiter wakes
+// it.
 //
 // The events PollWait takes off ch are consumed: when ch serves several
 // CQs, an event of another CQ is lost to other waiters (PollWait polls cq
@@ -26,11 +28,17 @@ func PollWait(ctx context.Context, ch CompChannel, cq CQ, wc []WC) (int, error) 
 		if n := cq.Poll(wc); n > 0 {
 			return n, nil
 		}
+		if err := cq.Err(); err != nil {
+			return 0, err
+		}
 		if err := cq.ReqNotify(false); err != nil {
 			return 0, err
 		}
 		if n := cq.Poll(wc); n > 0 {
 			return n, nil
+		}
+		if err := cq.Err(); err != nil {
+			return 0, err
 		}
 		if _, err := ch.Wait(ctx); err != nil {
 			return 0, err

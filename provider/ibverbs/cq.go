@@ -14,6 +14,7 @@ import "C"
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/goroce/goroce/verbs"
@@ -30,6 +31,7 @@ type CQ struct {
 	mu      sync.Mutex // serialises polls (the scratch memory) and guards cq
 	scratch *C.struct_ibv_wc
 	out     *C.struct_gwc
+	failed  atomic.Bool // polling failed or IBV_EVENT_CQ_ERR came: see Err
 }
 
 // CreateCQ creates a completion queue of at least cqe entries
@@ -131,6 +133,9 @@ func (q *CQ) Poll(wc []verbs.WC) int {
 		n := min(len(wc)-total, batch)
 		k := q.poll(n)
 		if k <= 0 {
+			if k < 0 {
+				q.failed.Store(true)
+			}
 			break
 		}
 		out := unsafe.Slice(q.out, k)

@@ -77,6 +77,7 @@ func (c *Context) GetAsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 	switch ev.Type {
 	case verbs.EventCQErr:
 		if q := c.cqs[(*C.struct_ibv_cq)(elem)]; q != nil {
+			q.failed.Store(true)
 			ev.CQ = q
 		}
 	case verbs.EventSRQErr, verbs.EventSRQLimitReached:

@@ -25,6 +25,7 @@ func (d *Device) onAsyncEvent(ev engine.AsyncEvent) {
 	case ev.CQ != nil:
 		if cq := a.cqs[ev.CQ]; cq != nil && cq.ctx != nil {
 			cq.ctx.events.put(verbs.AsyncEvent{Type: ev.Type, CQ: cq})
+			cq.wake() // a PollWait on the CQ returns its error
 		}
 	case ev.QP != nil:
 		if qp := a.qps[ev.QP]; qp != nil && qp.ctx != nil {

@@ -456,6 +456,9 @@ func (c *CQ) destroyLocked(force bool) error {
 		return fmt.Errorf("soft: CQ used by %d QPs: %w", c.users, verbs.ErrBusy)
 	}
 	c.destroyed.Store(true)
+	if !force {
+		c.wake() // a PollWait on the CQ returns its error (a close wakes it itself)
+	}
 	delete(c.d.async.cqs, c.cq)
 	c.d.eng.Release(engine.ResCQ)
 	if c.ch != nil {
