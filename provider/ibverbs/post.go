@@ -95,6 +95,10 @@ func (q *QP) checkSend(w *verbs.SendWR) error {
 	if err := checkSGL(w.SGList); err != nil {
 		return err
 	}
+	if w.RKey == 0 && w.Opcode.NeedsRKey() {
+		_, err := verbs.CheckSendWRs(unsafe.Slice(w, 1)) // remote memory without an rkey
+		return err
+	}
 	if q.typ == verbs.QPTUD {
 		ah, ok := w.AH.(*AH)
 		if !ok || ah.ah == nil {

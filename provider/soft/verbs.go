@@ -630,9 +630,13 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 	if e := q.txErr.Load(); e != nil {
 		return 0, *e
 	}
-	n, awaited, err := q.qp.PostSendAwaited(wrs)
+	ok, bad := verbs.CheckSendWRs(wrs) // remote memory without an rkey
+	n, awaited, err := q.qp.PostSendAwaited(wrs[:ok])
 	if n > 0 && (awaited || !q.cork.holds(q.d, q.qp)) {
 		q.d.kickQP(q.qp, &q.cork, awaited)
+	}
+	if err == nil {
+		err = bad
 	}
 	return n, err
 }
