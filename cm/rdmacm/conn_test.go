@@ -285,7 +285,7 @@ func TestVanished(t *testing.T) {
 		t.Skip(err)
 	}
 	defer sink.Close()
-	mg := rdmacm.Attach(devA, rdmacm.MachineConfig{ResponseTimeout: 16, PacketLifeTime: 6, MaxRetries: 2})
+	mg := rdmacm.Attach(devA, rdmacm.MachineConfig{ResponseTimeout: 16, PacketLifeTime: 6, MaxRetries: 2, QuickRetry: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	_, err = rdmacm.Dial(ctx, devA, "127.0.10.6:7174", a.qp, rdmacm.DialOptions{})
 	cancel()

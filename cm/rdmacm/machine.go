@@ -39,6 +39,15 @@ type MachineConfig struct {
 	// TimeWait is how long a closed connection's IDs stay reserved, in
 	// nanoseconds (default 2 s).
 	TimeWait int64
+	// QuickRetry, when above 0, is the first resend interval of a REQ, in
+	// nanoseconds, doubled at each resend until it reaches the usual
+	// interval (2 x PacketLifeTime + ResponseTimeout, 6.4 s with the
+	// defaults), from which the MaxRetries resends go on as Linux's do: a
+	// REQ sent before its peer's device or listener was up is answered
+	// soon after the peer comes. An MRA ends the quick resends. 0 (a
+	// Machine's default) or below: none. The Manager's default is
+	// DefaultQuickRetry.
+	QuickRetry int64
 	// Seed seeds comm IDs and PSNs (default: from crypto/rand).
 	Seed [32]byte
 }
@@ -141,13 +150,15 @@ func (ev Event) String() string {
 
 // Stats counts what a Machine did with what it got.
 type Stats struct {
-	Received   uint64 // MADs in
-	Sent       uint64 // MADs out, resends included
-	Resent     uint64 // resends on timeout
-	Malformed  uint64 // not CM MADs, or not parsable
-	Unmatched  uint64 // messages for no connection, or whose IDs or sender do not match it
-	Duplicates uint64 // duplicate REQ, REP, RTU, DREQ
-	Rejects    uint64 // REJs sent
+	Received uint64 // MADs in
+	Sent     uint64 // MADs out, resends included
+	Resent   uint64 // resends on timeout
+	// QuickResent counts the resends of Resent on the QuickRetry schedule.
+	QuickResent uint64
+	Malformed   uint64 // not CM MADs, or not parsable
+	Unmatched   uint64 // messages for no connection, or whose IDs or sender do not match it
+	Duplicates  uint64 // duplicate REQ, REP, RTU, DREQ
+	Rejects     uint64 // REJs sent
 	// StaleRejects counts the REJs of Rejects that answer a REQ for a
 	// connection in time-wait (reason 10, stale connection), as Linux's
 	// CM does: a duplicate REQ, resent while its REP was on its way,
@@ -185,6 +196,7 @@ type conn struct {
 	timerAt  int64
 	interval int64
 	retries  int
+	quick    int64 // the next quick REQ resend interval (QuickRetry), 0 when over
 	expires  int64 // time-wait end
 	listener uint32
 }
@@ -367,6 +379,9 @@ func (m *Machine) Connect(now int64, p ConnectParams) (uint32, error) {
 	copy(c.req.PrivateData[ib.CMAHeaderSize:], p.PrivateData)
 	m.conns[c.id] = c
 	m.sendTimed(now, c, &c.req, m.reqInterval())
+	if q := m.cfg.QuickRetry; q > 0 && q < c.interval {
+		c.quick, c.timerAt = q, now+q
+	}
 	return c.id, nil
 }
 
@@ -530,6 +545,10 @@ func (m *Machine) Tick(now int64) {
 			continue
 		}
 		if c.timerAt == 0 || c.timerAt > now {
+			continue
+		}
+		if c.quick > 0 && c.state == StateREQSent {
+			m.quickResend(now, c)
 			continue
 		}
 		if c.retries > 0 {
@@ -722,6 +741,7 @@ func (m *Machine) onMRA(now int64, r *ib.MRA, from netip.Addr) {
 	if (c.state == StateREQSent && r.MsgMRAed == ib.KindREQ) || (c.state == StateREPSent && r.MsgMRAed == ib.KindREP) {
 		// The peer needs longer: wait its service timeout before resending.
 		c.timerAt = now + ib.TimeoutNanos(r.ServiceTimeout) + c.interval
+		c.quick = 0
 		return
 	}
 	m.stats.Unmatched++
@@ -804,6 +824,20 @@ func (m *Machine) send(to netip.Addr, id uint32, tid uint64, msg ib.Message) [ib
 func (m *Machine) sendRaw(to netip.Addr, id uint32, mad [ib.MADSize]byte) {
 	m.stats.Sent++
 	m.events = append(m.events, Event{Kind: EvSend, ID: id, To: to, MAD: mad})
+}
+
+// quickResend resends a REQ on the QuickRetry schedule, which doubles
+// until it reaches the usual interval; the usual resends follow.
+func (m *Machine) quickResend(now int64, c *conn) {
+	m.stats.Resent++
+	m.stats.QuickResent++
+	m.sendRaw(c.peer, c.id, c.last)
+	if c.quick *= 2; c.quick >= c.interval {
+		c.quick = 0
+		c.timerAt = now + c.interval
+		return
+	}
+	c.timerAt = now + c.quick
 }
 
 // sendTimed sends a request that is resent until answered.

@@ -581,3 +581,58 @@ func TestForged(t *testing.T) {
 		t.Fatal("malformed not counted")
 	}
 }
+
+// TestQuickREQRetries: with QuickRetry a REQ is resent after 50, 100, 200
+// ms ... until the usual interval, then MaxRetries times as Linux resends;
+// a listener that comes up 300 ms after the dial gets the REQ resent at
+// 350 ms; an MRA ends the quick resends.
+func TestQuickREQRetries(t *testing.T) {
+	const q = int64(50e6)
+	w := newWorld(t)
+	w.a = NewMachine(MachineConfig{Local: addrA, GUID: 0xA, Seed: [32]byte{1}, QuickRetry: q})
+	w.drop = func(netip.Addr, ib.AttrID) bool { return true }
+	start := w.now
+	w.connect(0x19)
+	var times []int64
+	for w.advance() {
+		times = append(times, w.now-start)
+	}
+	w.take(&w.evA, EvTimeout)
+	interval := 2*ib.TimeoutNanos(18) + ib.TimeoutNanos(20)
+	var want []int64
+	at := int64(0)
+	for d := q; d < interval; d *= 2 {
+		at += d
+		want = append(want, at)
+	}
+	quick := len(want)
+	for i := 0; i < 16; i++ {
+		at += interval
+		want = append(want, at)
+	}
+	if len(times) != len(want) || times[0] != q || times[quick] != want[quick] || times[len(times)-1] != want[len(want)-1] {
+		t.Fatalf("REQs resent at %v, want %v", times, want)
+	}
+	if s := w.a.Stats(); s.QuickResent != uint64(quick) || s.Resent != uint64(quick+15) {
+		t.Fatalf("stats %+v, want %d quick resends of %d", s, quick, quick+15)
+	}
+
+	// The listener comes 300 ms after the dial: the 350 ms resend finds it.
+	w = newWorld(t)
+	w.a = NewMachine(MachineConfig{Local: addrA, GUID: 0xA, Seed: [32]byte{1}, QuickRetry: q})
+	start = w.now
+	w.connect(0x19)
+	w.take(&w.evA, EvRejected) // no listener yet: REJ 8 at once
+	w.none(w.evA)
+	w.drop = func(from netip.Addr, a ib.AttrID) bool { return w.now-start < 300e6 } // B's device is not up
+	w.connect(0x1a)
+	for w.a.NextDeadline()-start < 300e6 && w.advance() {
+	}
+	w.listen()
+	w.advance()
+	w.take(&w.evB, EvRequest)
+	if d := w.now - start; d != 350e6 {
+		t.Fatalf("the REQ reached the listener %v after the dial, want 350ms", d)
+	}
+	w.none(w.evA)
+}

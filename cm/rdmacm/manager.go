@@ -115,7 +115,16 @@ func Attach(dev Device, cfg MachineConfig) *Manager {
 	return dev.Attach(managerKey{}, func() any { return newManager(dev, cfg) }).(*Manager)
 }
 
+// DefaultQuickRetry is a Manager's MachineConfig.QuickRetry when none is
+// given: a REQ is resent after 50, 100, 200 ms and so on, so that a peer
+// that opens its device or listener a moment after the dial is found
+// within about twice that moment.
+const DefaultQuickRetry = int64(50 * time.Millisecond)
+
 func newManager(dev Device, cfg MachineConfig) *Manager {
+	if cfg.QuickRetry == 0 {
+		cfg.QuickRetry = DefaultQuickRetry
+	}
 	cfg.Local = dev.Addr().Unmap()
 	cfg.GUID = dev.GUID()
 	if cfg.PathMTU == 0 {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/goroce/goroce/cm/ib"
 	"github.com/goroce/goroce/engine"
 )
 
@@ -15,10 +16,14 @@ type gsiState struct {
 	attachMu sync.Mutex
 	attached map[any]any
 	order    []any
+
+	// rej is the driver's scratch for the REJ of a REQ no handler takes.
+	rej [ib.MADSize]byte
 }
 
 // SetGSIHandler installs the receiver of QP 1's MADs (the communication
-// manager), replacing any other; nil removes it, after which MADs are
+// manager), replacing any other; nil removes it, after which connection
+// requests are rejected (REJ reason 8: no listener) and other MADs are
 // dropped and counted. The handler gets each MAD (engine.GSIMADSize bytes,
 // valid only during the call) and its sender on the device's driver, and
 // must neither block nor call the device: it copies the MAD and hands it
@@ -54,11 +59,19 @@ func (d *Device) GSIStats() engine.GSIStats {
 	return d.eng.GSIStats()
 }
 
-// onGSI is the engine's OnGSI: called on the driver with mu held.
+// onGSI is the engine's OnGSI: called on the driver with mu held. With no
+// handler (no connection manager runs on the device), a connection request
+// is answered as Linux's ib_cm answers one for a service nobody listens
+// on: REJ reason 8, at once, so that the dialer need not wait out its
+// retries; other MADs are dropped and counted.
 func (d *Device) onGSI(_ int64, mad []byte, from netip.Addr, _ uint16) bool {
 	h := d.gsi.handler.Load()
 	if h == nil {
-		return false
+		if !ib.RejectNoListener(&d.gsi.rej, mad) {
+			return false
+		}
+		_ = d.eng.SendGSI(from, d.gsi.rej[:]) // lost: the dialer resends its REQ
+		return true
 	}
 	(*h)(mad, from)
 	return true
