@@ -47,6 +47,8 @@ var (
 	// ErrOptions: a required option is missing or out of range.
 	ErrOptions = errors.New("agent: bad options")
 	// ErrNotInPinglist: the agent's address is not a node of the pinglist.
+	// New and Reload do not fail with it: an unlisted node runs as a
+	// responder only (see Agent.Listed); it is the warning they log.
 	ErrNotInPinglist = errors.New("agent: this node's address is not in the pinglist")
 )
 
@@ -160,8 +162,12 @@ func (o *Options) defaults() error {
 
 // config is one loaded pinglist and what the agent derived from it.
 type config struct {
-	list    *pinglist.List
-	self    pinglist.Node
+	list *pinglist.List
+	self pinglist.Node
+	// listed: the pinglist names this node. An unlisted node runs as a
+	// responder only (no targets), named by its address, until a reload
+	// lists it.
+	listed  bool
 	targets []pinglist.Target
 	labels  []uint32
 	hash    [32]byte
@@ -207,6 +213,7 @@ type Agent struct {
 	reloadOK        prometheus.Counter
 	reloadErrors    prometheus.Counter
 	reloadTime      prometheus.Gauge
+	listedGauge     prometheus.Gauge
 	scheduleErrors  prometheus.Counter
 	jsonlDropped    prometheus.Counter
 }
@@ -240,7 +247,7 @@ func New(o Options) (*Agent, error) {
 		Source: cfg.self.Name, SourceGroup: cfg.self.Group,
 		Window: s.Window, MaxLoss: lossThreshold(s.MaxLoss), MaxP99: s.MaxP99RTT, MinProbes: s.MinProbes,
 	})
-	a.metrics, err = metrics.New(o.Registry, metrics.Options{MaxPairs: s.MaxPairs})
+	a.metrics, err = metrics.New(o.Registry, metrics.Options{MaxPairs: s.MaxPairs, Source: cfg.self.Name, SourceGroup: cfg.self.Group})
 	if err != nil {
 		return nil, fmt.Errorf("agent: metrics: %w", err)
 	}
@@ -285,16 +292,20 @@ func parse(b []byte, path string, self netip.Addr) (*config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	me, ok := l.Self(self)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s in %s", ErrNotInPinglist, self, path)
+	me, listed := l.Self(self)
+	var targets []pinglist.Target
+	if listed {
+		targets = l.Targets(me)
+	} else {
+		me = pinglist.Node{Name: self.String(), Addr: self}
 	}
 	h := fnv.New64a()
 	h.Write([]byte(me.Name))
 	return &config{
 		list:    l,
 		self:    me,
-		targets: l.Targets(me),
+		listed:  listed,
+		targets: targets,
 		labels:  probe.FlowLabels(h.Sum64(), l.Settings.Labels),
 		hash:    sum(b),
 	}, nil
@@ -337,6 +348,18 @@ func (a *Agent) install(cfg *config) {
 	case a.targetSet <- struct{}{}:
 	default:
 	}
+	a.listedGauge.Set(boolValue(cfg.listed))
+	if old == nil || old.self != cfg.self {
+		a.metrics.SetSource(cfg.self.Name, cfg.self.Group)
+		a.window.SetSource(cfg.self.Name, cfg.self.Group)
+	}
+	switch {
+	case !cfg.listed:
+		a.log.Warn("this node is not in the pinglist: running as a responder only, probing nothing; it joins when the pinglist names it",
+			"addr", a.opts.Self, "err", ErrNotInPinglist)
+	case old != nil && !old.listed:
+		a.log.Info("the pinglist names this node now: joining", "node", cfg.self.Name, "group", cfg.self.Group)
+	}
 	if old != nil {
 		was, now := old.list.Settings, cfg.list.Settings
 		if was.Timeout != now.Timeout || was.ResponderQPs != now.ResponderQPs || was.Window != now.Window || was.MaxPairs != now.MaxPairs ||
@@ -346,8 +369,10 @@ func (a *Agent) install(cfg *config) {
 	}
 }
 
-// Reload reads the pinglist again and installs it. On an error (the file
-// cannot be read or parsed, or no longer lists this node) the agent keeps
+// Reload reads the pinglist again and installs it. A list that does not
+// name this node is installed too: the agent then runs as a responder
+// only, and warns (Listed). On an error (the file cannot be read or
+// parsed) the agent keeps
 // its current configuration, logs the error, counts it in
 // goroce_probe_agent_reloads_total{result="error"} and returns it.
 func (a *Agent) Reload() error {
@@ -379,8 +404,22 @@ func (a *Agent) Targets() []pinglist.Target {
 	return append([]pinglist.Target(nil), a.cfg.Load().targets...)
 }
 
-// Node returns this node as the current pinglist names it.
+// Node returns this node as the current pinglist names it (an unlisted
+// node: named by its address, in no group).
 func (a *Agent) Node() pinglist.Node { return a.cfg.Load().self }
+
+// Listed reports whether the current pinglist names this node. An unlisted
+// node answers probes (its responder runs and is served at
+// /probe/v1/self) but probes nothing, and is gauged
+// goroce_probe_agent_listed 0, until a reload lists it.
+func (a *Agent) Listed() bool { return a.cfg.Load().listed }
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // Self returns what the agent serves at probe.SelfPath.
 func (a *Agent) Self() probe.Self {
@@ -457,8 +496,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	jsonlDone := make(chan struct{})
 	if a.jsonl != nil {
-		c := a.cfg.Load()
-		go a.writeJSONL(a.opts.JSONL, c.self.Name, c.self.Group, jsonlDone)
+		go a.writeJSONL(a.opts.JSONL, jsonlDone)
 	} else {
 		close(jsonlDone)
 	}
@@ -579,9 +617,10 @@ func (a *Agent) registerOwn(reg prometheus.Registerer) error {
 	a.reloadOK, a.reloadErrors = rel.WithLabelValues("ok"), rel.WithLabelValues("error")
 	a.reloadTime = prometheus.NewGauge(prometheus.GaugeOpts{Name: "goroce_probe_agent_reload_success_timestamp_seconds", Help: "When the pinglist was last loaded successfully (Unix time)."})
 	a.reloadTime.SetToCurrentTime()
+	a.listedGauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "goroce_probe_agent_listed", Help: "1 when the pinglist names this node; 0 when it runs as a responder only, probing nothing, until the pinglist lists it."})
 	a.scheduleErrors = prometheus.NewCounter(prometheus.CounterOpts{Name: "goroce_probe_agent_schedule_errors_total", Help: "Scheduled probes the prober refused (too many in flight, closed)."})
 	a.jsonlDropped = prometheus.NewCounter(prometheus.CounterOpts{Name: "goroce_probe_agent_jsonl_dropped_total", Help: "Results left out of the JSON-lines probe log because its writer fell behind."})
-	for _, c := range []prometheus.Collector{a.targetsGauge, a.unresolved, disc, rel, a.reloadTime, a.scheduleErrors, a.jsonlDropped} {
+	for _, c := range []prometheus.Collector{a.targetsGauge, a.unresolved, disc, rel, a.reloadTime, a.listedGauge, a.scheduleErrors, a.jsonlDropped} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("agent: registering metrics: %w", err)
 		}

@@ -114,18 +114,28 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 // ends (or stop is called).
 func start(t testing.TB, path string, i, port int) *running {
 	t.Helper()
+	return startWith(t, path, i, port, nil)
+}
+
+// startWith is start with the options changed by opt (when not nil).
+func startWith(t testing.TB, path string, i, port int, opt func(*agent.Options)) *running {
+	t.Helper()
 	ln, err := net.Listen("tcp", netip.AddrPortFrom(addr(i), uint16(port)).String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &running{reg: prometheus.NewRegistry(), base: "http://" + ln.Addr().String(), jsonl: &bytes.Buffer{}, mu: &sync.Mutex{}}
-	r.a, err = agent.New(agent.Options{
+	o := agent.Options{
 		Device: softContext(t, addr(i)), Provider: "soft", Pinglist: path, Self: addr(i),
 		Listener: ln, Registry: r.reg, JSONL: lockedWriter{r.mu, r.jsonl},
 		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		WatchInterval: 50 * time.Millisecond, AnalysisInterval: 100 * time.Millisecond, FleetTTL: time.Nanosecond,
 		HistorySlot: 200 * time.Millisecond,
-	})
+	}
+	if opt != nil {
+		opt(&o)
+	}
+	r.a, err = agent.New(o)
 	if err != nil {
 		ln.Close()
 		t.Fatal(err)
@@ -386,11 +396,19 @@ func TestDiscoveryAndReload(t *testing.T) {
 	if n := len(a.a.Targets()); n != 2 {
 		t.Errorf("%d targets after a bad file", n)
 	}
-	// A list without this node is bad too.
+	// A list without this node: the agent stays as a responder only,
+	// probing nothing, gauged unlisted, named by its address.
 	write(t, path, pinglist(port, "b/1/g1", "c/2/g2"))
-	waitFor(t, 5*time.Second, "a reload error", func() bool {
-		return counter(t, a.reg, "goroce_probe_agent_reloads_total", map[string]string{"result": "error"}) == 3
+	waitFor(t, 5*time.Second, "the node unlisted", func() bool {
+		return !a.a.Listed() && counter(t, a.reg, "goroce_probe_agent_listed", nil) == 0
 	})
+	if n := len(a.a.Targets()); n != 0 || a.a.Node().Name != addr(0).String() {
+		t.Errorf("unlisted: %d targets, named %q", n, a.a.Node().Name)
+	}
+	if got := counter(t, a.reg, "goroce_probe_source_info", map[string]string{"source": addr(0).String(), "source_group": ""}); got != 1 {
+		t.Errorf("unlisted: source_info{source=%q} = %v", addr(0), got)
+	}
+	okBefore = counter(t, a.reg, "goroce_probe_agent_reloads_total", map[string]string{"result": "ok"})
 
 	// Remove b, with Reload (as on SIGHUP), racing the watcher.
 	os.WriteFile(path, []byte(pinglist(port, "a/0/g1", "c/2/g2")), 0o644)
@@ -399,6 +417,11 @@ func TestDiscoveryAndReload(t *testing.T) {
 	}
 	if ts := a.a.Targets(); len(ts) != 1 || ts[0].Node.Name != "c" {
 		t.Fatalf("targets after removing b: %+v", ts)
+	}
+	// Listed again: it joins, under its name and group.
+	if !a.a.Listed() || counter(t, a.reg, "goroce_probe_agent_listed", nil) != 1 ||
+		counter(t, a.reg, "goroce_probe_source_info", map[string]string{"source": "a", "source_group": "g1"}) != 1 {
+		t.Errorf("not joined on reload: listed %v", a.a.Listed())
 	}
 	// Reload counts one; the watcher may have seen the file first and
 	// counted another.
@@ -430,7 +453,6 @@ func TestErrors(t *testing.T) {
 		{"no device", agent.Options{Pinglist: path, Self: addr(0)}},
 		{"no pinglist", agent.Options{Device: dev, Self: addr(0)}},
 		{"no self", agent.Options{Device: dev, Pinglist: path}},
-		{"not in the pinglist", agent.Options{Device: dev, Pinglist: path, Self: addr(3)}},
 		{"missing file", agent.Options{Device: dev, Pinglist: path + ".none", Self: addr(0)}},
 	} {
 		if _, err := agent.New(tt.o); err == nil {

@@ -55,7 +55,6 @@ func TestCommand(t *testing.T) {
 		{"no config", []string{"probe", "agent"}, 2, "--config is required"},
 		{"operand", []string{"probe", "agent", "--config", path, "extra"}, 2, "usage:"},
 		{"bad log level", []string{"probe", "agent", "--config", path, "--log-level", "loud"}, 2, "--log-level"},
-		{"not in the pinglist", []string{"probe", "agent", "--config", path, "--addr", addr(3).String(), "--path", "udp", "--listen", "127.0.0.1:0"}, 1, "not in the pinglist"},
 		{"no pinglist", []string{"probe", "agent", "--config", filepath.Join(dir, "none.yaml"), "--addr", self.String(), "--path", "udp"}, 1, "no such file"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,6 +109,12 @@ func TestCommand(t *testing.T) {
 		return v
 	}
 	waitFor(t, 20*time.Second, "the agent's metrics", func() bool { return metric("goroce_probe_agent_targets", "") == 1 })
+	// The node's name and group label source_info in the process's own
+	// output (the group x group rules join on them).
+	if got := metric("goroce_probe_source_info", `{source="a",source_group="g1"}`); got != 1 {
+		t.Errorf(`goroce_probe_source_info{source="a",source_group="g1"} = %v`, got)
+	}
+	unlisted(t, bin, path, port)
 
 	// Same size, old modification time: only SIGHUP reloads it.
 	fi, err := os.Stat(path)
@@ -158,5 +163,59 @@ func TestCommand(t *testing.T) {
 		if strings.Contains(sc.Text(), "level=ERROR") && !strings.Contains(sc.Text(), "pinglist reload failed") && !strings.Contains(sc.Text(), "unreadable") {
 			t.Errorf("unexpected error: %s", sc.Text())
 		}
+	}
+}
+
+// unlisted runs goroce probe agent for a node the pinglist does not name:
+// it does not exit (under a DaemonSet it would crash-loop), it warns, and
+// it serves its responder, gauged unlisted.
+func unlisted(t *testing.T, bin, path string, port int) {
+	t.Helper()
+	var stderr testenv.Buffer
+	self := addr(3)
+	cmd := exec.Command(bin, "probe", "agent", "--config", path, "--addr", self.String(), "--path", "udp",
+		"--listen", fmt.Sprintf("%s:%d", self, port))
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		if err := <-exited; err != nil {
+			t.Errorf("unlisted agent: %v after SIGTERM; log:\n%s", err, stderr.String())
+		}
+	}()
+	base := fmt.Sprintf("http://%s:%d", self, port)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("unlisted agent exited: %v; log:\n%s", err, stderr.String())
+		default:
+		}
+		resp, err := http.Get(base + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(b), "\ngoroce_probe_agent_listed 0\n") &&
+				strings.Contains(string(b), `goroce_probe_source_info{source="`+self.String()+`",source_group=""} 1`) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("unlisted agent: no goroce_probe_agent_listed 0 in 20 s; log:\n%s", stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !strings.Contains(stderr.String(), "level=WARN") || !strings.Contains(stderr.String(), "not in the pinglist") {
+		t.Errorf("unlisted agent did not warn; log:\n%s", stderr.String())
+	}
+	if resp, err := http.Get(base + "/probe/v1/self"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("unlisted agent's responder not served: %v", err)
+	} else {
+		resp.Body.Close()
 	}
 }

@@ -106,7 +106,11 @@ func (a *Agent) discover(ctx context.Context) {
 				}
 			}
 		case p := <-a.rediscover:
-			if !p.gone && !p.busy {
+			// Lost probes hint that the responder restarted; a peer
+			// already failing is in its backoff, which holds: a dead
+			// peer is fetched at the backoff's pace, not at every run of
+			// lost probes.
+			if !p.gone && !p.busy && p.failures == 0 {
 				p.due = now
 			}
 		case r := <-results:

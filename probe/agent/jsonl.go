@@ -71,13 +71,14 @@ func appendJSONL(b []byte, src, srcGroup string, r *probe.Result) []byte {
 
 // writeJSONL writes the queued results to w until the queue is closed,
 // flushing whenever the queue runs empty.
-func (a *Agent) writeJSONL(w io.Writer, src, group string, done chan<- struct{}) {
+func (a *Agent) writeJSONL(w io.Writer, done chan<- struct{}) {
 	defer close(done)
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var line []byte
 	failed := false
 	for r := range a.jsonl {
-		line = appendJSONL(line[:0], src, group, &r)
+		self := &a.cfg.Load().self // the node's name and group as of now
+		line = appendJSONL(line[:0], self.Name, self.Group, &r)
 		if _, err := bw.Write(line); err != nil && !failed {
 			failed = true
 			a.log.Error("writing the probe log", "err", err)

@@ -113,15 +113,22 @@ func (s *scheduler) replace(now time.Time, targets []pinglist.Target, peers func
 }
 
 // due pops the entries due at now, calling f for each, and puts them back
-// at their next time. An entry that fell more than one interval behind (a
-// stalled host) skips the probes it missed instead of bursting them.
+// at their next time. An entry that fell a whole interval behind (a stalled
+// host) skips the probes it missed instead of bursting them, and keeps its
+// phase: its next
+// time is the first of its own grid (next + k·interval) after now, so that
+// targets spread over an interval before a stall stay spread after it
+// (moving every late entry to now+interval would have lined them all up).
 func (s *scheduler) due(now time.Time, f func(*entry)) {
 	for len(s.h) > 0 && !s.h[0].next.After(now) {
 		e := s.h[0]
-		f(e)
+		if now.Sub(e.next) < e.interval {
+			f(e)
+		} // else a whole interval late: resuming from a stall, not a probe now
 		e.next = e.next.Add(e.interval)
-		if e.next.Before(now) {
-			e.next = now.Add(e.interval)
+		if !e.next.After(now) {
+			missed := now.Sub(e.next)/e.interval + 1
+			e.next = e.next.Add(missed * e.interval)
 		}
 		heap.Fix(&s.h, 0)
 	}

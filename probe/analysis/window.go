@@ -182,7 +182,20 @@ func NewWindow(o Options) *Window {
 }
 
 // Options returns the window's options, defaults applied.
-func (w *Window) Options() Options { return w.o }
+func (w *Window) Options() Options {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.o
+}
+
+// SetSource renames the window's prober (a node the pinglist came to name,
+// or moved to another group): the Src and SrcGroup of the PathStats from
+// now on.
+func (w *Window) SetSource(name, group string) {
+	w.mu.Lock()
+	w.o.Source, w.o.SourceGroup = name, group
+	w.mu.Unlock()
+}
 
 // Dropped returns the number of results ignored because MaxPaths paths were
 // already tracked.
