@@ -410,46 +410,138 @@ func (mg *Manager) Dial(ctx context.Context, address string, qp verbs.QP, opts D
 		return nil, fmt.Errorf("rdmacm: dial: QP %#x is in %v: %w", qp.Num(), a.State, ErrQPState)
 	}
 	sport := uint16(32768 + rand.IntN(61000-32768))
-	local := netip.AddrPortFrom(mg.dev.Addr().Unmap(), sport)
-	var c *Conn
-	err = mg.call(func(now int64) error {
-		id, err := mg.m.Connect(now, ConnectParams{Peer: ap.Addr(), ServiceID: ib.ServiceID(PortSpaceTCP, ap.Port()),
-			QPN: qp.Num(), PSN: mg.m.RandomPSN(), ResponderResources: depth(opts.ResponderResources),
+	d := &dialing{mg: mg, ap: ap, qp: qp, opts: opts, start: time.Now(),
+		local: netip.AddrPortFrom(mg.dev.Addr().Unmap(), sport)}
+	d.probe = openProbe(d.local.Addr(), ap.Addr())
+	defer d.close()
+	for {
+		if err := d.request(); err != nil {
+			return nil, fmt.Errorf("rdmacm: dial %v: %w", ap, err)
+		}
+		c, again, err := d.wait(ctx)
+		if !again {
+			return c, err
+		}
+		t := time.NewTimer(RefusedPause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// UnreachableGrace is how long Dial keeps resending its REQ (on the
+// QuickRetry schedule) while ICMP errors say the peer cannot be reached,
+// in case its device is just opening: the first error after it ends the
+// dial (about 750 ms with the default schedule). A send the local routing
+// table refuses (ENETUNREACH, EHOSTUNREACH) ends it at once.
+const UnreachableGrace = 600 * time.Millisecond
+
+// RefusedPause is how long Dial waits before it asks again when a peer
+// that was unreachable a moment ago (an ICMP error came back) now refuses
+// for want of a listener (REJ 8): its device has opened and its listener
+// is likely a moment away. It asks again so until a second has passed
+// since the dial began; a peer refusing from the first REQ on fails the
+// dial at once.
+const RefusedPause = 10 * time.Millisecond
+
+// dialing is one Dial: the REQs it sent (one connection of the machine
+// each time it asks again) and what their probe said.
+type dialing struct {
+	mg      *Manager
+	ap      netip.AddrPort
+	local   netip.AddrPort
+	qp      verbs.QP
+	opts    DialOptions
+	start   time.Time
+	probe   *pathProbe
+	c       *Conn
+	ids     []uint32
+	pathErr *PathError // the last the probe reported
+}
+
+// request starts a connection on the machine: its REQ goes out.
+func (d *dialing) request() error {
+	mg, opts := d.mg, d.opts
+	return mg.call(func(now int64) error {
+		id, err := mg.m.Connect(now, ConnectParams{Peer: d.ap.Addr(), ServiceID: ib.ServiceID(PortSpaceTCP, d.ap.Port()),
+			QPN: d.qp.Num(), PSN: mg.m.RandomPSN(), ResponderResources: depth(opts.ResponderResources),
 			InitiatorDepth: depth(opts.InitiatorDepth), RetryCount: retries(opts.RetryCount),
-			RNRRetryCount: retries(opts.RNRRetryCount), SrcPort: sport, PrivateData: opts.PrivateData,
+			RNRRetryCount: retries(opts.RNRRetryCount), SrcPort: d.local.Port(), PrivateData: opts.PrivateData,
 			TrafficClass: opts.TrafficClass})
 		if err != nil {
 			return err
 		}
-		c = newConn(mg, id, qp, local, ap, nil)
-		c.ackTimeout = min(opts.ACKTimeout, 31)
-		mg.conns[id] = c
+		d.c = newConn(mg, id, d.qp, d.local, d.ap, nil)
+		d.c.ackTimeout = min(opts.ACKTimeout, 31)
+		mg.conns[id] = d.c
+		d.ids = append(d.ids, id)
+		if d.probe != nil {
+			mg.probes[id] = d.probe
+		}
 		return nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("rdmacm: dial %v: %w", ap, err)
+}
+
+// wait waits for the answer to the REQ; again says to ask again.
+func (d *dialing) wait(ctx context.Context) (c *Conn, again bool, err error) {
+	c, ap := d.c, d.ap
+	var probeErrs <-chan error
+	if d.probe != nil {
+		probeErrs = d.probe.errs
 	}
 	for {
 		select {
+		case err := <-probeErrs:
+			pe, _ := err.(*PathError)
+			if pe == nil {
+				continue
+			}
+			d.pathErr = pe
+			if pe.immediate() || time.Since(d.start) >= UnreachableGrace {
+				c.abandon()
+				return nil, false, fmt.Errorf("rdmacm: dial %v: %w", ap, pe)
+			}
 		case ev := <-c.events:
 			switch ev.Kind {
 			case EvReply:
 				if err := c.ready(ev.REP); err != nil {
-					return nil, err
+					return nil, false, err
 				}
-				return c, nil
+				return c, false, nil
 			case EvRejected:
-				return nil, fmt.Errorf("rdmacm: dial %v: %w", ap, &RejectError{Reason: ev.Reason, PrivateData: ev.PrivateData})
+				if ev.Reason == ib.RejInvalidServiceID && d.pathErr != nil && time.Since(d.start) < time.Second {
+					return nil, true, nil // the peer's device just opened: its listener may be a moment away
+				}
+				return nil, false, fmt.Errorf("rdmacm: dial %v: %w", ap, &RejectError{Reason: ev.Reason, PrivateData: ev.PrivateData})
 			case EvTimeout:
-				return nil, fmt.Errorf("rdmacm: dial %v: no answer to the REQ: %w (%w)", ap, ErrUnreachable, ErrTimedOut)
+				if d.pathErr != nil {
+					return nil, false, fmt.Errorf("rdmacm: dial %v: no answer to the REQ: %w (%w)", ap, d.pathErr, ErrTimedOut)
+				}
+				return nil, false, fmt.Errorf("rdmacm: dial %v: no answer to the REQ: %w (%w)", ap, ErrUnreachable, ErrTimedOut)
 			}
 		case <-c.done:
-			return nil, c.Err()
+			return nil, false, c.Err()
 		case <-ctx.Done():
 			c.abandon()
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 	}
+}
+
+// close lets the dial's probe go.
+func (d *dialing) close() {
+	if d.probe == nil {
+		return
+	}
+	d.mg.mu.Lock()
+	for _, id := range d.ids {
+		delete(d.mg.probes, id)
+	}
+	d.mg.mu.Unlock()
+	d.probe.close()
 }
 
 // ready brings the active QP up after the REP and sends the RTU.

@@ -40,13 +40,13 @@ type MachineConfig struct {
 	// nanoseconds (default 2 s).
 	TimeWait int64
 	// QuickRetry, when above 0, is the first resend interval of a REQ, in
-	// nanoseconds, doubled at each resend until it reaches the usual
-	// interval (2 x PacketLifeTime + ResponseTimeout, 6.4 s with the
-	// defaults), from which the MaxRetries resends go on as Linux's do: a
-	// REQ sent before its peer's device or listener was up is answered
-	// soon after the peer comes. An MRA ends the quick resends. 0 (a
-	// Machine's default) or below: none. The Manager's default is
-	// DefaultQuickRetry.
+	// nanoseconds, doubled at each resend up to 4 x QuickRetry, for as
+	// long as the usual interval (2 x PacketLifeTime + ResponseTimeout,
+	// 6.4 s with the defaults); then the MaxRetries resends go on as
+	// Linux's do. A REQ sent before its peer's device or listener was up
+	// is so answered soon after the peer comes. An MRA ends the quick
+	// resends. 0 (a Machine's default) or below: none. The Manager's
+	// default is DefaultQuickRetry.
 	QuickRetry int64
 	// Seed seeds comm IDs and PSNs (default: from crypto/rand).
 	Seed [32]byte
@@ -197,6 +197,7 @@ type conn struct {
 	interval int64
 	retries  int
 	quick    int64 // the next quick REQ resend interval (QuickRetry), 0 when over
+	quickEnd int64 // when the quick resends end
 	expires  int64 // time-wait end
 	listener uint32
 }
@@ -380,7 +381,7 @@ func (m *Machine) Connect(now int64, p ConnectParams) (uint32, error) {
 	m.conns[c.id] = c
 	m.sendTimed(now, c, &c.req, m.reqInterval())
 	if q := m.cfg.QuickRetry; q > 0 && q < c.interval {
-		c.quick, c.timerAt = q, now+q
+		c.quick, c.timerAt, c.quickEnd = q, now+q, now+c.interval
 	}
 	return c.id, nil
 }
@@ -826,18 +827,17 @@ func (m *Machine) sendRaw(to netip.Addr, id uint32, mad [ib.MADSize]byte) {
 	m.events = append(m.events, Event{Kind: EvSend, ID: id, To: to, MAD: mad})
 }
 
-// quickResend resends a REQ on the QuickRetry schedule, which doubles
-// until it reaches the usual interval; the usual resends follow.
+// quickResend resends a REQ on the QuickRetry schedule, which doubles up
+// to 4 x QuickRetry, until the usual interval has passed since the REQ;
+// the usual resends follow.
 func (m *Machine) quickResend(now int64, c *conn) {
 	m.stats.Resent++
 	m.stats.QuickResent++
 	m.sendRaw(c.peer, c.id, c.last)
-	if c.quick *= 2; c.quick >= c.interval {
-		c.quick = 0
-		c.timerAt = now + c.interval
-		return
+	c.quick = min(2*c.quick, 4*m.cfg.QuickRetry)
+	if c.timerAt = now + c.quick; c.timerAt >= c.quickEnd {
+		c.quick, c.timerAt = 0, c.quickEnd
 	}
-	c.timerAt = now + c.quick
 }
 
 // sendTimed sends a request that is resent until answered.

@@ -96,6 +96,7 @@ type Manager struct {
 	conns     map[uint32]*Conn
 	pending   map[uint32]*Request
 	listeners map[uint32]*Listener
+	probes    map[uint32]*pathProbe // dials whose REQs leave by a probe of their own
 	closed    bool
 	overruns  atomic.Uint64
 
@@ -136,7 +137,7 @@ func newManager(dev Device, cfg MachineConfig) *Manager {
 		}
 	}
 	mg := &Manager{dev: dev, start: time.Now(), m: NewMachine(cfg), conns: map[uint32]*Conn{},
-		pending: map[uint32]*Request{}, listeners: map[uint32]*Listener{},
+		pending: map[uint32]*Request{}, listeners: map[uint32]*Listener{}, probes: map[uint32]*pathProbe{},
 		in: make(chan madIn, 1024), wake: make(chan struct{}, 1), done: make(chan struct{}), ended: make(chan struct{})}
 	dev.SetGSIHandler(mg.receive)
 	go mg.run()
@@ -234,6 +235,10 @@ func (mg *Manager) dispatchLocked() {
 	for ev, ok := mg.m.Next(); ok; ev, ok = mg.m.Next() {
 		switch ev.Kind {
 		case EvSend:
+			if p := mg.probes[ev.ID]; p != nil && isREQ(ev.MAD[:]) {
+				p.send(ev.MAD[:]) // what becomes of it comes back to the dial
+				continue
+			}
 			_ = mg.dev.SendMAD(ev.To, ev.MAD[:]) // a lost MAD is resent or answered again
 		case EvRequest:
 			l := mg.listeners[ev.Listener]
@@ -276,4 +281,9 @@ func (mg *Manager) call(f func(now int64) error) error {
 	mg.dispatchLocked()
 	mg.poke()
 	return err
+}
+
+func isREQ(mad []byte) bool {
+	h, err := ib.ParseMADHeader(mad)
+	return err == nil && h.AttrID == ib.AttrREQ
 }
