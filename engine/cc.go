@@ -104,18 +104,22 @@ type ccPath struct {
 	cwnd     float64 // congestion window, packets
 	ssthresh float64
 	maxCwnd  float64
-	inflight int     // packets of the path's QPs sent and not acknowledged
-	srtt     int64   // smoothed round-trip time, ns (RFC 6298's SRTT); 0: no sample yet
-	minRTT   int64   // the least round trip measured in the last minRTTWindow
-	minAt    int64   // when it was
-	rttvar   int64   // its mean deviation (RFC 6298's RTTVAR)
-	lastCut  int64   // when the window was last cut
-	alpha    float64 // DCQCN's alpha
-	alphaAt  int64   // when alpha was last updated
-	waitq    []*QP   // QPs the window held, in the order it held them (admit)
-	tokens   float64 // pacing: packets the path may send at once (paced)
-	tokAt    int64   // when tokens was last refilled
-	ackAt    int64   // when an ACK last made progress on a QP of the path
+	inflight int   // packets of the path's QPs sent and not acknowledged
+	srtt     int64 // smoothed round-trip time, ns (RFC 6298's SRTT); 0: no sample yet
+	minRTT   int64 // the least round trip measured in the last minRTTWindow
+	// standCur and standPrev are the least round trips measured since
+	// standAt and in the half round trip before (standing).
+	standCur, standPrev, standAt int64
+	minAt                        int64   // when it was
+	rttvar                       int64   // its mean deviation (RFC 6298's RTTVAR)
+	lastCut                      int64   // when the window was last cut
+	queued                       bool    // a congestion loss or a CNP armed the delay response (onLoss)
+	alpha                        float64 // DCQCN's alpha
+	alphaAt                      int64   // when alpha was last updated
+	waitq                        []*QP   // QPs the window held, in the order it held them (admit)
+	tokens                       float64 // pacing: packets the path may send at once (paced)
+	tokAt                        int64   // when tokens was last refilled
+	ackAt                        int64   // when an ACK last made progress on a QP of the path
 	// ackedSent is when the latest-sent packet whose ACK came back (a
 	// round-trip sample) was sent: RACK's most recently delivered packet.
 	ackedSent int64
@@ -138,6 +142,7 @@ const (
 	swiftBeta          = 0.8            // Swift's beta
 	swiftMaxMDF        = 0.5            // Swift's max_mdf: a delay cut keeps at least half the window
 	minRTTWindow       = 10_000_000_000 // ns: the least round trip is the least of the last 10 s (BBR's min_rtt filter)
+	minStandWindow     = 50_000         // ns: the least a standing round trip's bucket spans
 )
 
 // newPath returns a path's initial state for an engine with window w: a
@@ -298,6 +303,13 @@ func (p *ccPath) sample(now, rtt int64) {
 	if p.minRTT == 0 || rtt <= p.minRTT || now-p.minAt > minRTTWindow {
 		p.minRTT, p.minAt = rtt, now
 	}
+	// The standing round trip: the least of the last half round trip or
+	// so, in two buckets (the one filling and the one before).
+	if now-p.standAt >= max(p.srtt/2, minStandWindow) {
+		p.standPrev, p.standCur, p.standAt = p.standCur, rtt, now
+	} else if rtt < p.standCur {
+		p.standCur = rtt
+	}
 	if p.srtt == 0 {
 		p.srtt, p.rttvar = rtt, rtt/2
 		return
@@ -323,19 +335,51 @@ func (e *Engine) cutPath(p *ccPath, now int64, f float64) {
 	e.stats.CongestionCuts++
 }
 
-// onLoss reacts to a PSN sequence NAK: the window falls to lossBeta of it.
+// onLoss reacts to a PSN sequence NAK or a timeout. It arms the delay
+// response (a loss may be a queue's), and a loss while the round trips
+// show a queue (the standing round trip at least TargetDelay above the
+// least) is congestion: the window falls to lossBeta of it. A loss with no
+// queue to show is taken for a random one (a lossy link, a corrupted
+// packet) and cuts nothing: TCP Veno tells the two apart so (Fu and Liew,
+// "TCP Veno", IEEE JSAC 21(2), 2003), cutting a random loss by a fifth;
+// BBR takes no loss for congestion (Cardwell et al., ACM Queue 14(5),
+// 2016). Cutting by a fifth kept 16 QPs on a pipe dropping 5% at random to
+// a few packets: 23 s for 20,000 operations against 7 s with no control;
+// cutting nothing, 8 s.
 func (e *Engine) onLoss(p *ccPath, now int64) {
-	if p.cutDue(now, e.cfg.CNPInterval) {
+	p.queued = true
+	if e.queueShown(p) && p.cutDue(now, e.cfg.CNPInterval) {
 		e.cutPath(p, now, lossBeta)
 	}
 }
 
-// onDelay reacts to a round trip rtt measured at now (Swift's decrease,
-// see ccPath): above the target it cuts the window, at most once a round
-// trip, once the path has been cut for a loss or a CNP.
-func (e *Engine) onDelay(p *ccPath, now, rtt int64) {
+// standing returns the path's standing round trip (Copa's RTTstanding,
+// Arun and Balakrishnan, NSDI 2018, section 2.2): the least of the samples
+// of about the last half round trip. A queue raises every sample, the
+// standing one too; a host's jitter (a thread descheduled, a batch late)
+// raises some, not the least of them. Comparing the smoothed round trip
+// instead took 16 QPs on a clean, lossy pipe for queued, and kept their
+// window at two.
+func (p *ccPath) standing() int64 {
+	if p.standPrev == 0 {
+		return p.standCur
+	}
+	return min(p.standPrev, p.standCur)
+}
+
+// queueShown reports whether the path's standing round trip is
+// TargetDelay or more above its least.
+func (e *Engine) queueShown(p *ccPath) bool {
+	return e.cfg.TargetDelay >= 0 && p.minRTT != 0 && p.standing()-p.minRTT >= e.cfg.TargetDelay
+}
+
+// onDelay reacts to the round trip (Swift's decrease, see ccPath) once a
+// congestion loss or a CNP armed it: a standing round trip above the
+// target cuts the window, at most once a round trip.
+func (e *Engine) onDelay(p *ccPath, now int64) {
 	target := p.minRTT + e.cfg.TargetDelay
-	if e.cfg.TargetDelay < 0 || p.lastCut == 0 || rtt <= target || !p.cutDue(now, 0) {
+	rtt := p.standing()
+	if !p.queued || e.cfg.TargetDelay < 0 || rtt <= target || !p.cutDue(now, 0) {
 		return
 	}
 	e.cutPath(p, now, max(1-swiftBeta*float64(rtt-target)/float64(rtt), 1-swiftMaxMDF))
@@ -362,6 +406,7 @@ func (e *Engine) onCNP(p *ccPath, now int64) {
 	}
 	p.alpha = (1-ccGain)*p.alpha + ccGain
 	p.alphaAt = now
+	p.queued = true
 	if p.cutDue(now, e.cfg.CNPInterval) {
 		e.cutPath(p, now, 1-p.alpha/2)
 	}
@@ -441,7 +486,7 @@ func (qp *QP) ccAcked(now int64, old wire.PSN) {
 			p.sample(now, rtt)
 			p.ackedSent = max(p.ackedSent, r.rttAt)
 			r.rttAt = 0
-			qp.e.onDelay(p, now, rtt)
+			qp.e.onDelay(p, now)
 		}
 		p.grow(int(d))
 		p.ackAt = now

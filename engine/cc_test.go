@@ -202,8 +202,9 @@ func TestGoBackNBounded(t *testing.T) {
 			if s.Retransmits == 0 || s.Retransmits > uint64(l.a.cfg.Window) {
 				t.Errorf("%d packets resent for one loss, want 1 to a window (%d)", s.Retransmits, l.a.cfg.Window)
 			}
-			if m != CCOff && s.CongestionCuts != 1 {
-				t.Errorf("%d window cuts for one loss, want 1", s.CongestionCuts)
+			// One loss on a link with no queue is a random one: no cut.
+			if s.CongestionCuts != 0 {
+				t.Errorf("%d window cuts for one loss with no queue, want 0", s.CongestionCuts)
 			}
 		})
 	}
@@ -429,34 +430,57 @@ func TestHeldIsNoRetry(t *testing.T) {
 	}
 }
 
-// TestDelayCut: a round trip more than TargetDelay above the least cuts the
-// window (DelayCuts) once the path was cut for a loss or CNP, at most once
-// a round trip; never before, and never at or below the target.
+// stand feeds the path round trips of rtt for long enough (from at) that
+// its standing round trip is rtt.
+func stand(p *ccPath, at, rtt int64) {
+	for i := range int64(3) {
+		p.sample(at+i*300_000, rtt)
+	}
+}
+
+// TestDelayCut: a loss with no queue to show (the standing round trip near
+// the least) is taken for a random one: no cut, but the delay response
+// arms; a loss with a queue to show cuts by lossBeta and arms
+// it; then a smoothed round trip more than TargetDelay above the least
+// cuts the window (DelayCuts), at most once a round trip, never at or
+// below the target.
 func TestDelayCut(t *testing.T) {
 	l := newLinkCC(t, CCECN)
 	e := l.a
 	p := newPath(netip.MustParseAddr("10.0.0.2"), 512)
 	const base = 50_000
 	p.sample(1, base)
-	e.onDelay(p, 2, base+10*DefaultTargetDelay)
+	stand(p, 300_000, base+10*DefaultTargetDelay)
+	e.onDelay(p, 500_000)
 	if e.stats.DelayCuts != 0 {
-		t.Fatal("a delay cut on a path never cut for a loss or CNP")
+		t.Fatal("a delay cut on a path that never lost a packet or had a CNP")
 	}
-	e.onLoss(p, 1_000_000)
+	stand(p, 600_000, base) // the queue gone
 	w := p.cwnd
-	now := int64(1_000_000 + base)
-	p.sample(now, base)
-	e.onDelay(p, now+1, base+DefaultTargetDelay)
+	e.onLoss(p, 1_000_000)
+	if !p.queued || p.cwnd != w || e.stats.CongestionCuts != 0 {
+		t.Fatalf("a loss with no queue: window %.1f -> %.1f, delay response armed %v; want no cut, armed", w, p.cwnd, p.queued)
+	}
+	stand(p, 2_000_000, base+10*DefaultTargetDelay) // a standing queue
+	w = p.cwnd
+	e.onLoss(p, 5_000_000)
+	if !p.queued || p.cwnd != w*lossBeta {
+		t.Fatalf("a loss with a queue: window %.1f -> %.1f, armed %v; want x%.1f, armed", w, p.cwnd, p.queued, lossBeta)
+	}
+	w = p.cwnd
+	stand(p, 6_000_000, base+DefaultTargetDelay)
+	e.onDelay(p, 7_000_000)
 	if e.stats.DelayCuts != 0 || p.cwnd != w {
 		t.Fatalf("a round trip at the target cut the window %.1f -> %.1f", w, p.cwnd)
 	}
-	rtt := int64(base + 3*DefaultTargetDelay)
-	e.onDelay(p, now+2*rtt, rtt)
-	want := max(w*(1-swiftBeta*float64(rtt-base-DefaultTargetDelay)/float64(rtt)), w*(1-swiftMaxMDF))
+	srtt := int64(base + 3*DefaultTargetDelay)
+	stand(p, 7_000_000, srtt)
+	e.onDelay(p, 8_000_000)
+	want := max(w*(1-swiftBeta*float64(srtt-base-DefaultTargetDelay)/float64(srtt)), w*(1-swiftMaxMDF))
 	if e.stats.DelayCuts != 1 || p.cwnd != want {
-		t.Fatalf("after a round trip of %d ns: %d delay cuts, window %.2f, want 1 and %.2f", rtt, e.stats.DelayCuts, p.cwnd, want)
+		t.Fatalf("after a round trip of %d ns: %d delay cuts, window %.2f, want 1 and %.2f", srtt, e.stats.DelayCuts, p.cwnd, want)
 	}
-	e.onDelay(p, now+2*rtt+1, rtt)
+	e.onDelay(p, 8_000_000+p.srtt/2)
 	if e.stats.DelayCuts != 1 {
 		t.Fatal("two delay cuts within a round trip")
 	}

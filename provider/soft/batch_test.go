@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/engine"
+
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
 )
@@ -15,10 +17,11 @@ import (
 // message run on into the next's GSO message. A batch of one GSO message's
 // 64 packets (DefaultBatch before it was four) took two transmit calls and
 // ten GSO messages, each batch ending with a short one. All eight arrive
-// whole in the peer's receives.
+// whole in the peer's receives. The congestion control is off: its first
+// window (32 packets) would send the rest a round trip later.
 func TestSendsFillGSOMessages(t *testing.T) {
 	env := perfLoopback()
-	da, db := env.devices(t, Options{Spin: -1})
+	da, db := env.devices(t, Options{Spin: -1, Engine: engine.Config{Congestion: engine.CCOff}})
 	if o := da.conn.(*udp.Conn).Offloads(); !o.GSO {
 		t.Skip("no UDP GSO on loopback here: " + o.GSOReason)
 	}
