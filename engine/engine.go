@@ -155,6 +155,7 @@ type Engine struct {
 	gsi       gsi
 	nextQPN   int // index of qps where CreateQP looks first
 	seal      sealQueue
+	outIP     IPHeader // the IP header of the last packet Output returned (OutputIP)
 	// gather is set during OutputGather: a request's payload of GatherMin
 	// bytes or more from one SGE is left where it lies, in ext, for
 	// finish to seal in place (finishGather).
@@ -184,8 +185,8 @@ var (
 
 // New returns an engine.
 func New(cfg Config) (*Engine, error) {
-	if !cfg.Local.Is4() && !cfg.Local.Is4In6() {
-		return nil, errors.Join(ErrConfig, errors.New("engine: Local must be an IPv4 address"))
+	if !cfg.Local.IsValid() || cfg.Local.IsUnspecified() || cfg.Local.Zone() != "" {
+		return nil, errors.Join(ErrConfig, errors.New("engine: Local must be an IPv4 or IPv6 address (no zone)"))
 	}
 	cfg.Local = cfg.Local.Unmap()
 	cfg.fillLimits()
@@ -515,7 +516,7 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 		s = fc.getSlow(dst, sport)
 	}
 	if s == nil {
-		return 0
+		return e.finishV6(out, dst, sport, ext)
 	}
 	if ext != nil {
 		n := e.finishGather(out, hl, ext, s)
@@ -539,6 +540,19 @@ func (e *Engine) finish(buf []byte, payloadLen int, dst netip.Addr, sport uint16
 			}
 		}
 	} else if s.c.Set(out) != nil {
+		return 0
+	}
+	e.lastSport = sport
+	return len(out)
+}
+
+// finishV6 seals a packet of a flow the flow cache does not keep (IPv6)
+// with the Flow methods, and returns its length, or 0 when they refuse it
+// (an address of the wrong family) or it carries a payload left aside
+// (OutputGather leaves none over IPv6).
+func (e *Engine) finishV6(out []byte, dst netip.Addr, sport uint16, ext []byte) int {
+	fl := wire.Flow{Src: e.cfg.Local, Dst: dst, SrcPort: sport}
+	if ext != nil || fl.SetDatagramICRC(out) != nil {
 		return 0
 	}
 	e.lastSport = sport

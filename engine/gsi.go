@@ -54,8 +54,8 @@ func (e *Engine) SendGSI(to netip.Addr, mad []byte) error {
 		return errors.New("engine: a MAD is 256 bytes")
 	}
 	to = to.Unmap()
-	if !to.Is4() {
-		return errors.New("engine: GSI destination must be IPv4")
+	if !e.sameFamily(to) {
+		return errors.New("engine: GSI destination must be of the engine's address family")
 	}
 	if len(e.gsi.queue) >= gsiQueueMax {
 		return ErrGSIQueueFull

@@ -47,6 +47,7 @@ type QP struct {
 	req     requester
 	resp    responder
 	lastDst netip.Addr // the destination of a UD QP's last packet
+	ip      IPHeader   // the IP header of an RC QP's packets, of a UD QP's last (OutputIP)
 	path    *ccPath    // the congestion state shared with the QPs to the same peer (nil: none)
 }
 
@@ -311,6 +312,9 @@ func (qp *QP) Modify(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if err := checkAttrs(a, mask); err != nil {
 		return err
 	}
+	if err := qp.e.checkFamily(a, mask); err != nil {
+		return err
+	}
 	qp.setAttrs(a, mask)
 	if qp.typ == verbs.QPTRC && qp.e.cfg.SourcePort == 0 && qp.destQPN != 0 {
 		qp.sport = wire.SourcePort(qp.ah.FlowLabel, qp.num, qp.destQPN)
@@ -341,12 +345,6 @@ func checkAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 	if mask&verbs.AttrPathMTU != 0 && a.PathMTU.Bytes() == 0 {
 		return fmt.Errorf("engine: path MTU code %d: %w", a.PathMTU, verbs.ErrInvalidAttr)
 	}
-	if mask&verbs.AttrAV != 0 {
-		addr := a.AHAttr.DGID.Addr()
-		if !addr.Is4() {
-			return fmt.Errorf("engine: destination GID %v is not an IPv4-mapped GID: %w", a.AHAttr.DGID, verbs.ErrInvalidAttr)
-		}
-	}
 	if mask&verbs.AttrDestQPN != 0 && a.DestQPN > wire.QPNMask {
 		return fmt.Errorf("engine: dest QPN %#x wider than 24 bits: %w", a.DestQPN, verbs.ErrInvalidAttr)
 	}
@@ -371,6 +369,7 @@ func (qp *QP) setAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	if mask&verbs.AttrAV != 0 {
 		qp.ah = a.AHAttr
 		qp.remote = a.AHAttr.DGID.Addr()
+		qp.ip = ipHeaderOf(&a.AHAttr)
 	}
 	if mask&verbs.AttrPathMTU != 0 {
 		qp.mtu = a.PathMTU.Bytes()
@@ -776,7 +775,7 @@ func (e *Engine) Output(now int64, buf []byte) (n int, to netip.Addr, ok bool) {
 // application do only after the WQE completes (which needs the packet sent).
 // READ responses are copied: the responder's memory may change under them.
 func (e *Engine) OutputGather(now int64, buf []byte) (n int, ext []byte, to netip.Addr, sport uint16, ok bool) {
-	e.gather = true
+	e.gather = e.cfg.Local.Is4() // IPv6 flows are sealed whole (finishV6)
 	n, to, sport, ok = e.OutputFrom(now, buf)
 	e.gather = false
 	ext, e.ext = e.ext, nil
@@ -815,6 +814,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 		if n, to, ok := e.gsiOutput(buf); ok && n > 0 {
 			e.stats.TxPackets++
 			e.stats.TxBytes += uint64(n)
+			e.outIP = IPHeader{}
 			return n, to, e.lastSport, true
 		}
 	}
@@ -840,6 +840,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			if qp.typ == verbs.QPTUD {
 				to = qp.lastDst
 			}
+			e.outIP = qp.ip
 			if e.rrRun++; e.rrRun >= rrQuantum {
 				e.rrRun = 0
 				e.rr++

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"net/netip"
 
 	"github.com/goroce/goroce/verbs"
@@ -9,7 +8,8 @@ import (
 )
 
 // udReceive delivers a UD packet: Q_Key checked, a receive consumed, the GRH
-// area filled with the sender's IPv4 header in its last 20 bytes.
+// area filled with the sender's IPv4 header in its last 20 bytes, or over
+// IPv6 with its IPv6 header (fillGRH).
 func (qp *QP) udReceive(now int64, p *wire.Packet, from netip.Addr) {
 	_ = now
 	d := p.DETH()
@@ -27,16 +27,8 @@ func (qp *QP) udReceive(now int64, p *wire.Packet, from netip.Addr) {
 		return
 	}
 	var grh [40]byte
-	ip := grh[20:]
 	pl := p.Payload()
-	ip[0] = 0x45
-	binary.BigEndian.PutUint16(ip[2:], uint16(wire.IPv4UDPLen+len(p.Buf)))
-	binary.BigEndian.PutUint16(ip[6:], 0x4000)
-	ip[8], ip[9] = 64, wire.IPProtocolUDP
-	src, dst := from.Unmap().As4(), qp.e.cfg.Local.As4()
-	copy(ip[12:], src[:])
-	copy(ip[16:], dst[:])
-	wire.IPv4(ip).SetChecksum()
+	qp.e.fillGRH(&grh, from, len(p.Buf))
 	wc := verbs.WC{WRID: s.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: uint32(40 + len(pl)),
 		QPNum: uint32(qp.num), SrcQP: uint32(d.SrcQP()), Flags: verbs.WCFlagGRH}
 	if im := p.ImmDt(); im != nil {
@@ -80,7 +72,7 @@ func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
 	}
 	hl := h.Opcode.Info().HeaderLen
 	status := verbs.WCSuccess
-	if !dst.Is4() {
+	if !qp.e.sameFamily(dst) {
 		status = verbs.WCLocQPOpErr
 	} else if !qp.gather(hd, 0, buf[hl:hl+int(s.length)]) {
 		status = verbs.WCLocProtErr
@@ -90,6 +82,7 @@ func (qp *QP) udOutput(now int64, buf []byte) (int, bool) {
 		n = qp.e.finish(buf, int(s.length), dst, sport)
 		qp.req.psn = qp.req.psn.Add(1)
 		qp.lastDst = dst
+		qp.ip = ipHeaderOf(&ah)
 	}
 	wc := verbs.WC{WRID: wr.WRID, Status: status, Opcode: verbs.WCSend, QPNum: uint32(qp.num)}
 	signaled := status != verbs.WCSuccess || wr.Flags&verbs.SendSignaled != 0 || qp.sigAll
