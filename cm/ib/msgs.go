@@ -71,6 +71,11 @@ type REQ struct {
 	LocalACKTimeout         uint8    // 5 bits
 	Alternate               [44]byte // the alternate path, bytes 96-139 (zero on RoCE)
 	PrivateData             [REQPrivateSize]byte
+	// PrivateLen is goroce's extension in the reserved byte 4 (which
+	// Linux sends as 0 and ignores): 1 + how many bytes of PrivateData
+	// the sender's application gave (rdma_cm's header included), so
+	// that the receiver gets them exactly; 0: not said.
+	PrivateLen uint8
 }
 
 // Attr returns AttrREQ.
@@ -82,6 +87,7 @@ func (m *REQ) Marshal(b []byte) {
 	clear0(b)
 	be := binary.BigEndian
 	be.PutUint32(b[0:], m.LocalCommID)
+	b[4] = m.PrivateLen
 	be.PutUint64(b[8:], m.ServiceID)
 	be.PutUint64(b[16:], m.LocalCAGUID)
 	be.PutUint32(b[28:], m.LocalQKey)
@@ -143,6 +149,7 @@ func (m *REQ) unmarshal(b []byte) {
 		SL:                      b[94] >> 4,
 		SubnetLocal:             b[94]&8 != 0,
 		LocalACKTimeout:         b[95] >> 3,
+		PrivateLen:              b[4],
 	}
 	copy(m.PrimaryLocalGID[:], b[56:72])
 	copy(m.PrimaryRemoteGID[:], b[72:88])
@@ -167,6 +174,10 @@ type REP struct {
 	SRQ                bool
 	LocalCAGUID        uint64
 	PrivateData        [REPPrivateSize]byte
+	// PrivateLen is goroce's extension in the reserved byte 15: 1 + how
+	// many bytes of PrivateData the sender's application gave; 0: not
+	// said (see REQ.PrivateLen).
+	PrivateLen uint8
 }
 
 // Attr returns AttrREP.
@@ -181,6 +192,7 @@ func (m *REP) Marshal(b []byte) {
 	be.PutUint32(b[4:], m.RemoteCommID)
 	be.PutUint32(b[8:], m.LocalQKey)
 	put24(b[12:], m.LocalQPN)
+	b[15] = m.PrivateLen
 	put24(b[16:], m.LocalEECN)
 	put24(b[20:], m.StartingPSN)
 	b[24] = m.ResponderResources
@@ -208,6 +220,7 @@ func (m *REP) unmarshal(b []byte) {
 		RNRRetryCount:      b[27] >> 5,
 		SRQ:                b[27]&0x10 != 0,
 		LocalCAGUID:        be.Uint64(b[28:]),
+		PrivateLen:         b[15],
 	}
 	copy(m.PrivateData[:], b[36:CMSize])
 }
@@ -437,4 +450,14 @@ func marshalIDs(b []byte, l, r uint32, priv []byte) {
 	binary.BigEndian.PutUint32(b[0:], l)
 	binary.BigEndian.PutUint32(b[4:], r)
 	copy(b[8:], priv)
+}
+
+// Private returns the private data of a REQ or REP as its sender's
+// application gave it: pd cut to PrivateLen-1 bytes when the sender said
+// (PrivateLen), else all of pd.
+func Private(pd []byte, privateLen uint8) []byte {
+	if privateLen == 0 || int(privateLen)-1 > len(pd) {
+		return pd
+	}
+	return pd[:privateLen-1]
 }

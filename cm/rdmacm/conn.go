@@ -197,8 +197,9 @@ type Request struct {
 	from   netip.Addr
 	events chan Event
 	once   sync.Once
-	// PrivateData is the dialer's (56 bytes: rdma_cm does not say how
-	// many the application sent).
+	// PrivateData is the dialer's: as many bytes as it gave when it is
+	// goroce (which says how many, ib.REQ.PrivateLen), else 56 (rdma_cm
+	// does not say how many the application sent).
 	PrivateData []byte
 }
 
@@ -557,7 +558,7 @@ func (c *Conn) ready(rep ib.REP) error {
 	if cn == nil {
 		return fmt.Errorf("rdmacm: dial %v: %w", c.remote, ErrClosed)
 	}
-	c.peerPrivate = append([]byte(nil), rep.PrivateData[:]...)
+	c.peerPrivate = append([]byte(nil), ib.Private(rep.PrivateData[:], rep.PrivateLen)...)
 	p := ActivePlan(&req, &rep, c.remote.Addr())
 	if c.ackTimeout != 0 {
 		p[2].Attr.Timeout = c.ackTimeout
@@ -588,7 +589,8 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
 
 // PeerPrivateData returns the private data the peer sent with its REP
-// (Dial) or REQ (Accept).
+// (Dial) or REQ (Accept): exactly as many bytes as it gave when the peer is
+// goroce, else all the message carries (196 bytes of a REP, 56 of a REQ).
 func (c *Conn) PeerPrivateData() []byte { return c.peerPrivate }
 
 // Done is closed when the connection ends: closed here or disconnected by

@@ -156,7 +156,7 @@ func TestDialListen(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	ca := r.c
-	if string(ca.PeerPrivateData()[:7]) != "welcome" || ca.RemoteAddr() != netip.MustParseAddrPort("127.0.10.2:7174") {
+	if string(ca.PeerPrivateData()) != "welcome" || ca.RemoteAddr() != netip.MustParseAddrPort("127.0.10.2:7174") {
 		t.Fatalf("dialer sees %q from %v", ca.PeerPrivateData()[:7], ca.RemoteAddr())
 	}
 	qa, _ := a.qp.Query()

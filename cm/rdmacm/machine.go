@@ -378,6 +378,7 @@ func (m *Machine) Connect(now int64, p ConnectParams) (uint32, error) {
 	h := ib.CMAHeader{SrcPort: p.SrcPort, Src: m.cfg.Local, Dst: p.Peer}
 	h.Marshal(c.req.PrivateData[:])
 	copy(c.req.PrivateData[ib.CMAHeaderSize:], p.PrivateData)
+	c.req.PrivateLen = uint8(1 + ib.CMAHeaderSize + len(p.PrivateData))
 	m.conns[c.id] = c
 	m.sendTimed(now, c, &c.req, m.reqInterval())
 	if q := m.cfg.QuickRetry; q > 0 && q < c.interval {
@@ -421,6 +422,7 @@ func (m *Machine) Accept(now int64, id uint32, p AcceptParams) error {
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth, TargetACKDelay: 15,
 		RNRRetryCount: p.RNRRetryCount & 7, LocalCAGUID: m.cfg.GUID}
 	copy(c.rep.PrivateData[:], p.PrivateData)
+	c.rep.PrivateLen = uint8(1 + len(p.PrivateData))
 	c.state = StateREPSent
 	m.sendTimed(now, c, &c.rep, ib.TimeoutNanos(c.req.LocalCMResponseTimeout)+2*ib.TimeoutNanos(m.cfg.PacketLifeTime))
 	c.retries = min(int(c.req.MaxCMRetries), m.cfg.MaxRetries)
@@ -675,7 +677,7 @@ func (m *Machine) onREQ(now int64, tid uint64, r *ib.REQ, from netip.Addr) {
 	m.conns[c.id] = c
 	m.byRemote[key] = c.id
 	m.emit(Event{Kind: EvRequest, ID: c.id, Listener: l.id, From: from, REQ: *r, Header: hdr,
-		PrivateData: append([]byte(nil), r.PrivateData[ib.CMAHeaderSize:]...)})
+		PrivateData: reqPrivate(r)})
 }
 
 func (m *Machine) onREP(now int64, r *ib.REP, from netip.Addr) {
@@ -844,4 +846,15 @@ func (m *Machine) quickResend(now int64, c *conn) {
 func (m *Machine) sendTimed(now int64, c *conn, msg ib.Message, interval int64) {
 	c.last = m.send(c.peer, c.id, c.tid, msg)
 	c.interval, c.timerAt, c.retries = interval, now+interval, m.cfg.MaxRetries
+}
+
+// reqPrivate returns the application's private data of a REQ, after
+// rdma_cm's header: exactly as many bytes as the dialer gave when it said
+// (ib.REQ.PrivateLen), else all MaxREQPrivate.
+func reqPrivate(r *ib.REQ) []byte {
+	pd := ib.Private(r.PrivateData[:], r.PrivateLen)
+	if len(pd) < ib.CMAHeaderSize {
+		pd = r.PrivateData[:]
+	}
+	return append([]byte(nil), pd[ib.CMAHeaderSize:]...)
 }

@@ -156,7 +156,7 @@ func TestHandshake(t *testing.T) {
 	w.listen()
 	idA := w.connect(0x19)
 	req := w.take(&w.evB, EvRequest)
-	if req.From != addrA || string(req.PrivateData[:5]) != "hello" || len(req.PrivateData) != MaxREQPrivate ||
+	if req.From != addrA || string(req.PrivateData) != "hello" || req.REQ.PrivateLen != 1+ib.CMAHeaderSize+5 ||
 		req.Header.Src != addrA || req.Header.Dst != addrB || req.Header.SrcPort != 40000 {
 		t.Fatalf("request %+v", req)
 	}
@@ -179,7 +179,7 @@ func TestHandshake(t *testing.T) {
 	w.pump()
 	reply := w.take(&w.evA, EvReply)
 	if reply.REP.LocalQPN != 0x21 || reply.REP.StartingPSN != 0x222222 || reply.REP.RemoteCommID != idA ||
-		reply.REP.LocalCommID != req.ID || string(reply.REP.PrivateData[:2]) != "ok" || reply.REP.TargetACKDelay != 15 {
+		reply.REP.LocalCommID != req.ID || string(ib.Private(reply.REP.PrivateData[:], reply.REP.PrivateLen)) != "ok" || reply.REP.TargetACKDelay != 15 {
 		t.Fatalf("REP %+v", reply.REP)
 	}
 	// The QP plans of both ends meet: each sends from the PSN the other receives from.
@@ -636,4 +636,42 @@ func TestQuickREQRetries(t *testing.T) {
 		t.Fatalf("the REQ reached the listener %v after the dial, want 350ms", d)
 	}
 	w.none(w.evA)
+}
+
+// TestPrivateDataLength: goroce says how many bytes of private data it
+// sent (ib.REQ.PrivateLen, REP.PrivateLen), so the peer gets exactly them,
+// none included; a REQ that does not say (Linux's) gives all 56 bytes, and
+// one that says too few for rdma_cm's header is read whole.
+func TestPrivateDataLength(t *testing.T) {
+	for _, n := range []int{0, 1, 16, MaxREQPrivate} {
+		w := newWorld(t)
+		w.listen()
+		pd := make([]byte, n)
+		for i := range pd {
+			pd[i] = byte(i + 1)
+		}
+		if _, err := w.a.Connect(w.now, ConnectParams{Peer: addrB, ServiceID: testService, QPN: 0x19, PrivateData: pd}); err != nil {
+			t.Fatal(err)
+		}
+		w.pump()
+		req := w.take(&w.evB, EvRequest)
+		if string(req.PrivateData) != string(pd) {
+			t.Errorf("%d bytes sent, %d received", n, len(req.PrivateData))
+		}
+		rep := make([]byte, 3*n)
+		if err := w.b.Accept(w.now, req.ID, AcceptParams{QPN: 0x21, PrivateData: rep}); err != nil {
+			t.Fatal(err)
+		}
+		w.pump()
+		reply := w.take(&w.evA, EvReply)
+		if got := ib.Private(reply.REP.PrivateData[:], reply.REP.PrivateLen); len(got) != len(rep) {
+			t.Errorf("REP: %d bytes sent, %d received", len(rep), len(got))
+		}
+	}
+	for _, plen := range []uint8{0, 1, ib.CMAHeaderSize} { // not said; too few for the header
+		r := ib.REQ{PrivateLen: plen}
+		if got := reqPrivate(&r); len(got) != MaxREQPrivate {
+			t.Errorf("PrivateLen %d: %d bytes, want %d", plen, len(got), MaxREQPrivate)
+		}
+	}
 }
