@@ -94,6 +94,9 @@ type PathStat struct {
 	Lost      uint64 `json:"lost"`
 	Late      uint64 `json:"late"`
 	Errors    uint64 `json:"errors"`
+	// Slow counts the completed probes whose network RTT was above
+	// MaxP99 (to within a histogram bucket, about 9 %).
+	Slow uint64 `json:"slow,omitempty"`
 	// Loss is Lost/Sent (0 when nothing was sent).
 	Loss float64 `json:"loss"`
 	// P50 and P99 are network RTT quantiles of the completed probes (0
@@ -368,6 +371,9 @@ func (w *Window) Stats(now time.Time) []PathStat {
 		if n > 0 {
 			ps.P50 = quantile(&hist, n, 0.50)
 			ps.P99 = quantile(&hist, n, 0.99)
+			for b := rttBucket(w.o.MaxP99) + 1; b < rttBuckets; b++ {
+				ps.Slow += hist[b]
+			}
 		}
 		for l, ls := range p.labels {
 			var sent, lost uint32

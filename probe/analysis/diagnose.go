@@ -1,0 +1,508 @@
+package analysis
+
+import (
+	"math"
+	"sort"
+	"strings"
+)
+
+// Further component kinds (KindLink, KindHost and KindGroup are Localize's
+// too). A group is a ToR: every path with an end in it, inside the group
+// and across. An uplink is a ToR's links to the spine: the paths that cross
+// the group's boundary. The spine is every path between two groups.
+const (
+	KindUplink = "uplink"
+	KindSpine  = "spine"
+)
+
+// Directions of a host suspect: a host that only receives badly, only
+// sends badly, or both.
+const (
+	DirBoth    = "both"
+	DirSend    = "send"
+	DirReceive = "receive"
+)
+
+// Symptoms a verdict is about.
+const (
+	SymptomLoss = "loss"
+	SymptomRTT  = "rtt"
+)
+
+// Defaults of DiagnoseOptions.
+const (
+	DefaultConfidence  = 0.99
+	DefaultMargin      = 3.0 // log-likelihood: a ratio of about 20
+	DefaultMaxVerdicts = 32
+	DefaultMaxSeparate = 8
+	// SlowThreshold is the share of slow probes (RTT above MaxP99) above
+	// which a component is judged slow: a p99 over the threshold.
+	SlowThreshold = 0.01
+)
+
+// DiagnoseOptions configure Diagnose. Zero values take the defaults.
+type DiagnoseOptions struct {
+	// MaxLoss is the loss ratio above which a component is faulty (the
+	// SLA; default DefaultMaxLoss, negative for 0).
+	MaxLoss float64
+	// Confidence is how sure the binomial test must be that a
+	// component's loss ratio is above MaxLoss before it is named (default
+	// 0.99).
+	Confidence float64
+	// Margin is the log-likelihood within which two overlapping
+	// explanations are a tie: the verdict is then ambiguous between them
+	// (default 3, a likelihood ratio of about 20).
+	Margin float64
+	// MaxVerdicts bounds the verdicts (default 32); MaxSeparate the
+	// separating probes suggested per ambiguous verdict (default 8).
+	MaxVerdicts int
+	MaxSeparate int
+}
+
+func (o *DiagnoseOptions) defaults() {
+	if o.MaxLoss == 0 {
+		o.MaxLoss = DefaultMaxLoss
+	} else if o.MaxLoss < 0 {
+		o.MaxLoss = 0
+	}
+	if o.Confidence <= 0 || o.Confidence >= 1 {
+		o.Confidence = DefaultConfidence
+	}
+	if o.Margin <= 0 {
+		o.Margin = DefaultMargin
+	}
+	if o.MaxVerdicts <= 0 {
+		o.MaxVerdicts = DefaultMaxVerdicts
+	}
+	if o.MaxSeparate <= 0 {
+		o.MaxSeparate = DefaultMaxSeparate
+	}
+}
+
+// Suspect is one component a verdict names, with what its paths saw.
+type Suspect struct {
+	Kind string `json:"kind"`
+	// Name is "A->B" for a link, the host's or the group's name, or
+	// "spine".
+	Name string `json:"name"`
+	// Direction is a host's: DirBoth, DirSend or DirReceive.
+	Direction string `json:"direction,omitempty"`
+	// Paths, Probes and Bad are the paths the component lies on (among
+	// those not explained by an earlier verdict), their resolved probes,
+	// and those lost (or slow, for SymptomRTT); Ratio is Bad/Probes.
+	Paths  int     `json:"paths"`
+	Probes uint64  `json:"probes"`
+	Bad    uint64  `json:"bad"`
+	Ratio  float64 `json:"ratio"`
+	// Confidence is the binomial test's: how sure it is that the ratio
+	// of the component's paths is above the threshold.
+	Confidence float64 `json:"confidence"`
+	// Score is the log-likelihood the component gains by explaining its
+	// paths' loss (a tie within the margin is ambiguous).
+	Score float64 `json:"score"`
+}
+
+// Label is "kind name", with a host's direction when it is one way.
+func (s Suspect) Label() string {
+	if s.Kind == KindSpine {
+		return KindSpine
+	}
+	l := s.Kind + " " + s.Name
+	if s.Direction == DirSend {
+		l += " (sends)"
+	} else if s.Direction == DirReceive {
+		l += " (receives)"
+	}
+	return l
+}
+
+// Verdict is one fault: the suspect the probes point to, or several when
+// they cannot tell which (Ambiguous).
+type Verdict struct {
+	Symptom string `json:"symptom"`
+	// Suspects are the candidates, best first; more than one only when
+	// Ambiguous.
+	Suspects  []Suspect `json:"suspects"`
+	Ambiguous bool      `json:"ambiguous"`
+	// Confidence is the best suspect's.
+	Confidence float64 `json:"confidence"`
+	// Separate are host pairs ("A->B") not probed now whose probes would
+	// tell the suspects apart; Note says why there are none when
+	// Ambiguous (the topology cannot tell, or the probes are too few yet).
+	Separate []string `json:"separate,omitempty"`
+	Note     string   `json:"note,omitempty"`
+}
+
+// Key identifies a verdict across analyses: its symptom and suspects.
+func (v Verdict) Key() string {
+	var b strings.Builder
+	b.WriteString(v.Symptom)
+	for _, s := range v.Suspects {
+		b.WriteString("|")
+		b.WriteString(s.Label())
+	}
+	return b.String()
+}
+
+// String is "symptom: label" or "symptom: ambiguous between A, B".
+func (v Verdict) String() string {
+	if len(v.Suspects) == 0 {
+		return v.Symptom + ": nothing"
+	}
+	if !v.Ambiguous {
+		return v.Symptom + ": " + v.Suspects[0].Label()
+	}
+	l := make([]string, len(v.Suspects))
+	for i, s := range v.Suspects {
+		l[i] = s.Label()
+	}
+	return v.Symptom + ": ambiguous between " + strings.Join(l, ", ")
+}
+
+// suspect is a candidate component: what it is and which paths it lies on.
+type suspect struct {
+	kind, name, dir string
+}
+
+func (s suspect) covers(p *PathStat) bool {
+	cross := p.SrcGroup != p.DstGroup
+	switch s.kind {
+	case KindLink:
+		return LinkName(p.Src, p.Dst) == s.name
+	case KindHost:
+		switch s.dir {
+		case DirSend:
+			return p.Src == s.name
+		case DirReceive:
+			return p.Dst == s.name
+		}
+		return p.Src == s.name || p.Dst == s.name
+	case KindGroup:
+		return p.SrcGroup == s.name || p.DstGroup == s.name
+	case KindUplink:
+		return cross && (p.SrcGroup == s.name || p.DstGroup == s.name)
+	case KindSpine:
+		return cross
+	}
+	return false
+}
+
+// suspectsOf lists the components path p lies on.
+func suspectsOf(p *PathStat, out []suspect) []suspect {
+	out = append(out[:0],
+		suspect{KindLink, LinkName(p.Src, p.Dst), ""},
+		suspect{KindHost, p.Src, DirSend}, suspect{KindHost, p.Src, DirBoth},
+		suspect{KindHost, p.Dst, DirReceive}, suspect{KindHost, p.Dst, DirBoth},
+		suspect{KindGroup, p.SrcGroup, ""})
+	if p.SrcGroup != p.DstGroup {
+		out = append(out, suspect{KindGroup, p.DstGroup, ""},
+			suspect{KindUplink, p.SrcGroup, ""}, suspect{KindUplink, p.DstGroup, ""},
+			suspect{KindSpine, "spine", ""})
+	}
+	return out
+}
+
+// rank orders kinds on exact ties: coarser first (a tie is reported as
+// ambiguous anyway; this only fixes the order).
+func rank(k string) int {
+	switch k {
+	case KindSpine:
+		return 0
+	case KindUplink:
+		return 1
+	case KindGroup:
+		return 2
+	case KindHost:
+		return 3
+	}
+	return 4
+}
+
+// tally is a candidate's pooled counts over the unexplained paths.
+type tally struct {
+	paths  int
+	n, bad uint64
+}
+
+// Diagnose localises faults over the topology hosts (name -> group, every
+// host of the fabric, probed or not) from the paths' probes, for loss and
+// for RTT (probes slower than the SLA's p99 threshold, SlowThreshold of
+// them allowed). It returns the verdicts, loss first.
+//
+// The candidates are, for every path, its link, its ends as hosts (sending,
+// receiving, or both), its groups (ToRs), and for a path between groups
+// both groups' uplinks and the spine. A fault raises the loss ratio of the
+// paths through its component and of no other, so the probes' likelihood
+// is highest with the component whose paths are the lossy ones: a
+// candidate's score is its paths' probes times the Kullback-Leibler
+// divergence of their pooled loss ratio from the ratio of the healthy
+// paths (the log-likelihood ratio of "this component loses" against "it
+// does not"). Pooling is what makes gray loss name one component: each of
+// a ToR's paths alone loses too little to judge, all of them together do.
+//
+// Greedily, the best-scoring candidate whose pooled ratio the binomial
+// test puts above the threshold with Confidence is a verdict; its paths are
+// then explained and the next is sought. Candidates whose score is within
+// Margin of the best and whose lost probes are mostly the best's are as
+// likely: the verdict is ambiguous between them, and names the host pairs
+// not probed whose probes would tell them apart (none: the topology
+// cannot).
+func Diagnose(hosts map[string]string, paths []PathStat, o DiagnoseOptions) []Verdict {
+	o.defaults()
+	loss := func(p *PathStat) (uint64, uint64) { return p.Sent, p.Lost }
+	slow := func(p *PathStat) (uint64, uint64) { return p.Completed, p.Slow }
+	out := diagnose(hosts, paths, o, SymptomLoss, o.MaxLoss, loss)
+	if len(out) < o.MaxVerdicts {
+		o.MaxVerdicts -= len(out)
+		out = append(out, diagnose(hosts, paths, o, SymptomRTT, SlowThreshold, slow)...)
+	}
+	return out
+}
+
+func diagnose(hosts map[string]string, paths []PathStat, o DiagnoseOptions, symptom string, thr float64,
+	count func(*PathStat) (uint64, uint64)) []Verdict {
+	explained := make([]bool, len(paths))
+	var out []Verdict
+	var buf []suspect
+	for len(out) < o.MaxVerdicts {
+		base := baseline(paths, explained, thr, count)
+		tallies := map[suspect]*tally{}
+		for i := range paths {
+			p := &paths[i]
+			n, bad := count(p)
+			if explained[i] || n == 0 || p.Src == p.Dst {
+				continue
+			}
+			buf = suspectsOf(p, buf)
+			for _, s := range buf {
+				t := tallies[s]
+				if t == nil {
+					t = &tally{}
+					tallies[s] = t
+				}
+				t.paths++
+				t.n += n
+				t.bad += bad
+			}
+		}
+		var cands []Suspect
+		var keys []suspect
+		for s, t := range tallies {
+			if t.bad == 0 || float64(t.bad) <= thr*float64(t.n) {
+				continue
+			}
+			conf := 1 - binomialTail(t.n, t.bad, thr)
+			if conf < o.Confidence {
+				continue
+			}
+			ratio := float64(t.bad) / float64(t.n)
+			cands = append(cands, Suspect{Kind: s.kind, Name: s.name, Direction: s.dir, Paths: t.paths, Probes: t.n, Bad: t.bad,
+				Ratio: ratio, Confidence: conf, Score: float64(t.n) * kl(ratio, base)})
+			keys = append(keys, s)
+		}
+		if len(cands) == 0 {
+			break
+		}
+		best := 0
+		for i := range cands {
+			if better(cands[i], cands[best]) {
+				best = i
+			}
+		}
+		v := Verdict{Symptom: symptom, Suspects: []Suspect{cands[best]}, Confidence: cands[best].Confidence}
+		var ties []suspect
+		for i, c := range cands {
+			if i == best || cands[best].Score-c.Score > o.Margin {
+				continue
+			}
+			if shared(paths, explained, keys[best], keys[i], count) > c.Bad/2 {
+				v.Suspects = append(v.Suspects, c)
+				ties = append(ties, keys[i])
+			}
+		}
+		v.Suspects, ties = oneHost(v.Suspects, ties)
+		if len(v.Suspects) > 1 {
+			v.Ambiguous = true
+			sort.Slice(v.Suspects[1:], func(a, b int) bool { return better(v.Suspects[1+a], v.Suspects[1+b]) })
+			v.Separate, v.Note = separate(hosts, paths, append([]suspect{keys[best]}, ties...), o.MaxSeparate)
+		}
+		for i := range paths {
+			if !explained[i] && keys[best].covers(&paths[i]) {
+				explained[i] = true
+			}
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// oneHost folds the directions of one host that tie (its sends unseen, as
+// when its agent is down) into the host as a whole, keeping the best's
+// place.
+func oneHost(sus []Suspect, ties []suspect) ([]Suspect, []suspect) {
+	if len(sus) < 2 {
+		return sus, ties
+	}
+	for i := 1; i < len(sus); i++ {
+		if sus[i].Kind == KindHost && sus[0].Kind == KindHost && sus[i].Name == sus[0].Name {
+			if sus[i].Direction == DirBoth {
+				sus[0].Direction = DirBoth
+			}
+			sus = append(sus[:i], sus[i+1:]...)
+			ties = append(ties[:i-1], ties[i:]...)
+			i--
+		}
+	}
+	return sus, ties
+}
+
+// better orders candidates: higher score, then coarser kind, then name.
+func better(a, b Suspect) bool {
+	if a.Score != b.Score {
+		return a.Score > b.Score
+	}
+	if rank(a.Kind) != rank(b.Kind) {
+		return rank(a.Kind) < rank(b.Kind)
+	}
+	if a.Name != b.Name {
+		return a.Name < b.Name
+	}
+	return a.Direction < b.Direction
+}
+
+// baseline is the pooled ratio of the unexplained paths at or under the
+// threshold: what a healthy path loses. It is at least 1e-6 (a log of it
+// is taken).
+func baseline(paths []PathStat, explained []bool, thr float64, count func(*PathStat) (uint64, uint64)) float64 {
+	var n, bad uint64
+	for i := range paths {
+		pn, pb := count(&paths[i])
+		if explained[i] || pn == 0 || float64(pb) > thr*float64(pn) {
+			continue
+		}
+		n += pn
+		bad += pb
+	}
+	if n == 0 {
+		return 1e-6
+	}
+	return max(float64(bad)/float64(n), 1e-6)
+}
+
+// shared counts the bad probes of the unexplained paths both a and b lie on.
+func shared(paths []PathStat, explained []bool, a, b suspect, count func(*PathStat) (uint64, uint64)) uint64 {
+	var s uint64
+	for i := range paths {
+		p := &paths[i]
+		if !explained[i] && a.covers(p) && b.covers(p) {
+			_, bad := count(p)
+			s += bad
+		}
+	}
+	return s
+}
+
+// kl is the Kullback-Leibler divergence of Bernoulli(p) from Bernoulli(q).
+func kl(p, q float64) float64 {
+	d := 0.0
+	if p > 0 {
+		d += p * math.Log(p/q)
+	}
+	if p < 1 {
+		d += (1 - p) * math.Log((1-p)/(1-q))
+	}
+	return max(d, 0)
+}
+
+// binomialTail is P(X >= k) for X ~ Binomial(n, p), summed in log space
+// from k up until the terms no longer count (or, below the mean, as one
+// minus the sum from k-1 down).
+func binomialTail(n, k uint64, p float64) float64 {
+	if k == 0 {
+		return 1
+	}
+	if k > n {
+		return 0
+	}
+	if p <= 0 {
+		return 0
+	}
+	if p >= 1 {
+		return 1
+	}
+	lp, lq := math.Log(p), math.Log1p(-p)
+	nf := float64(n)
+	lgn, _ := math.Lgamma(nf + 1)
+	term := func(i uint64) float64 {
+		x := float64(i)
+		a, _ := math.Lgamma(x + 1)
+		b, _ := math.Lgamma(nf - x + 1)
+		return math.Exp(lgn - a - b + x*lp + (nf-x)*lq)
+	}
+	sum := 0.0
+	if float64(k) >= nf*p {
+		for i := k; i <= n; i++ {
+			t := term(i)
+			sum += t
+			if t < sum*1e-12 {
+				break
+			}
+		}
+		return min(sum, 1)
+	}
+	for i := k - 1; ; i-- {
+		t := term(i)
+		sum += t
+		if t < sum*1e-12 || i == 0 {
+			break
+		}
+	}
+	return max(1-sum, 0)
+}
+
+// separate returns up to max host pairs of the topology, not among the
+// paths probed, that some of the suspects lie on and others do not: probes
+// there would tell them apart. With none, note says why.
+func separate(hosts map[string]string, paths []PathStat, sus []suspect, max int) (pairs []string, note string) {
+	probed := make(map[[2]string]bool, len(paths))
+	for i := range paths {
+		probed[[2]string{paths[i].Src, paths[i].Dst}] = true
+	}
+	names := make([]string, 0, len(hosts))
+	for h := range hosts {
+		names = append(names, h)
+	}
+	sort.Strings(names)
+	telling := 0
+	for _, s := range names {
+		for _, d := range names {
+			if s == d {
+				continue
+			}
+			p := PathStat{Src: s, Dst: d, SrcGroup: hosts[s], DstGroup: hosts[d]}
+			on := 0
+			for _, x := range sus {
+				if x.covers(&p) {
+					on++
+				}
+			}
+			if on == 0 || on == len(sus) {
+				continue
+			}
+			telling++
+			if !probed[[2]string{s, d}] {
+				pairs = append(pairs, LinkName(s, d))
+				if len(pairs) >= max {
+					return pairs, ""
+				}
+			}
+		}
+	}
+	switch {
+	case len(pairs) > 0:
+		return pairs, ""
+	case telling == 0:
+		return nil, "no probe can tell them apart: every path of the topology through one goes through all"
+	}
+	return nil, "the probes on the paths that would tell them apart are too few yet"
+}
