@@ -185,5 +185,12 @@ func appendExtLine(b []byte, w *wire.Packet) []byte {
 		b = appendHex(b, uint64(h.RKey()), 8)
 		b = append(b, ']')
 	}
+	if h := w.FETH(); h != nil {
+		b = append(b, " FETH[type="...)
+		b = appendInt(b, int(h.PlacementType()))
+		b = append(b, " sel="...)
+		b = appendInt(b, int(h.Selectivity()))
+		b = append(b, ']')
+	}
 	return b
 }

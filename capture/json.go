@@ -13,7 +13,7 @@ import (
 //	frame, time, src, dst, sport, dport, ip_version, opcode, opcode_name,
 //	bth{opcode,se,m,pad,tver,pkey,fecn,becn,resv6a,dqpn,ackreq,resv7,psn},
 //	ext{RETH{va,rkey,dlen}, AETH{syndrome,msn}, AtomicETH{va,rkey,swap_add,compare},
-//	    AtomicAckETH{orig}, DETH{qkey,reserved,srcqp}, ImmDt{imm}, IETH{rkey},
+//	    AtomicAckETH{orig}, DETH{qkey,reserved,srcqp}, ImmDt{imm}, IETH{rkey}, FETH{type,sel},
 //	    RDETH{eec}, CNPPad{nonzero}},
 //	payload_len, icrc_hex, icrc_ok, error
 //
@@ -163,6 +163,11 @@ func appendExtJSON(b []byte, w *wire.Packet) []byte {
 	}
 	if h := w.IETH(); h != nil {
 		b = jsonOpen(b, &first, "IETH", "rkey", uint64(h.RKey()))
+		b = append(b, '}')
+	}
+	if h := w.FETH(); h != nil {
+		b = jsonOpen(b, &first, "FETH", "type", uint64(h.PlacementType()))
+		b = jsonField(b, "sel", uint64(h.Selectivity()))
 		b = append(b, '}')
 	}
 	if pad := cnpPad(w); pad != nil {

@@ -320,6 +320,11 @@ func appendTransportVerbose(b []byte, p *Packet) []byte {
 		b = heading(b, 1, "IETH")
 		b = fieldHex(b, 2, "R_Key to invalidate", uint64(h.RKey()), 8)
 	}
+	if h := w.FETH(); h != nil {
+		b = heading(b, 1, "FETH")
+		b = fieldInt(b, 2, "placement type (1 global, 2 persistent)", int(h.PlacementType()))
+		b = fieldInt(b, 2, "selectivity level (0 range, 1 memory region)", int(h.Selectivity()))
+	}
 	if pad := cnpPad(w); pad != nil {
 		b = line(b, 1, "CNP reserved: 16 bytes")
 		if !isZero(pad) {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/goroce/goroce/wire"
@@ -210,4 +211,42 @@ func TestFramingGolden(t *testing.T) {
 		out = append(AppendVerbose(out, &p), '\n')
 	}
 	checkGolden(t, "framing.txt", out)
+}
+
+// TestNamesFlushAtomicWrite: the one-line, JSON and verbose decodings name
+// FLUSH and ATOMIC WRITE and show the FETH.
+func TestNamesFlushAtomicWrite(t *testing.T) {
+	flow := wire.Flow{SrcMAC: wire.MAC{2, 0, 0, 0, 0, 1}, DstMAC: wire.MAC{2, 0, 0, 0, 0, 2},
+		Src: netip.AddrFrom4([4]byte{10, 0, 0, 1}), Dst: netip.AddrFrom4([4]byte{10, 0, 0, 2}), SrcPort: 0xC000}
+	h := wire.Header{Opcode: wire.RCFlush, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: 3, AckReq: true,
+		FlushType: wire.FlushGlobal, FlushLevel: wire.FlushMR, RETH: wire.RETHFields{VA: 0x1000, RKey: 0x2233, DMALen: 64}}
+	fl, err := wire.AppendFrame(nil, &flow, &h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = wire.Header{Opcode: wire.RCAtomicWrite, PKey: wire.DefaultPKey, DestQP: 0x11, PSN: 4, AckReq: true,
+		RETH: wire.RETHFields{VA: 0x2000, RKey: 0x2233, DMALen: 8}}
+	aw, err := wire.AppendFrame(nil, &flow, &h, make([]byte, 8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		b    []byte
+		want []string
+	}{
+		{fl, []string{"RC_FLUSH(0x1c)", "FETH[type=1 sel=1]", `"FETH":{"type":1,"sel":1}`, "placement type (1 global, 2 persistent): 1"}},
+		{aw, []string{"RC_ATOMIC_WRITE(0x1d)", "dlen=8", "payload=8"}},
+	} {
+		pk := decodeOne(LinkEthernet, c.b, 0)
+		p := &pk
+		if !p.Parsed || p.Err != nil || p.ICRC != ICRCOK {
+			t.Fatalf("decode: parsed %v err %v icrc %v", p.Parsed, p.Err, p.ICRC)
+		}
+		out := string(AppendLine(nil, p)) + "\n" + string(AppendJSON(nil, p)) + "\n" + string(AppendVerbose(nil, p))
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("decoding lacks %q:\n%s", w, out)
+			}
+		}
+	}
 }

@@ -24,6 +24,9 @@ type Header struct {
 	AtomicAck uint64 // original remote data of an ATOMIC ACKNOWLEDGE
 	Imm       uint32 // immediate data
 	IETH      uint32 // R_Key to invalidate
+	// FETH of a FLUSH: placement type (FlushGlobal, FlushPersistent) and
+	// selectivity level (FlushRange, FlushMR).
+	FlushType, FlushLevel uint8
 }
 
 // DefaultPKey is the default partition key, the one RoCE uses.
@@ -89,6 +92,9 @@ func (h *Header) Load(p *Packet) {
 	if i := p.IETH(); i != nil {
 		h.IETH = i.RKey()
 	}
+	if f := p.FETH(); f != nil {
+		h.FlushType, h.FlushLevel = f.PlacementType(), f.Selectivity()
+	}
 }
 
 // TransportLen returns the length of the transport packet (BTH to ICRC) that
@@ -150,7 +156,7 @@ func AppendTransport(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if m&HasImmDt != 0 {
 		ImmDt(b[info.offsets[hImmDt]:]).SetImm(h.Imm)
 	}
-	if m&(HasRDETH|HasDETH|HasAtomicETH|HasAtomicAckETH|HasIETH|HasCNPPad) != 0 {
+	if m&(HasRDETH|HasDETH|HasAtomicETH|HasAtomicAckETH|HasIETH|HasCNPPad|HasFETH) != 0 {
 		putOtherHeaders(b, info, h)
 	}
 	off := info.HeaderLen + len(payload)
@@ -183,6 +189,9 @@ func putOtherHeaders(b []byte, info *OpcodeInfo, h *Header) {
 	}
 	if m&HasIETH != 0 {
 		IETH(b[info.offsets[hIETH]:]).SetRKey(h.IETH)
+	}
+	if m&HasFETH != 0 {
+		FETH(b[info.offsets[hFETH]:]).Set(h.FlushType, h.FlushLevel)
 	}
 	if m&HasCNPPad != 0 {
 		clear(b[info.offsets[hCNPPad] : int(info.offsets[hCNPPad])+CNPPadLen])

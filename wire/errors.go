@@ -40,6 +40,7 @@ var (
 	ErrTruncatedImmDt        = newErr("wire: truncated ImmDt", ErrTruncated)
 	ErrTruncatedIETH         = newErr("wire: truncated IETH", ErrTruncated)
 	ErrTruncatedCNP          = newErr("wire: truncated CNP reserved field", ErrTruncated)
+	ErrTruncatedFETH         = newErr("wire: truncated FETH", ErrTruncated)
 	ErrTruncatedICRC         = newErr("wire: truncated ICRC", ErrTruncated)
 
 	ErrUnknownOpcode     = newErr("wire: unknown opcode", ErrMalformed)

@@ -33,6 +33,8 @@ const (
 	RCFetchAdd           = Opcode(0x14)
 	RCSendLastInvalidate = Opcode(0x16)
 	RCSendOnlyInvalidate = Opcode(0x17)
+	RCFlush              = Opcode(0x1C) // FETH and RETH; answered by an empty RDMA READ RESPONSE ONLY
+	RCAtomicWrite        = Opcode(0x1D) // RETH and 8 bytes of payload; answered as FLUSH
 	UCSendFirst          = Opcode(0x20)
 	UCSendMiddle         = Opcode(0x21)
 	UCSendLast           = Opcode(0x22)
@@ -93,10 +95,12 @@ const (
 	OpFetchAdd
 	OpResync
 	OpCNP
+	OpFlush       // FLUSH (IBA A19, 0x1C): placement of earlier writes
+	OpAtomicWrite // ATOMIC WRITE (IBA A19, 0x1D): 8 bytes written atomically
 )
 
 var operationNames = [...]string{"none", "SEND", "RDMA_WRITE", "RDMA_READ_REQUEST", "RDMA_READ_RESPONSE",
-	"ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "COMPARE_SWAP", "FETCH_ADD", "RESYNC", "CNP"}
+	"ACKNOWLEDGE", "ATOMIC_ACKNOWLEDGE", "COMPARE_SWAP", "FETCH_ADD", "RESYNC", "CNP", "FLUSH", "ATOMIC_WRITE"}
 
 // String returns the operation's name in the style of the opcode names.
 func (o Operation) String() string {
@@ -149,16 +153,21 @@ const (
 	HasImmDt
 	HasIETH
 	HasCNPPad
+	HasFETH    // FLUSH: placement type and selectivity level; it precedes the RETH
 	numHeaders = iota
 )
 
 // headerLens[i] is the length of the header with bit i.
-var headerLens = [numHeaders]uint8{RDETHLen, DETHLen, RETHLen, AtomicETHLen, AETHLen, AtomicAckETHLen, ImmDtLen, IETHLen, CNPPadLen}
+var headerLens = [numHeaders]uint8{RDETHLen, DETHLen, RETHLen, AtomicETHLen, AETHLen, AtomicAckETHLen, ImmDtLen, IETHLen, CNPPadLen, FETHLen}
 
-var headerNames = [numHeaders]string{"RDETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPPad"}
+var headerNames = [numHeaders]string{"RDETH", "DETH", "RETH", "AtomicETH", "AETH", "AtomicAckETH", "ImmDt", "IETH", "CNPPad", "FETH"}
 
 var headerTruncErrs = [numHeaders]*Error{ErrTruncatedRDETH, ErrTruncatedDETH, ErrTruncatedRETH, ErrTruncatedAtomicETH,
-	ErrTruncatedAETH, ErrTruncatedAtomicAckETH, ErrTruncatedImmDt, ErrTruncatedIETH, ErrTruncatedCNP}
+	ErrTruncatedAETH, ErrTruncatedAtomicAckETH, ErrTruncatedImmDt, ErrTruncatedIETH, ErrTruncatedCNP, ErrTruncatedFETH}
+
+// headerOrder lists the header bits in the order the headers follow the BTH
+// (the FETH, the last bit, goes before the RETH, as in IBA A19 and rxe).
+var headerOrder = [numHeaders]int{hRDETH, hDETH, hFETH, hRETH, hAtomicETH, hAETH, hAtomicAckETH, hImmDt, hIETH, hCNPPad}
 
 // String lists the headers, e.g. "RETH|ImmDt".
 func (m HeaderMask) String() string {
@@ -264,6 +273,8 @@ var opDefs = map[uint8]opDef{
 	0x14: {"FETCH_ADD", OpFetchAdd, PosNone, HasAtomicETH, false, false},
 	0x16: {"SEND_LAST_WITH_INVALIDATE", OpSend, PosLast, HasIETH, true, false},
 	0x17: {"SEND_ONLY_WITH_INVALIDATE", OpSend, PosOnly, HasIETH, true, false},
+	0x1C: {"FLUSH", OpFlush, PosNone, HasFETH | HasRETH, false, false},
+	0x1D: {"ATOMIC_WRITE", OpAtomicWrite, PosNone, HasRETH, true, false},
 }
 
 var opcodeTable = buildOpcodeTable()
@@ -301,7 +312,7 @@ func buildOpcodeTable() (t [numOpcodes]OpcodeInfo) {
 			continue
 		}
 		off := BTHLen
-		for b := 0; b < numHeaders; b++ {
+		for _, b := range headerOrder {
 			if info.Headers&(1<<b) != 0 {
 				info.offsets[b] = uint8(off)
 				off += int(headerLens[b])

@@ -57,7 +57,7 @@ func Parse(b []byte, p *Packet) error {
 			return ErrTruncatedICRC
 		}
 		off := BTHLen
-		for i := 0; i < numHeaders; i++ {
+		for _, i := range headerOrder {
 			if info.Headers&(1<<i) == 0 {
 				continue
 			}
@@ -132,6 +132,7 @@ const (
 	hImmDt
 	hIETH
 	hCNPPad
+	hFETH
 )
 
 // CheckPMTU applies the path-MTU rules of IBA 9.7.7 to a parsed packet for a
@@ -215,6 +216,9 @@ func (p *Packet) ImmDt() ImmDt { return p.ext(hImmDt, ImmDtLen) }
 
 // IETH returns the IETH, or nil when the opcode carries none.
 func (p *Packet) IETH() IETH { return p.ext(hIETH, IETHLen) }
+
+// FETH returns the FETH of a FLUSH, or nil when the opcode carries none.
+func (p *Packet) FETH() FETH { return p.ext(hFETH, FETHLen) }
 
 // PayloadOffset returns the offset of the payload from the start of the BTH.
 func (p *Packet) PayloadOffset() int { return p.Info.HeaderLen }

@@ -86,8 +86,9 @@ func TestOpcodeTable(t *testing.T) {
 			t.Errorf("%v: request/response wrong", o)
 		}
 	}
-	// RC 23 + UC 12 + RD 22 (0x40-0x54 without 0x15, plus RESYNC) + UD 2 + CNP 1.
-	if valid != 23+12+21+1+2+1 {
+	// RC 25 (FLUSH and ATOMIC WRITE included) + UC 12 + RD 22 (0x40-0x54
+	// without 0x15, plus RESYNC) + UD 2 + CNP 1.
+	if valid != 25+12+21+1+2+1 {
 		t.Errorf("%d valid opcodes", valid)
 	}
 	if Opcode(0x15).Valid() || Opcode(0x18).Valid() || Opcode(0x66).Valid() {
@@ -162,7 +163,7 @@ func TestTruncation(t *testing.T) {
 			default:
 				// The header that does not fit before the last four bytes.
 				off := BTHLen
-				for b := 0; b < numHeaders; b++ {
+				for _, b := range headerOrder {
 					if info.Headers&(1<<b) == 0 {
 						continue
 					}
@@ -394,5 +395,45 @@ func TestDatagramICRC(t *testing.T) {
 func TestMACString(t *testing.T) {
 	if s := (MAC{2, 0, 0, 0, 0xab, 1}).String(); s != "02:00:00:00:ab:01" {
 		t.Error(s)
+	}
+}
+
+// TestFlushAtomicWriteLayout checks FLUSH (0x1C) and ATOMIC WRITE (0x1D)
+// as rdma_rxe lays them out: FLUSH is BTH, FETH, RETH (32 bytes of headers)
+// without payload; ATOMIC WRITE is BTH, RETH and 8 bytes of payload.
+func TestFlushAtomicWriteLayout(t *testing.T) {
+	fl := RCFlush.Info()
+	if fl.Name != "RC_FLUSH" || fl.HeaderLen != BTHLen+FETHLen+RETHLen || fl.Offset(HasFETH) != BTHLen || fl.Offset(HasRETH) != BTHLen+FETHLen || fl.Payload {
+		t.Fatalf("FLUSH: %+v", *fl)
+	}
+	aw := RCAtomicWrite.Info()
+	if aw.Name != "RC_ATOMIC_WRITE" || aw.HeaderLen != BTHLen+RETHLen || !aw.Payload || !aw.Request {
+		t.Fatalf("ATOMIC WRITE: %+v", *aw)
+	}
+	h := Header{Opcode: RCFlush, PKey: DefaultPKey, DestQP: 0x12, PSN: 7, AckReq: true, FlushType: FlushGlobal | FlushPersistent, FlushLevel: FlushMR,
+		RETH: RETHFields{VA: 0x1000, RKey: 0x3344, DMALen: 64}}
+	b, err := AppendTransport(nil, &h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b[BTHLen : BTHLen+4]; got[0] != 0 || got[1] != 0 || got[2] != 0 || got[3] != 0x13 {
+		t.Fatalf("FETH bytes % x, want 00 00 00 13", got)
+	}
+	var p Packet
+	if err := Parse(b, &p); err != nil {
+		t.Fatal(err)
+	}
+	var back Header
+	back.Load(&p)
+	if back != h {
+		t.Fatalf("round trip %+v, want %+v", back, h)
+	}
+	h = Header{Opcode: RCAtomicWrite, PKey: DefaultPKey, DestQP: 0x12, PSN: 8, AckReq: true, RETH: RETHFields{VA: 0x2000, RKey: 9, DMALen: 8}}
+	b, err = AppendTransport(nil, &h, []byte{1, 2, 3, 4, 5, 6, 7, 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Parse(b, &p); err != nil || p.PayloadLen != 8 || p.Payload()[7] != 8 {
+		t.Fatalf("ATOMIC WRITE parse: %v, payload %d", err, p.PayloadLen)
 	}
 }
