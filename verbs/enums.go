@@ -52,6 +52,9 @@ const (
 	WCFetchAdd        WCOpcode = 4
 	WCBindMW          WCOpcode = 5
 	WCLocalInv        WCOpcode = 6
+	WCFlush           WCOpcode = 8  // IBV_WC_FLUSH
+	WCAtomicWrite     WCOpcode = 9  // IBV_WC_ATOMIC_WRITE
+	WCRegMR           WCOpcode = 10 // IB_WC_REG_MR (a fast-register WR; kernel verbs only in libibverbs)
 	WCRecv            WCOpcode = 128
 	WCRecvRDMAWithImm WCOpcode = 129
 )
@@ -64,7 +67,8 @@ func (o WCOpcode) String() string {
 	case WCRecvRDMAWithImm:
 		return "RECV_RDMA_WITH_IMM"
 	}
-	return name([]string{"SEND", "RDMA_WRITE", "RDMA_READ", "COMP_SWAP", "FETCH_ADD", "BIND_MW", "LOCAL_INV"}, int(o), "WCOpcode")
+	return name([]string{"SEND", "RDMA_WRITE", "RDMA_READ", "COMP_SWAP", "FETCH_ADD", "BIND_MW", "LOCAL_INV", "TSO",
+		"FLUSH", "ATOMIC_WRITE", "REG_MR"}, int(o), "WCOpcode")
 }
 
 // WCFlags are work completion flags (enum ibv_wc_flags).
@@ -93,13 +97,71 @@ const (
 	WRLocalInv          WROpcode = 7
 	WRBindMW            WROpcode = 8
 	WRSendWithInv       WROpcode = 9
+	// WRFlush asks the responder to make earlier writes to a range (or a
+	// whole region) visible or persistent (IBV_WR_FLUSH, IBA A19).
+	WRFlush WROpcode = 14
+	// WRAtomicWrite writes 8 bytes atomically (IBV_WR_ATOMIC_WRITE).
+	WRAtomicWrite WROpcode = 15
+	// WRRegMR fast-registers a memory region (IB_WR_REG_MR, a kernel verb:
+	// libibverbs has none).
+	WRRegMR WROpcode = 0x20
 )
 
 // String returns the opcode name, e.g. "RDMA_WRITE_WITH_IMM".
 func (o WROpcode) String() string {
+	switch o {
+	case WRFlush:
+		return "FLUSH"
+	case WRAtomicWrite:
+		return "ATOMIC_WRITE"
+	case WRRegMR:
+		return "REG_MR"
+	}
 	return name([]string{"RDMA_WRITE", "RDMA_WRITE_WITH_IMM", "SEND", "SEND_WITH_IMM", "RDMA_READ",
 		"ATOMIC_CMP_AND_SWP", "ATOMIC_FETCH_AND_ADD", "LOCAL_INV", "BIND_MW", "SEND_WITH_INV"}, int(o), "WROpcode")
 }
+
+// Placement types of a FLUSH (SendWR.FlushType; enum ib_placement_type).
+const (
+	FlushGlobal     uint8 = 1 << 0 // global visibility
+	FlushPersistent uint8 = 1 << 1 // persistence
+)
+
+// Selectivity levels of a FLUSH (SendWR.FlushLevel; enum
+// ib_selectivity_level).
+const (
+	FlushRange uint8 = 0 // RemoteAddr and FlushLen
+	FlushMR    uint8 = 1 // the whole region RKey names
+)
+
+// MWType is a memory window type (enum ibv_mw_type).
+type MWType uint8
+
+// Memory window types.
+const (
+	MWType1 MWType = 1 // bound with QP.BindMW (ibv_bind_mw); cannot be invalidated
+	MWType2 MWType = 2 // bound with a BIND_MW work request to one QP; invalidated remotely or locally
+)
+
+// DeviceCap is a set of device capability flags (enum ibv_device_cap_flags
+// and the extended flags of ibv_query_device_ex).
+type DeviceCap uint64
+
+// Device capabilities.
+const (
+	DeviceCapRCRNRNAKGen      DeviceCap = 1 << 12
+	DeviceCapMemWindow        DeviceCap = 1 << 17
+	DeviceCapMemMgtExtensions DeviceCap = 1 << 21 // fast registration, LOCAL_INV, SEND_WITH_INV
+	DeviceCapMemWindowType2A  DeviceCap = 1 << 23
+	DeviceCapMemWindowType2B  DeviceCap = 1 << 24
+	DeviceCapFlushGlobal      DeviceCap = 1 << 38 // IB_UVERBS_DEVICE_FLUSH_GLOBAL
+	DeviceCapFlushPersistent  DeviceCap = 1 << 39 // IB_UVERBS_DEVICE_FLUSH_PERSISTENT
+	DeviceCapAtomicWrite      DeviceCap = 1 << 40 // IB_UVERBS_DEVICE_ATOMIC_WRITE
+)
+
+// IncRKey returns key with its low 8 bits (the key part a consumer owns)
+// advanced by one, the index part kept (ibv_inc_rkey, ib_inc_rkey).
+func IncRKey(key uint32) uint32 { return key&^0xFF | (key+1)&0xFF }
 
 // SendFlags are send work request flags (enum ibv_send_flags).
 type SendFlags uint32
@@ -125,6 +187,11 @@ const (
 	AccessMWBind       AccessFlags = 1 << 4
 	AccessZeroBased    AccessFlags = 1 << 5
 	AccessOnDemand     AccessFlags = 1 << 6
+	// AccessFlushGlobal and AccessFlushPersistent let a remote FLUSH of
+	// that placement type name the region (IB_ACCESS_FLUSH_*), and a QP
+	// take such FLUSHes.
+	AccessFlushGlobal     AccessFlags = 1 << 8
+	AccessFlushPersistent AccessFlags = 1 << 9
 )
 
 // QPState is a queue pair state (enum ibv_qp_state).

@@ -55,6 +55,9 @@ type DeviceAttr struct {
 	// CompletionTimestamps says whether and how the device stamps its
 	// work completions (WC.Timestamp).
 	CompletionTimestamps TimestampKind
+	// CapFlags are the device's capability flags (memory windows, fast
+	// registration, FLUSH and ATOMIC_WRITE among them).
+	CapFlags DeviceCap
 }
 
 // TimestampKind says where a device's completion timestamps come from.

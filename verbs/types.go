@@ -59,6 +59,90 @@ type SendWR struct {
 	AH         AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
+	// FLUSH: the range [RemoteAddr, RemoteAddr+FlushLen) of RKey's region
+	// (FlushLevel FlushRange) or the whole region (FlushMR), made visible
+	// (FlushType FlushGlobal) or persistent (FlushPersistent). ATOMIC_WRITE
+	// takes its 8 bytes from SGList (one 8-byte SGE, or inline).
+	FlushLen   uint32
+	FlushType  uint8
+	FlushLevel uint8
+	// REG_MR: the fast registration (ib_reg_wr). BIND_MW: the type 2
+	// window's bind (ibv_mw_bind_info with the window and its new R_Key).
+	// Copied at post time.
+	Reg  *RegMRWR
+	Bind *BindMWWR
+	// LOCAL_INV invalidates InvalidateRKey, as SEND_WITH_INV does remotely.
+}
+
+// RegMRWR is what a REG_MR work request registers (struct ib_reg_wr): a
+// region from PD.AllocMR, whose pages MapSG set, under Key (the MR's index
+// part with a new 8-bit key part: IncRKey) with Access.
+type RegMRWR struct {
+	MR     FastRegMR
+	Key    uint32
+	Access AccessFlags
+}
+
+// BindMWWR binds a memory window (struct ibv_mw_bind with its
+// ibv_mw_bind_info): Length bytes of MR at Addr, with Access, under RKey.
+// For a type 2 window (a BIND_MW work request) RKey is the window's new key
+// (IncRKey of its current one); QP.BindMW picks it for a type 1 window. An
+// MR of nil or a zero Length unbinds a type 1 window.
+type BindMWWR struct {
+	MW     MW
+	RKey   uint32
+	MR     MR
+	Addr   uint64
+	Length uint64
+	Access AccessFlags
+}
+
+// MW is a memory window (struct ibv_mw).
+type MW interface {
+	RKey() uint32
+	Type() MWType
+	// Dealloc releases the window (ibv_dealloc_mw).
+	Dealloc() error
+	// Close is Dealloc, for io.Closer.
+	Close() error
+}
+
+// MWAllocator is a PD that allocates memory windows (ibv_alloc_mw).
+type MWAllocator interface {
+	AllocMW(t MWType) (MW, error)
+}
+
+// MWBinder is a QP that binds type 1 windows (ibv_bind_mw): the bind goes
+// as a work request through the send queue (its completion is WCBindMW
+// with wrid), and the window's new R_Key is returned. b.RKey is ignored.
+type MWBinder interface {
+	BindMW(b *BindMWWR, wrid uint64, flags SendFlags) (rkey uint32, err error)
+}
+
+// FastRegMR is a region for fast registration (ib_alloc_mr of type
+// IB_MR_TYPE_MEM_REG): it starts FREE (its keys work nowhere), MapSG gives
+// it pages, a REG_MR work request makes it VALID under a key, and LOCAL_INV
+// or a remote SEND_WITH_INV makes it FREE again.
+type FastRegMR interface {
+	MR
+	// MapSG maps the memory the SGEs name (in regions registered in the
+	// same PD; ib_map_mr_sg) as the MR's pages, in order from the first
+	// SGE's address, which becomes the MR's address. It returns how many
+	// SGEs it mapped.
+	MapSG(sges []SGE) (int, error)
+}
+
+// FastRegAllocator is a PD that allocates fast-registration regions of at
+// most maxPages pages (ib_alloc_mr).
+type FastRegAllocator interface {
+	AllocMR(maxPages int) (FastRegMR, error)
+}
+
+// McastAttacher is a UD QP that joins multicast groups (ibv_attach_mcast,
+// ibv_detach_mcast): packets to the group's GID and QPN 0xFFFFFF reach it.
+type McastAttacher interface {
+	AttachMcast(gid GID, lid uint16) error
+	DetachMcast(gid GID, lid uint16) error
 }
 
 // RecvWR is a receive work request (struct ibv_recv_wr).
