@@ -31,6 +31,12 @@ type DialOptions struct {
 	PrivateData []byte
 	// TrafficClass is the IP ToS of the connection.
 	TrafficClass uint8
+	// RetryRefused, when above 0, is how long Dial keeps asking (every
+	// RefusedPause) while the peer refuses for want of a listener (REJ
+	// 8), for a client that may start before its server listens. 0: a
+	// refusal ends the dial, unless the peer was unreachable a moment
+	// before (see RefusedPause).
+	RetryRefused time.Duration
 	// ACKTimeout, when not 0, is this side's QP's local ACK timeout code
 	// (4.096 µs x 2^ACKTimeout), as rdma_set_option's
 	// RDMA_OPTION_ID_ACK_TIMEOUT sets it; default: the one the REQ
@@ -298,7 +304,8 @@ type Conn struct {
 	qp            verbs.QP
 	local, remote netip.AddrPort
 	peerPrivate   []byte
-	ackTimeout    uint8 // DialOptions.ACKTimeout
+	ackTimeout    uint8  // DialOptions.ACKTimeout
+	own           *owned // what DialConn or AcceptConn built, destroyed by Close
 
 	events chan Event
 	done   chan struct{}
@@ -513,7 +520,8 @@ func (d *dialing) wait(ctx context.Context) (c *Conn, again bool, err error) {
 				}
 				return c, false, nil
 			case EvRejected:
-				if ev.Reason == ib.RejInvalidServiceID && d.pathErr != nil && time.Since(d.start) < time.Second {
+				if since := time.Since(d.start); ev.Reason == ib.RejInvalidServiceID &&
+					(d.pathErr != nil && since < time.Second || since < d.opts.RetryRefused) {
 					return nil, true, nil // the peer's device just opened: its listener may be a moment away
 				}
 				return nil, false, fmt.Errorf("rdmacm: dial %v: %w", ap, &RejectError{Reason: ev.Reason, PrivateData: ev.PrivateData})
@@ -591,7 +599,12 @@ func (c *Conn) RemoteAddr() netip.AddrPort { return c.remote }
 // PeerPrivateData returns the private data the peer sent with its REP
 // (Dial) or REQ (Accept): exactly as many bytes as it gave when the peer is
 // goroce, else all the message carries (196 bytes of a REP, 56 of a REQ).
-func (c *Conn) PeerPrivateData() []byte { return c.peerPrivate }
+func (c *Conn) PeerPrivateData() []byte {
+	if c.own != nil {
+		return c.own.peerPriv // after the peer's offer
+	}
+	return c.peerPrivate
+}
 
 // Done is closed when the connection ends: closed here or disconnected by
 // the peer (whose QP then is in ERROR).
@@ -607,14 +620,17 @@ func (c *Conn) Err() error {
 
 // Close disconnects: the QP goes to ERROR (its outstanding work flushes)
 // and a DREQ goes out; Close waits for the DREP while CloseSends DREQs go
-// unanswered (or until ctx ends, with CloseContext). Closing a connection the peer disconnected
-// returns at once. The QP stays the caller's to destroy.
+// unanswered (or until ctx ends, with CloseContext). Closing a connection
+// the peer disconnected returns at once. The QP of Dial and Request.Accept
+// stays the caller's to destroy; what DialConn and AcceptConn built is
+// destroyed then (QP, MR, CQ, channel, PD, context, in that order).
 func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
 
 // CloseContext is Close with a context bounding the wait: with a
 // deadline, Close waits for the DREP until then (the DREQ is resent all
 // the while, up to its retries) rather than for CloseSends DREQs.
 func (c *Conn) CloseContext(ctx context.Context) error {
+	defer c.release()
 	select {
 	case <-c.done:
 		return nil
@@ -640,4 +656,20 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 	}
 	c.finish(ErrClosed)
 	return nil
+}
+
+// release destroys what DialConn or AcceptConn built, once.
+func (c *Conn) release() {
+	c.mu.Lock()
+	own := c.own
+	if own != nil && own.closed {
+		own = nil
+	}
+	if own != nil {
+		own.closed = true
+	}
+	c.mu.Unlock()
+	if own != nil {
+		_ = own.close()
+	}
 }

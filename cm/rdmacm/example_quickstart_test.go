@@ -13,8 +13,9 @@ import (
 )
 
 // Example_quickStart is the README's quick start: two soft devices over UDP
-// on loopback, an rdma_cm connection between them and one RDMA WRITE into
-// memory the listener offers in its private data.
+// on loopback, an rdma_cm connection between them whose verbs objects the
+// connection owns, an RDMA WRITE into the memory the server offered and a
+// SEND into the receive it posted.
 func Example_quickStart() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -24,69 +25,49 @@ func Example_quickStart() {
 		return
 	}
 	defer server.Close()
-	client, _, err := soft.Open(soft.OpenOptions{Addr: "127.0.20.12", Path: "udp"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer client.Close()
-
-	open := func(dev *soft.Device) (verbs.PD, verbs.CQ, verbs.QP) {
-		vc, _ := dev.Open()
-		pd, _ := vc.AllocPD()
-		cq, _ := vc.CreateCQ(16, nil)
-		qp, _ := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, QPType: verbs.QPTRC,
-			Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		return pd, cq, qp
-	}
-
-	// The listener offers 64 bytes to write into.
-	spd, _, sqp := open(server)
-	target, _ := spd.RegMR(make([]byte, 64), verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
 	l, err := rdmacm.Listen(ctx, server, ":7470")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer l.Close()
-	accepted := make(chan *rdmacm.Conn, 1)
-	go func() {
-		req, err := l.Accept(ctx)
+	got := make(chan string, 1)
+	go func() { // the server: one connection, one receive posted
+		c, err := l.AcceptConn(ctx, &rdmacm.ConnOptions{Recvs: 1})
 		if err != nil {
-			accepted <- nil
+			got <- err.Error()
 			return
 		}
-		where := rdmacm.RemoteBufferOf(target).AppendBinary(nil)
-		conn, _ := req.Accept(ctx, sqp, rdmacm.AcceptOptions{PrivateData: where})
-		accepted <- conn
+		defer c.Close()        // disconnects, then destroys the QP, MR, CQ, channel and PD
+		wc, err := c.Wait(ctx) // the SEND, which followed the WRITE
+		got <- fmt.Sprintf("%q %q %v", c.Mem()[:5], c.Received(wc), err)
 	}()
 
-	// The dialer connects and writes.
-	cpd, ccq, cqp := open(client)
-	conn, err := rdmacm.Dial(ctx, client, "127.0.20.11:7470", cqp, rdmacm.DialOptions{})
+	client, _, err := soft.Open(soft.OpenOptions{Addr: "127.0.20.12", Path: "udp"})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	peer := <-accepted
-	var rb rdmacm.RemoteBuffer
-	if err := rb.UnmarshalBinary(conn.PeerPrivateData()); err != nil {
+	defer client.Close()
+	c, err := rdmacm.DialConn(ctx, client, "127.0.20.11:7470", nil) // PD, CQ, 64 KiB MR, QP
+	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	src, _ := cpd.RegMR([]byte("hello over rdma_cm"), verbs.AccessLocalWrite)
-	cqp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SGList:     []verbs.SGE{{Addr: src.Addr(), Length: 18, LKey: src.LKey()}},
-		RemoteAddr: rb.Addr, RKey: rb.RKey}})
-	wc := make([]verbs.WC, 1)
-	for ccq.Poll(wc) == 0 && ctx.Err() == nil {
+	defer c.Close()
+	copy(c.Mem(), "hello, server")
+	r := c.Remote() // the memory the server offered
+	err = c.Post(ctx,
+		verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, SGList: c.SGE(0, 5), RemoteAddr: r.Addr, RKey: r.RKey},
+		verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: c.SGE(7, 6)})
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
-	fmt.Println(wc[0].Err())
-
-	conn.Close() // DREQ: the listener's side sees it
-	<-peer.Done()
-	fmt.Println(string(target.Buf()[:18]))
+	wc, err := c.Wait(ctx)
+	fmt.Println("client:", wc.WRID, err)
+	fmt.Println("server:", <-got)
 	// Output:
-	// <nil>
-	// hello over rdma_cm
+	// client: 2 <nil>
+	// server: "hello" "server" <nil>
 }
