@@ -19,11 +19,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/paths"
 	"github.com/goroce/goroce/packetio/pipe"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
@@ -41,8 +43,18 @@ const QKey = 0x11111111
 
 // Options tune a Pair. The zero value (or nil) gives the defaults.
 type Options struct {
-	// Path is Pipe (default) or UDP.
+	// Path is Pipe (default), UDP, or another packet path of package
+	// packetio/paths ("uring", "afxdp", "auto") on the two addresses; a
+	// path that cannot open there skips the test, saying why.
 	Path string
+	// AddrA and AddrB are the devices' IPv4 addresses (default: 10.0.0.1
+	// and 10.0.0.2 on the pipe; elsewhere a pair of 127.x.y.1 and
+	// 127.x.y.2 no other test holds).
+	AddrA, AddrB netip.Addr
+	// Device is both devices' soft.Options (Busy, Spin, ActiveMTU,
+	// NoInline, Engine's limits and timers...); rdmatest sets Name and
+	// Conn.
+	Device soft.Options
 	// MemSize is the size of each side's registered buffer (default 64
 	// KiB); Access its access flags (default local write, remote write,
 	// read and atomic).
@@ -115,23 +127,18 @@ type Side struct {
 func Devices(t testing.TB, opts *Options) (a, b *soft.Device) {
 	t.Helper()
 	o := opts.defaults()
-	var ca, cb packetio.Conn
-	switch o.Path {
-	case Pipe:
-		ca, cb = pipe.New(netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"), pipe.Options{})
-	case UDP:
-		ca, cb = loopback(t)
-	default:
-		t.Fatalf("rdmatest: path %q: want %q or %q", o.Path, Pipe, UDP)
-	}
+	ca, cb := conns(t, &o)
+	da, db := o.Device, o.Device
+	da.Name, da.Conn = "rdmatest0", ca
+	db.Name, db.Conn = "rdmatest1", cb
 	var err error
-	if a, err = soft.New(soft.Options{Name: "rdmatest0", Conn: ca}); err != nil {
+	if a, err = soft.New(da); err != nil {
 		ca.Close()
 		cb.Close()
 		t.Fatalf("rdmatest: %v", err)
 	}
 	t.Cleanup(func() { a.Close() })
-	if b, err = soft.New(soft.Options{Name: "rdmatest1", Conn: cb}); err != nil {
+	if b, err = soft.New(db); err != nil {
 		cb.Close()
 		t.Fatalf("rdmatest: %v", err)
 	}
@@ -139,19 +146,56 @@ func Devices(t testing.TB, opts *Options) (a, b *soft.Device) {
 	return a, b
 }
 
-// loopback opens UDP sockets on two addresses of 127.0.0.0/8 that no other
+// conns opens the two devices' packet paths.
+func conns(t testing.TB, o *Options) (packetio.Conn, packetio.Conn) {
+	t.Helper()
+	switch {
+	case o.Path == Pipe:
+		a, b := o.AddrA, o.AddrB
+		if !a.IsValid() || !b.IsValid() {
+			a, b = netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+		}
+		return pipe.New(a, b, pipe.Options{})
+	case !slices.Contains(paths.Names, o.Path):
+		t.Fatalf("rdmatest: path %q: want %q or one of %v", o.Path, Pipe, paths.Names)
+	case !o.AddrA.IsValid() || !o.AddrB.IsValid():
+		return loopback(t, o.Path)
+	}
+	ca, err := openPath(o.AddrA, o.Path)
+	if err != nil {
+		t.Skipf("rdmatest: path %s on %v: %v", o.Path, o.AddrA, err)
+	}
+	cb, err := openPath(o.AddrB, o.Path)
+	if err != nil {
+		ca.Close()
+		t.Skipf("rdmatest: path %s on %v: %v", o.Path, o.AddrB, err)
+	}
+	return ca, cb
+}
+
+// openPath opens a packet path on addr: UDP as udp.Listen's defaults
+// (no offloads), the others as package paths opens them.
+func openPath(addr netip.Addr, path string) (packetio.Conn, error) {
+	if path == UDP {
+		return udp.Listen(addr, udp.Options{})
+	}
+	c, _, err := paths.Open(addr, path, paths.Options{})
+	return c, err
+}
+
+// loopback opens the path on two addresses of 127.0.0.0/8 that no other
 // test holds (port 4791 is the same for all).
-func loopback(t testing.TB) (packetio.Conn, packetio.Conn) {
+func loopback(t testing.TB, path string) (packetio.Conn, packetio.Conn) {
 	t.Helper()
 	var last error
 	for range 20 {
 		x, y := byte(rand.IntN(200)+40), byte(rand.IntN(250)+1)
-		ca, err := udp.Listen(netip.AddrFrom4([4]byte{127, x, y, 1}), udp.Options{})
+		ca, err := openPath(netip.AddrFrom4([4]byte{127, x, y, 1}), path)
 		if err != nil {
 			last = err
 			continue
 		}
-		cb, err := udp.Listen(netip.AddrFrom4([4]byte{127, x, y, 2}), udp.Options{})
+		cb, err := openPath(netip.AddrFrom4([4]byte{127, x, y, 2}), path)
 		if err != nil {
 			ca.Close()
 			last = err
@@ -162,7 +206,7 @@ func loopback(t testing.TB) (packetio.Conn, packetio.Conn) {
 	if errors.Is(last, syscall.EADDRINUSE) {
 		t.Fatalf("rdmatest: no free loopback address pair: %v", last)
 	}
-	t.Skipf("rdmatest: UDP on loopback: %v", last)
+	t.Skipf("rdmatest: %s on loopback: %v", path, last)
 	return nil, nil
 }
 
