@@ -320,6 +320,7 @@ func exposed(t *testing.T) map[string]bool {
 		m.Observe(probe.Result{Peer: p, Outcome: o, NetworkRTT: time.Microsecond, Reason: "post"})
 	}
 	m.SetAnalysis([]analysis.PathStat{{Src: "a1", Dst: "b1"}}, []analysis.Component{{Kind: analysis.KindHost, Name: "b1"}})
+	m.SetFleet(true, []analysis.Verdict{{Symptom: analysis.SymptomLoss, Suspects: []analysis.Suspect{{Kind: analysis.KindHost, Name: "b1"}}, Confidence: 1}})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -333,6 +334,11 @@ func exposed(t *testing.T) map[string]bool {
 				names[n+s] = true
 			}
 		}
+	}
+	// The agent's own metrics (package agent registers them; its tests
+	// gather them from a running agent).
+	for _, n := range []string{"goroce_probe_agent_reloads_total", "goroce_probe_agent_targets_unresolved", "goroce_probe_agent_listed"} {
+		names[n] = true
 	}
 	return names
 }
@@ -362,7 +368,8 @@ func TestDashboardAndRulesUseRealNames(t *testing.T) {
 			exprs = append(exprs, r.Expr)
 		}
 	}
-	for _, a := range []string{"GoroceProbePairLoss", "GoroceProbeHostRTTHigh", "GoroceProbeAgentDown"} {
+	for _, a := range []string{"GoroceProbePairLoss", "GoroceProbeHostRTTHigh", "GoroceProbeAgentDown", "GoroceProbeFault",
+		"GoroceProbeReloadFailed", "GoroceProbeDiscoveryFailing", "GoroceProbeErrors", "GoroceProbeNoFleetExporter"} {
 		if !alerts[a] {
 			t.Errorf("no alert %s", a)
 		}

@@ -36,6 +36,7 @@ const (
 	DefaultHistoryLen       = 150
 	DefaultFleetTTL         = 3 * time.Second
 	DefaultFleetWorkers     = 16
+	DefaultFleetInterval    = 5 * time.Second
 	// RediscoverAfter is the run of consecutive lost probes after which a
 	// target's responder is looked up again (it may have restarted with
 	// other QPNs), at most once per RetryMin.
@@ -107,6 +108,10 @@ type Options struct {
 	// 3 s); FleetWorkers bounds its concurrent fetches (default 16).
 	FleetTTL     time.Duration
 	FleetWorkers int
+	// FleetInterval is how often the agent looks for the fleet's exporter
+	// (the first live node of the pinglist by name) and, when it is the
+	// one, computes the fleet verdicts for Prometheus (default 5 s).
+	FleetInterval time.Duration
 }
 
 func (o *Options) defaults() error {
@@ -139,6 +144,7 @@ func (o *Options) defaults() error {
 	set(&o.AnalysisInterval, DefaultAnalysisInterval)
 	set(&o.HistorySlot, DefaultHistorySlot)
 	set(&o.FleetTTL, DefaultFleetTTL)
+	set(&o.FleetInterval, DefaultFleetInterval)
 	if o.WatchInterval == 0 {
 		o.WatchInterval = DefaultWatchInterval
 	}
@@ -171,6 +177,8 @@ type config struct {
 	targets []pinglist.Target
 	labels  []uint32
 	hash    [32]byte
+	// hosts is the topology: every node's group, by name.
+	hosts map[string]string
 }
 
 // Agent is a running prober, responder and HTTP server for one node of a
@@ -203,7 +211,8 @@ type Agent struct {
 	paths      []analysis.PathStat
 	faulty     []analysis.Component
 
-	fleet fleetCache
+	fleet    fleetCache
+	exporter atomic.Pointer[string] // the fleet's exporter as last found
 
 	// The agent's own metrics.
 	targetsGauge    prometheus.Gauge
@@ -232,6 +241,7 @@ func New(o Options) (*Agent, error) {
 		opts:       o,
 		log:        o.Logger,
 		hist:       newHistory(o.HistorySlot, o.HistoryLen),
+		fleet:      fleetCache{hist: analysis.NewVerdictHistory(0)},
 		started:    time.Now(),
 		peers:      map[netip.Addr]*peer{},
 		targetSet:  make(chan struct{}, 1),
@@ -301,7 +311,12 @@ func parse(b []byte, path string, self netip.Addr) (*config, error) {
 	}
 	h := fnv.New64a()
 	h.Write([]byte(me.Name))
+	hosts := make(map[string]string, len(l.Nodes))
+	for _, n := range l.Nodes {
+		hosts[n.Name] = n.Group
+	}
 	return &config{
+		hosts:   hosts,
 		list:    l,
 		self:    me,
 		listed:  listed,
@@ -500,7 +515,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		close(jsonlDone)
 	}
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); a.exportFleet(ctx) }()
 	go func() { defer wg.Done(); a.schedule(ctx) }()
 	go func() { defer wg.Done(); a.discover(ctx) }()
 	go func() { defer wg.Done(); a.analyse(ctx) }()

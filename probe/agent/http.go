@@ -80,10 +80,21 @@ type FleetDoc struct {
 	MaxLoss   float64       `json:"max_loss"`
 	MaxP99    time.Duration `json:"max_p99_ns"`
 	MinProbes int           `json:"min_probes"`
-	// Paths are every agent's paths (analysis.Merge), Faulty the
-	// components analysis.Localize names on them.
-	Paths  []analysis.PathStat  `json:"paths"`
-	Faulty []analysis.Component `json:"faulty"`
+	// Paths are every agent's paths (analysis.Merge). Verdicts are what
+	// analysis.Diagnose makes of them over the pinglist's topology: each
+	// a component, or an ambiguity set, with its confidence. Faulty lists
+	// the verdicts' suspects as components (every suspect of an ambiguous
+	// verdict).
+	Paths    []analysis.PathStat  `json:"paths"`
+	Verdicts []analysis.Verdict   `json:"verdicts"`
+	Faulty   []analysis.Component `json:"faulty"`
+	// History is the verdicts this agent has given over time (with start
+	// and end), newest first: the exporter's is complete, another agent's
+	// holds the views it was asked for.
+	History []analysis.Record `json:"history"`
+	// Exporter is the node that exports the fleet verdicts to Prometheus
+	// (the first live node by name), as this agent last found it.
+	Exporter string `json:"exporter"`
 }
 
 // Handler returns the agent's HTTP handler: the page at /, MetricsPath,
@@ -148,9 +159,10 @@ func (a *Agent) pathsDoc() PathsDoc {
 // while one is made, so that concurrent requests share one round of
 // fetches.
 type fleetCache struct {
-	mu  sync.Mutex
-	at  time.Time
-	doc FleetDoc
+	mu   sync.Mutex
+	at   time.Time
+	doc  FleetDoc
+	hist *analysis.VerdictHistory
 }
 
 // Fleet returns the fleet view: this agent's paths and those every other
@@ -195,11 +207,23 @@ func (a *Agent) Fleet(ctx context.Context) FleetDoc {
 	}
 	wg.Wait()
 	doc.Paths = analysis.Merge(per...)
-	doc.Faulty = analysis.Localize(doc.Paths)
-	if doc.Faulty == nil {
-		doc.Faulty = []analysis.Component{}
-	}
 	doc.Generated = time.Now()
+	doc.Verdicts = analysis.Diagnose(c.hosts, doc.Paths, analysis.DiagnoseOptions{MaxLoss: lossThreshold(s.MaxLoss)})
+	doc.Faulty = []analysis.Component{}
+	for _, v := range doc.Verdicts {
+		for _, x := range v.Suspects {
+			doc.Faulty = append(doc.Faulty, analysis.Component{Kind: x.Kind, Name: x.Name, Paths: x.Paths})
+		}
+	}
+	if doc.Verdicts == nil {
+		doc.Verdicts = []analysis.Verdict{}
+	}
+	a.fleet.hist.Update(doc.Generated, doc.Verdicts)
+	doc.History = a.fleet.hist.Records()
+	if doc.History == nil {
+		doc.History = []analysis.Record{}
+	}
+	doc.Exporter = a.exporterName()
 	a.fleet.doc, a.fleet.at = doc, doc.Generated
 	return doc
 }

@@ -66,6 +66,7 @@ type Metrics struct {
 	pairs, capped                           prometheus.Gauge
 	cappedResults                           prometheus.Counter
 	analysis                                *analysisCollector
+	fleet                                   *fleetCollector
 	buildInfo                               *prometheus.GaugeVec
 	sourceInfo                              *prometheus.GaugeVec
 
@@ -127,6 +128,7 @@ func New(reg prometheus.Registerer, o Options) (*Metrics, error) {
 	m.capped = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: Namespace, Name: "pairs_capped", Help: "1 when the per-target series cap (max_pairs) is reached and further targets aggregate into target=\"other\"."})
 	m.cappedResults = prometheus.NewCounter(prometheus.CounterOpts{Namespace: Namespace, Name: "capped_results_total", Help: "Results counted under target=\"other\" because of the per-target series cap."})
 	m.analysis = newAnalysisCollector(o)
+	m.fleet = newFleetCollector(o)
 	m.buildInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "goroce_build_info", Help: "1, labelled with goroce's version and the Go version that built it."}, []string{"version", "goversion"})
 	m.buildInfo.WithLabelValues(o.Version, runtime.Version()).Set(1)
 	m.sourceInfo = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: Namespace, Name: "source_info", Help: "1, labelled with the prober's node and group: join on instance to give per-target series their source group."}, []string{"source", "source_group"})
@@ -147,7 +149,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		m.networkRTT, m.proberDelay, m.responderDelay,
 		m.sent, m.completed, m.lost, m.late, m.errs,
 		m.pairs, m.capped, m.cappedResults,
-		m.analysis,
+		m.analysis, m.fleet,
 		m.buildInfo, m.sourceInfo,
 	}
 }

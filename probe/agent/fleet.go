@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	"github.com/goroce/goroce/probe"
+	"github.com/goroce/goroce/probe/pinglist"
+)
+
+// exportFleet is the fleet goroutine: every FleetInterval it finds the
+// fleet's exporter, the first node of the pinglist by name whose agent
+// answers (every agent finds the same one, with no controller; when it
+// dies the next takes over within an interval and a fetch timeout). The
+// exporter computes the fleet view and exports its verdicts as
+// goroce_probe_fleet_fault; the others export none, so that one fault is
+// one series fleet-wide.
+func (a *Agent) exportFleet(ctx context.Context) {
+	t := time.NewTicker(a.opts.FleetInterval)
+	defer t.Stop()
+	for {
+		name, me := a.electExporter(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		a.exporter.Store(&name)
+		if me {
+			doc := a.Fleet(ctx)
+			a.metrics.SetFleet(true, doc.Verdicts)
+		} else {
+			a.metrics.SetFleet(false, nil)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// electExporter returns the exporter's name and whether it is this node:
+// the nodes before this one by name are asked for their Self in order, and
+// the first that answers is the exporter; none answering, this node is. An
+// unlisted node is never the exporter.
+func (a *Agent) electExporter(ctx context.Context) (string, bool) {
+	c := a.cfg.Load()
+	if !c.listed {
+		return "", false
+	}
+	nodes := append([]pinglist.Node(nil), c.list.Nodes...)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	for _, n := range nodes {
+		if n.Name == c.self.Name {
+			return n.Name, true
+		}
+		fctx, cancel := context.WithTimeout(ctx, a.opts.FetchTimeout)
+		s, err := probe.FetchSelf(fctx, a.opts.HTTPClient, a.baseURL(n.Addr))
+		cancel()
+		if ctx.Err() != nil {
+			return "", false
+		}
+		if err == nil && s.Name == n.Name {
+			return n.Name, false
+		}
+	}
+	return "", false
+}
+
+// exporterName is the fleet's exporter as last found ("" before the
+// first search).
+func (a *Agent) exporterName() string {
+	if p := a.exporter.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
