@@ -35,9 +35,22 @@ type Packet struct {
 	// Local is, on receive, the local (destination) address the packet
 	// arrived on. Ignored on send.
 	Local netip.Addr
-	// TOS is, on receive, the IPv4 TOS byte (DSCP << 2 | ECN) if the Conn
-	// learns it, else 0. Ignored on send.
+	// TOS is, on receive, the IPv4 TOS byte or IPv6 traffic class (DSCP
+	// << 2 | ECN) if the Conn learns it, else 0. On send it is the traffic
+	// class the packet asks for (its address vector's): 0 sends it with
+	// the Conn's own TOS; any other value with SendTOS(TOS, NoECN) of the
+	// Conn's options: its DSCP as given and, its ECN field 0, ECT(0) unless
+	// NoECN (see PacketTOS). Every Conn of this module honours it.
 	TOS uint8
+	// HopLimit is, on send, the IPv4 TTL or IPv6 hop limit the packet asks
+	// for: 0 sends it with the Conn's (the kernel's default, 64). Ignored
+	// on receive.
+	HopLimit uint8
+	// FlowLabel is, on send, the 20-bit IPv6 flow label the packet asks
+	// for. A Conn that writes whole frames (afxdp) puts it in the header;
+	// the socket paths leave the label to the kernel (see the package
+	// documentation). Ignored over IPv4 and on receive.
+	FlowLabel uint32
 	// IPv4ID and IPv4DF are, on receive, the datagram's IPv4
 	// Identification and don't-fragment flag, valid when HasIPv4ID is set:
 	// paths that see whole frames (AF_XDP) set them, sockets cannot. The

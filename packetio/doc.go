@@ -72,7 +72,9 @@
 // # Congestion
 //
 // The socket and AF_XDP paths send every packet ECN-capable, ECT(0), as RoCE
-// NICs do (their Options.NoECN turns it off; SendTOS), and report each
+// NICs do (their Options.NoECN turns it off; SendTOS), a packet that asks
+// for a traffic class of its own (Packet.TOS, from its address vector) with
+// that DSCP and, its ECN field left 0, still ECT(0) (PacketTOS), and report each
 // received packet's TOS byte, so a receiver sees the CE marks of congested
 // switches (Packet.TOS&ECNMask == CE). A Conn that learns how many packets
 // the kernel dropped before it read them (its receive buffer or ring full:

@@ -35,6 +35,20 @@ func SendTOS(tos uint8, noECN bool) uint8 {
 	return tos
 }
 
+// PacketTOS returns the TOS byte (IPv6: traffic class) a Conn whose own is
+// connTOS (SendTOS of its options) sends a packet with: connTOS when the
+// packet's TOS is 0, else SendTOS(tos, noECN). An address vector's traffic
+// class thus sets the DSCP, and its ECN field, left 0, stays ECT(0) unless
+// the Conn is not-ECT (NoECN): ECN-capable transport is the device's
+// choice, which an address vector written for hardware, where the NIC
+// decides it, does not turn off by leaving the field 0.
+func PacketTOS(tos, connTOS uint8, noECN bool) uint8 {
+	if tos == 0 {
+		return connTOS
+	}
+	return SendTOS(tos, noECN)
+}
+
 // RxDropCounter is implemented by a Conn that learns how many datagrams the
 // kernel dropped before it could read them (a socket's receive buffer full,
 // an AF_XDP ring full).

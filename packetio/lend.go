@@ -63,11 +63,16 @@ func (l *TxLender) Take(closed bool, n int) error {
 	return nil
 }
 
-// TxDest returns the destination of p, unmapped, for a Conn that sends to
-// IPv4 addresses: ErrAddress when it is not a unicast IPv4 address,
+// TxDest returns the destination of p, unmapped: ErrAddress when it is not
+// an IPv4 or IPv6 address (unspecified, or with a zone), or not of the
+// family of a Conn's own address (SameFamily: the Conn checks it),
 // ErrNoGather when it has Packet.Ext set, ErrTooLarge when p is longer
 // than maxPacket.
 func TxDest(p *Packet, maxPacket int) (netip.Addr, error) { return txDest(p, maxPacket, false) }
+
+// SameFamily reports whether a Conn on local can send to dst: both IPv4
+// (IPv4-mapped counts as IPv4) or both IPv6.
+func SameFamily(local, dst netip.Addr) bool { return local.Unmap().Is4() == dst.Unmap().Is4() }
 
 // TxDestGather is TxDest for a Conn that sends Packet.Ext (Gatherer): it
 // checks ExtAt (CheckExt) and bounds the datagram, Buf and Ext together, by
@@ -76,7 +81,7 @@ func TxDestGather(p *Packet, maxPacket int) (netip.Addr, error) { return txDest(
 
 func txDest(p *Packet, maxPacket int, gathers bool) (netip.Addr, error) {
 	a := p.Addr.Unmap()
-	if !a.Is4() || a.IsUnspecified() {
+	if !a.IsValid() || a.IsUnspecified() || a.Zone() != "" {
 		return a, ErrAddress
 	}
 	if p.Ext != nil && !gathers {

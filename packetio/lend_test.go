@@ -45,8 +45,10 @@ func TestTxLender(t *testing.T) {
 	}
 }
 
-// TestTxDest: a unicast IPv4 destination (or IPv4-mapped) and a packet no
-// longer than the largest pass, unmapped; anything else is named.
+// TestTxDest: an IPv4 (or IPv4-mapped) or IPv6 destination, not
+// unspecified and without a zone, and a packet no longer than the largest
+// pass, unmapped; anything else is named. SameFamily tells a Conn's
+// family from the other.
 func TestTxDest(t *testing.T) {
 	for _, c := range []struct {
 		addr string
@@ -57,7 +59,9 @@ func TestTxDest(t *testing.T) {
 		{"::ffff:10.0.0.1", 64, nil},
 		{"10.0.0.1", 65, ErrTooLarge},
 		{"0.0.0.0", 1, ErrAddress},
-		{"fe80::1", 1, ErrAddress},
+		{"fd99::2", 1, nil},
+		{"fe80::1%eth0", 1, ErrAddress},
+		{"::", 1, ErrAddress},
 		{"", 1, ErrAddress},
 	} {
 		var a netip.Addr
@@ -67,6 +71,33 @@ func TestTxDest(t *testing.T) {
 		got, err := TxDest(&Packet{Buf: make([]byte, c.n), Addr: a}, 64)
 		if !errors.Is(err, c.want) || (err == nil && got != a.Unmap()) {
 			t.Errorf("%q, %d bytes: %v, %v; want %v", c.addr, c.n, got, err, c.want)
+		}
+	}
+	v4, v6, mapped := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd99::1"), netip.MustParseAddr("::ffff:10.0.0.2")
+	if !SameFamily(v4, mapped) || !SameFamily(mapped, v4) || !SameFamily(v6, v6) || SameFamily(v4, v6) || SameFamily(v6, mapped) {
+		t.Error("SameFamily: IPv4 and IPv4-mapped are one family, IPv6 another")
+	}
+}
+
+// PacketTOS: 0 keeps the Conn's TOS; another value is the packet's DSCP
+// with its ECN field, ECT(0) when that is 0, not-ECT under NoECN.
+func TestPacketTOS(t *testing.T) {
+	for _, c := range []struct {
+		tos, conn uint8
+		noECN     bool
+		want      uint8
+	}{
+		{0, ECT0, false, ECT0},
+		{0, 0x22, false, 0x22},
+		{0xB8, ECT0, false, 0xBA},
+		{0xB9, ECT0, false, 0xB9},
+		{0xBB, ECT0, false, 0xBB},
+		{0xB8, 0, true, 0xB8},
+		{0xBA, 0, true, 0xB8},
+		{0, 0, true, 0},
+	} {
+		if got := PacketTOS(c.tos, c.conn, c.noECN); got != c.want {
+			t.Errorf("PacketTOS(%#02x, %#02x, %v) = %#02x, want %#02x", c.tos, c.conn, c.noECN, got, c.want)
 		}
 	}
 }

@@ -49,6 +49,7 @@ type Conn struct {
 	port      uint16
 	dstPort   uint16
 	tos       uint8
+	noECN     bool // Options.NoECN: packets' own TOS (Packet.TOS) not-ECT too
 	maxPacket int
 	batch     int
 	frameSize int
@@ -202,7 +203,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	if !local.Is4() || local.IsUnspecified() {
 		return nil, fmt.Errorf("packetio/afxdp: listen on %v: want the IPv4 address of an interface: %w", local, errNotSupported)
 	}
-	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: packetio.SendTOS(o.TOS, o.NoECN), batch: o.Batch}
+	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: packetio.SendTOS(o.TOS, o.NoECN), noECN: o.NoECN, batch: o.Batch}
 	defer func() {
 		if err != nil {
 			c.release()

@@ -95,6 +95,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		c.used[i] = false
 		p := &pkts[i]
 		a, err := packetio.TxDest(p, c.maxPacket)
+		if err == nil && !packetio.SameFamily(c.local, a) {
+			err = packetio.ErrAddress
+		}
 		n := len(p.Buf)
 		sport := p.Port
 		if sport == 0 {
@@ -127,7 +130,8 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			copy(frame[hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
 		}
 		wire.Ethernet(frame).Set(mac, c.srcMAC, wire.EtherTypeIPv4)
-		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: c.tos}
+		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: packetio.PacketTOS(p.TOS, c.tos, c.noECN),
+			HopLimit: p.HopLimit, FlowLabel: p.FlowLabel}
 		if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
 			fail.Add(i, err)
 			continue

@@ -71,6 +71,7 @@ type slot struct {
 	buf  []byte // len = packet length, cap = MaxPacket
 	from netip.Addr
 	port uint16 // source port
+	tos  uint8  // the TOS the packet was sent with (Packet.TOS: 0 for none)
 }
 
 var _ packetio.Conn = (*Conn)(nil)
@@ -156,7 +157,7 @@ func (c *Conn) take() []packetio.Packet {
 	var bytes uint64
 	for i := range k {
 		s := &c.slots[(c.head+i)%len(c.slots)]
-		c.rx[i] = packetio.Packet{Buf: s.buf, Addr: s.from, Port: s.port, Local: c.local}
+		c.rx[i] = packetio.Packet{Buf: s.buf, Addr: s.from, Port: s.port, Local: c.local, TOS: s.tos}
 		bytes += uint64(len(s.buf))
 	}
 	c.held = k
@@ -222,7 +223,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 			} else {
 				s.buf = append(s.buf[:0], pk.Buf...)
 			}
-			s.from, s.port = c.local, pk.Port
+			s.from, s.port, s.tos = c.local, pk.Port, pk.TOS
 			if s.port == 0 {
 				s.port = wire.RoCEv2Port
 			}

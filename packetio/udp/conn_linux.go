@@ -17,11 +17,15 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// Conn is a UDP socket for RoCEv2 over IPv4. It implements packetio.Conn.
+// Conn is a UDP socket for RoCEv2 over IPv4 or IPv6. It implements
+// packetio.Conn.
 type Conn struct {
 	f         *os.File        // the socket, non-blocking and outside Go's netpoller
 	raw       syscall.RawConn // f's: its calls hold the socket open, no more
 	local     netip.AddrPort
+	v6        bool    // an IPv6 socket
+	tos       uint8   // the socket's TOS (IPv6: traffic class)
+	noECN     bool    // Options.NoECN: packets' own TOS (Packet.TOS) not-ECT too
 	dstPort   [2]byte // network byte order
 	maxPacket int
 
@@ -33,7 +37,7 @@ type Conn struct {
 	rxMem     []byte
 	rxHdrs    []mmsghdr
 	rxIovs    []unix.Iovec
-	rxNames   []sockaddrInet4
+	rxNames   []udpsock.Sockaddr
 	rxControl []byte
 	rxBuf     int                   // bytes per receive buffer: MaxPacket, or udpsock.GROBuffer with GRO
 	recvFn    func(fd uintptr) bool // c.recv, bound once so that Receive does not allocate a closure
@@ -63,8 +67,8 @@ type Conn struct {
 	txm     txMsgs
 	txFb    txMsgs
 	txIovs  []unix.Iovec
-	txAddr  [][4]byte
-	txNames []sockaddrInet4
+	txAddr  []udpsock.Dest
+	txNames []udpsock.Sockaddr
 	txCtl   []byte
 	txIdx   []int                 // packet k -> index in Transmit's pkts
 	txIov0  []int                 // packet k -> its first iovec
@@ -123,7 +127,7 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	tos := packetio.SendTOS(o.TOS, o.NoECN)
 	fd, port, err := udpsock.Open("packetio/udp", local, udpsock.Config{
 		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: tos,
-		Checksum: o.GSO != OffloadOff,
+		Checksum: o.GSO != OffloadOff || local.Is6(),
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +136,9 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 		o.DstPort = int(port)
 	}
 	name := "udp4:" + netip.AddrPortFrom(local, port).String()
+	if local.Is6() {
+		name = "udp6:" + netip.AddrPortFrom(local, port).String()
+	}
 	f := os.NewFile(uintptr(fd), name)
 	raw, err := f.SyscallConn()
 	if err == nil {
@@ -145,6 +152,9 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 		f:         f,
 		raw:       raw,
 		local:     netip.AddrPortFrom(local, port),
+		v6:        local.Is6(),
+		tos:       tos,
+		noECN:     o.NoECN,
 		dstPort:   [2]byte{byte(o.DstPort >> 8), byte(o.DstPort)},
 		maxPacket: o.MaxPacket,
 	}
@@ -172,7 +182,7 @@ func Listen(local netip.Addr, opts Options) (*Conn, error) {
 	c.initTx(tx)
 	if o.SourcePorts > 0 {
 		c.perPort = true
-		c.ports.init(o.SourcePorts, fd, tos, c.off.GSO())
+		c.ports.init(o.SourcePorts, fd, tos, c.off.GSO() || c.v6)
 	}
 	return c, nil
 }
@@ -195,7 +205,7 @@ func (c *Conn) initRx(batch int) {
 	packetio.Prefault(c.rxMem)
 	c.rxHdrs = make([]mmsghdr, batch)
 	c.rxIovs = make([]unix.Iovec, batch)
-	c.rxNames = make([]sockaddrInet4, batch)
+	c.rxNames = make([]udpsock.Sockaddr, batch)
 	c.rxControl = make([]byte, batch*controlSpace)
 	for i := range c.rxHdrs {
 		udpsock.SetIov(&c.rxIovs[i], c.rxMem[i*mp:(i+1)*mp])
@@ -215,14 +225,14 @@ func (c *Conn) initTx(batch int) {
 	c.txIovs = make([]unix.Iovec, 3*batch) // a packet with an Ext takes 3
 	c.txIov0 = make([]int, batch+1)
 	c.txLen = make([]int, batch)
-	c.txAddr = make([][4]byte, batch)
-	c.txNames = make([]sockaddrInet4, batch)
-	c.txCtl = make([]byte, batch*udpsock.GSOCmsgSpace)
+	c.txAddr = make([]udpsock.Dest, batch)
+	c.txNames = make([]udpsock.Sockaddr, batch)
+	c.txCtl = make([]byte, batch*txCtlSpace)
 	c.txIdx = make([]int, batch)
 	c.txGroupOf = make([]int, batch)
 	c.txGroups = make([]txGroup, 0, batch+1)
 	for i := range c.txm.hdrs {
-		c.txNames[i] = sockaddrInet4{family: unix.AF_INET, port: c.dstPort}
+		c.txNames[i] = udpsock.Sockaddr{Port: c.dstPort}
 		c.txm.hdrs[i].setName(&c.txNames[i])
 	}
 	c.sendFn, c.txWaitFn = c.send, c.sendWait
@@ -281,7 +291,7 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 func (c *Conn) rxReset() {
 	for i := range c.rxHdrs {
 		h := &c.rxHdrs[i]
-		h.hdr.Namelen = uint32(sizeofSockaddrInet4)
+		h.hdr.Namelen = uint32(udpsock.SizeofSockaddr)
 		h.hdr.SetControllen(controlSpace)
 		h.hdr.Flags = 0
 	}
@@ -326,20 +336,21 @@ func (c *Conn) collect(n int) []packetio.Packet {
 	var kdrops uint32 // the kernel's drop count, as the last datagram read carried it
 	for i := range n {
 		h := &c.rxHdrs[i]
-		if h.hdr.Flags&unix.MSG_TRUNC != 0 || c.rxNames[i].family != unix.AF_INET {
+		sa := &c.rxNames[i]
+		from, ok := sa.IP()
+		if h.hdr.Flags&unix.MSG_TRUNC != 0 || !ok {
 			drops++
 			continue
 		}
 		ln := int(h.len)
 		off := i * c.rxBuf
-		sa := &c.rxNames[i]
 		p := &c.rx[k]
-		p.Addr = netip.AddrFrom4(sa.addr)
-		p.Port = uint16(sa.port[0])<<8 | uint16(sa.port[1])
+		p.Addr = from
+		p.Port = uint16(sa.Port[0])<<8 | uint16(sa.Port[1])
 		p.Local = c.local.Addr()
 		cm := udpsock.ParseControl(c.rxControl[i*controlSpace : i*controlSpace+int(h.hdr.Controllen)])
 		if cm.HasDst {
-			p.Local = netip.AddrFrom4(cm.Dst)
+			p.Local = cm.Dst
 		}
 		p.TOS, p.RxTime, p.GROSeg = cm.TOS, cm.RxTime, 0
 		if cm.Drops != 0 {
@@ -368,6 +379,18 @@ func (c *Conn) collect(n int) []packetio.Packet {
 	c.ctr.NoteKernelRxDrops32(kdrops)
 	c.ctr.Received(k, bytes)
 	return c.rx[:k]
+}
+
+// dest returns the destination of p and the TOS and TTL it asks for, 0
+// where those are the socket's own.
+func (c *Conn) dest(p *packetio.Packet) udpsock.Dest {
+	d := udpsock.Dest{Addr: p.Addr.As16(), TTL: p.HopLimit}
+	if p.TOS != 0 {
+		if t := packetio.PacketTOS(p.TOS, c.tos, c.noECN); t != c.tos {
+			d.TOS = t
+		}
+	}
+	return d
 }
 
 // TxBatch implements packetio.Conn.
@@ -399,6 +422,9 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		p := &pkts[i]
 		c.txGroupOf[i] = -1
 		a, err := packetio.TxDestGather(p, c.maxPacket)
+		if err == nil && a.Is4() == c.v6 {
+			err = packetio.ErrAddress
+		}
 		if err != nil {
 			fail.Add(i, err)
 			continue
@@ -466,7 +492,7 @@ func (c *Conn) sendGroups(groups []txGroup, pkts []packetio.Packet, fail *packet
 		g := &groups[c.txGroupOf[i]]
 		k := g.start + g.n
 		g.n++
-		c.txAddr[k] = pkts[i].Addr.Unmap().As4()
+		c.txAddr[k] = c.dest(&pkts[i])
 		c.txIdx[k] = i
 	}
 	// The iovecs in packet order, so that those of a GSO message's

@@ -175,6 +175,21 @@
 // TxBatch lends up to 256 packets, four full GSO messages, whatever
 // Options.Batch (udpsock.GSOTxBatch).
 //
-// The UDP path is implemented on Linux, for IPv4; Listen elsewhere, or for an
-// IPv6 address, returns an error matching packetio.ErrNotSupported.
+// # IPv6 and the IP header of each packet
+//
+// Listen on an IPv6 address opens an IPv6-only socket (IPV6_V6ONLY) with the
+// same options in their IPv6 forms (IPV6_MTU_DISCOVER, IPV6_RECVPKTINFO,
+// IPV6_RECVTCLASS, IPV6_TCLASS) and the UDP checksum on, as IPv6 requires;
+// GSO and GRO work as over IPv4, without the Identifications (IPv6 has none).
+// A Conn sends to addresses of its own family only (packetio.ErrAddress).
+// A packet that asks for a traffic class or hop limit of its own
+// (Packet.TOS, Packet.HopLimit: an address vector's) leaves with them,
+// through IP_TOS and IP_TTL (IPV6_TCLASS and IPV6_HOPLIMIT) control
+// messages on its sendmmsg entry; a GSO message holds only packets that ask
+// for the same. The flow label of an IPv6 datagram is the kernel's
+// (Packet.FlowLabel is not sent: a socket may set only labels it leased
+// with IPV6_FLOWLABEL_MGR); the flow label still picks the UDP source port.
+//
+// The UDP path is implemented on Linux; Listen elsewhere returns an error
+// matching packetio.ErrNotSupported.
 package udp

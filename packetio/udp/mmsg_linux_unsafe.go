@@ -18,17 +18,6 @@ type mmsghdr struct {
 	len uint32
 }
 
-// sockaddrInet4 is struct sockaddr_in, with the port kept in network byte
-// order as bytes.
-type sockaddrInet4 struct {
-	family uint16
-	port   [2]byte
-	addr   [4]byte
-	zero   [8]byte
-}
-
-const sizeofSockaddrInet4 = unsafe.Sizeof(sockaddrInet4{})
-
 // recvmmsg receives into hs on a non-blocking socket.
 //
 // It and sendmmsg are raw system calls (unix.RawSyscall6), which do not tell
@@ -54,10 +43,11 @@ func sendmmsg(fd uintptr, hs []mmsghdr) (int, unix.Errno) {
 	return int(n), e
 }
 
-// setName points h's address at sa.
-func (h *mmsghdr) setName(sa *sockaddrInet4) {
+// setName points h's address at sa (room for either family: the length
+// of its address is set as it is filled).
+func (h *mmsghdr) setName(sa *udpsock.Sockaddr) {
 	h.hdr.Name = (*byte)(unsafe.Pointer(sa))
-	h.hdr.Namelen = uint32(sizeofSockaddrInet4)
+	h.hdr.Namelen = uint32(udpsock.SizeofSockaddr)
 }
 
 // setIov points h's only buffer at iov.

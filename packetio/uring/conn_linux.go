@@ -31,7 +31,7 @@ var ErrWrongThread = errors.New("packetio/uring: single-issuer ring used from an
 // would cut off).
 const (
 	slotName     = int(sizeofRecvmsgOut)
-	slotControl  = slotName + int(udpsock.SizeofSockaddrInet4)
+	slotControl  = slotName + udpsock.SockaddrRoom
 	controlSpace = udpsock.ControlSpace + udpsock.GROCmsgSpace
 	slotPayload  = slotControl + controlSpace
 )
@@ -57,12 +57,15 @@ type disable struct {
 	groRoom   int         // payload room of a slot with GRO, if not 0 (tests of truncated trains)
 }
 
-// Conn is a UDP socket for RoCEv2 over IPv4 driven through io_uring. It
+// Conn is a UDP socket for RoCEv2 over IPv4 or IPv6 driven through io_uring. It
 // implements packetio.Conn.
 type Conn struct {
 	r     *ring
 	sock  int
 	probe int      // an unbound UDP socket in the socket's namespace: Close binds it to tell the port is free
+	v6    bool     // an IPv6 socket
+	tos   uint8    // the socket's TOS (IPv6: traffic class)
+	noECN bool     // Options.NoECN: packets' own TOS (Packet.TOS) not-ECT too
 	efd   int      // eventfd that Wake writes and a READ in the ring waits on
 	efile *os.File // efd, for Wake and Close: its writes are safe against a concurrent Close
 	// pfile is a duplicate of the ring's descriptor in Go's netpoller
@@ -121,7 +124,7 @@ type Conn struct {
 	txl     packetio.TxLender
 	txCap   int
 	txHdrs  []unix.Msghdr
-	txNames []udpsock.SockaddrInet4
+	txNames []udpsock.Sockaddr
 	txCtl   []byte
 	msgK    []int
 	msgN    []int
@@ -129,7 +132,7 @@ type Conn struct {
 	txIovs  []unix.Iovec
 	txIov0  []int
 	txLen   []int
-	txAddr  [][4]byte
+	txAddr  []udpsock.Dest
 	txIdx   []int
 	txRes   []int32
 	txDone  []bool
@@ -230,13 +233,14 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 		mode = taskrunDefer
 	}
 
+	c.v6, c.tos, c.noECN = local.Is6(), packetio.SendTOS(o.TOS, o.NoECN), o.NoECN
 	fd, port, err := udpsock.Open("packetio/uring", local, udpsock.Config{
-		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: packetio.SendTOS(o.TOS, o.NoECN),
+		Port: o.Port, RecvBuffer: o.RecvBuffer, SendBuffer: o.SendBuffer, TOS: c.tos,
 		// Blocking: io_uring tries each operation without waiting and
 		// arms a poll when it would block; on an O_NONBLOCK socket some
 		// kernels return EAGAIN instead.
 		NonBlock: false,
-		Checksum: o.GSO != OffloadOff,
+		Checksum: o.GSO != OffloadOff || local.Is6(),
 	})
 	if err != nil {
 		return err
@@ -271,7 +275,11 @@ func (c *Conn) open(local netip.Addr, o Options, dis disable) error {
 		return fmt.Errorf("packetio/uring: the kernel gave %d SQ entries for a batch of %d", c.r.sq.entries, o.Batch)
 	}
 
-	if c.probe, err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP); err != nil {
+	family := unix.AF_INET
+	if c.v6 {
+		family = unix.AF_INET6
+	}
+	if c.probe, err = unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP); err != nil {
 		return fmt.Errorf("packetio/uring: socket: %w", err)
 	}
 	if o.DstPort == 0 {
@@ -358,7 +366,7 @@ func (c *Conn) initRx(dis disable) error {
 			c.bufs.add(unsafe.Pointer(&c.rxMem[i*c.slotSize]), uint32(c.slotSize), uint16(i))
 		}
 		c.bufs.publish()
-		c.msHdr.Namelen = uint32(udpsock.SizeofSockaddrInet4)
+		c.msHdr.Namelen = uint32(udpsock.SockaddrRoom)
 		c.msHdr.SetControllen(controlSpace)
 		c.features.Multishot, c.features.BufRing = true, true
 		return nil
@@ -395,15 +403,15 @@ func (c *Conn) initTx() {
 	b := c.txCap
 	c.txl = packetio.NewTxLender(b, c.maxPacket)
 	c.txHdrs = make([]unix.Msghdr, b)
-	c.txNames = make([]udpsock.SockaddrInet4, b)
-	c.txCtl = make([]byte, b*udpsock.GSOCmsgSpace)
+	c.txNames = make([]udpsock.Sockaddr, b)
+	c.txCtl = make([]byte, b*txCtlSpace)
 	c.msgK = make([]int, b)
 	c.msgN = make([]int, b)
 	c.fbHdrs = make([]unix.Msghdr, b)
 	c.txIovs = make([]unix.Iovec, 3*b)
 	c.txIov0 = make([]int, b+1)
 	c.txLen = make([]int, b)
-	c.txAddr = make([][4]byte, b)
+	c.txAddr = make([]udpsock.Dest, b)
 	c.txIdx = make([]int, b)
 	c.txRes = make([]int32, 2*b)
 	c.txDone = make([]bool, 2*b)
@@ -411,11 +419,11 @@ func (c *Conn) initTx() {
 	c.retry = make([]int, 0, b)
 	c.again = make([]int, 0, b)
 	for i := range b {
-		c.txNames[i] = udpsock.SockaddrInet4{Family: unix.AF_INET, Port: c.dstPort}
+		c.txNames[i] = udpsock.Sockaddr{Port: c.dstPort}
 		h := &c.txHdrs[i]
 		h.Name = (*byte)(unsafe.Pointer(&c.txNames[i]))
-		h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
-		c.fbHdrs[i].Namelen = uint32(udpsock.SizeofSockaddrInet4)
+		h.Namelen = uint32(udpsock.SizeofSockaddr)
+		c.fbHdrs[i].Namelen = uint32(udpsock.SizeofSockaddr)
 	}
 }
 
@@ -552,7 +560,12 @@ func (c *Conn) waitPortFree() {
 	if c.probe < 0 || !c.local.IsValid() {
 		return
 	}
-	sa := &unix.SockaddrInet4{Port: int(c.local.Port()), Addr: c.local.Addr().As4()}
+	var sa unix.Sockaddr
+	if c.v6 {
+		sa = &unix.SockaddrInet6{Port: int(c.local.Port()), Addr: c.local.Addr().As16()}
+	} else {
+		sa = &unix.SockaddrInet4{Port: int(c.local.Port()), Addr: c.local.Addr().As4()}
+	}
 	for end := time.Now().Add(100 * time.Millisecond); time.Now().Before(end); {
 		if err := unix.Bind(c.probe, sa); err != unix.EADDRINUSE {
 			return // free (the probe is closed next), or unanswerable

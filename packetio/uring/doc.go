@@ -207,6 +207,11 @@
 //	go test ./packetio/uring -run - -bench . -count 6 | tee out.txt
 //	benchstat -col /path out.txt
 //
-// The io_uring path is implemented on Linux, for IPv4; Listen elsewhere, or
-// for an IPv6 address, returns an error matching packetio.ErrNotSupported.
+// IPv6 and each packet's traffic class and hop limit work as in package udp
+// (see its documentation): an IPv6-only socket, and IP_TOS/IP_TTL or
+// IPV6_TCLASS/IPV6_HOPLIMIT control messages on the SENDMSG of a packet
+// that asks for its own.
+//
+// The io_uring path is implemented on Linux; Listen elsewhere returns an
+// error matching packetio.ErrNotSupported.
 package uring

@@ -3,7 +3,6 @@ package uring
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"runtime"
 	"time"
@@ -270,7 +269,7 @@ func (c *Conn) armChain() error {
 		slot := c.rearm[len(c.rearm)-1]
 		c.rearm = c.rearm[:len(c.rearm)-1]
 		h := &c.ssHdrs[slot]
-		h.Namelen = uint32(udpsock.SizeofSockaddrInet4)
+		h.Namelen = uint32(udpsock.SockaddrRoom)
 		h.SetControllen(controlSpace)
 		h.Flags = 0
 		prepRecvmsg(s, c.sock, h, userData(kindRecv, 0, uint32(slot)))
@@ -422,8 +421,9 @@ func (c *Conn) recvCompletion(e cqe, k int) (made int, drops uint64, err error) 
 		truncated = out.flags&unix.MSG_TRUNC != 0 || n > got
 		bad = int(e.res) < slotPayload || out.namelen < uint32(udpsock.SizeofSockaddrInet4)
 	}
-	name := (*udpsock.SockaddrInet4)(unsafe.Pointer(&c.rxMem[base+slotName]))
-	if bad || name.Family != unix.AF_INET {
+	name := (*udpsock.Sockaddr)(unsafe.Pointer(&c.rxMem[base+slotName]))
+	from, ok := name.IP()
+	if bad || !ok {
 		c.release(slot)
 		return 0, 1, nil
 	}
@@ -441,11 +441,11 @@ func (c *Conn) recvCompletion(e cqe, k int) (made int, drops uint64, err error) 
 		seg = max(n, 1)
 	}
 	p := &c.rx[k]
-	p.Addr = netip.AddrFrom4(name.Addr)
+	p.Addr = from
 	p.Port = uint16(name.Port[0])<<8 | uint16(name.Port[1])
 	p.Local = c.local.Addr()
 	if cm.HasDst {
-		p.Local = netip.AddrFrom4(cm.Dst)
+		p.Local = cm.Dst
 	}
 	p.TOS, p.RxTime, p.GROSeg = cm.TOS, cm.RxTime, 0
 	off := base + slotPayload

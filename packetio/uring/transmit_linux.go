@@ -2,6 +2,7 @@ package uring
 
 import (
 	"errors"
+	"net/netip"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -42,12 +43,15 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	n, v := 0, 0
 	for i := range pkts {
 		p := &pkts[i]
-		a, err := packetio.TxDestGather(p, c.maxPacket)
+		_, err := packetio.TxDestGather(p, c.maxPacket)
+		if err == nil && !packetio.SameFamily(c.local.Addr(), p.Addr) {
+			err = packetio.ErrAddress
+		}
 		if err != nil {
 			fail.Add(i, err)
 			continue
 		}
-		c.txIov0[n], c.txLen[n], c.txAddr[n], c.txIdx[n] = v, len(p.Buf)+len(p.Ext), a.As4(), i
+		c.txIov0[n], c.txLen[n], c.txAddr[n], c.txIdx[n] = v, len(p.Buf)+len(p.Ext), c.dest(p), i
 		n++
 		v += udpsock.PacketIovecs(c.txIovs[v:], p)
 	}
@@ -114,6 +118,22 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 // they lie (engine.Engine.OutputGather).
 func (c *Conn) Gathers() bool { return true }
 
+// txCtlSpace is the control room of one message: a UDP_SEGMENT cmsg and
+// the TOS and TTL ones (udpsock.PutIPCmsgs).
+var txCtlSpace = udpsock.GSOCmsgSpace + udpsock.IPCmsgSpace
+
+// dest returns the destination of p and the TOS and TTL it asks for, 0
+// where those are the socket's own.
+func (c *Conn) dest(p *packetio.Packet) udpsock.Dest {
+	d := udpsock.Dest{Addr: p.Addr.As16(), TTL: p.HopLimit}
+	if p.TOS != 0 {
+		if t := packetio.PacketTOS(p.TOS, c.tos, c.noECN); t != c.tos {
+			d.TOS = t
+		}
+	}
+	return d
+}
+
 // txICRC returns the ICRC of packet k (udpsock.ICRCOf its last iovec).
 func (c *Conn) txICRC(k int) []byte { return udpsock.ICRCOf(&c.txIovs[c.txIov0[k+1]-1]) }
 
@@ -128,20 +148,28 @@ func (c *Conn) buildMsg(m, k, end int) int {
 	if c.off.GSO() {
 		n = udpsock.GSORun(c.txLen, c.txAddr, k, end)
 	}
-	c.txNames[m].Addr = c.txAddr[k]
+	d := &c.txAddr[k]
 	h := &c.txHdrs[m]
+	h.Namelen = c.txNames[m].Set(netip.AddrFrom16(d.Addr))
 	h.Iov = &c.txIovs[c.txIov0[k]]
 	h.SetIovlen(c.txIov0[k+n] - c.txIov0[k])
 	h.Control = nil
 	h.SetControllen(0)
+	ctl := c.txCtl[m*txCtlSpace : (m+1)*txCtlSpace]
+	cl := 0
 	if n > 1 {
-		ctl := c.txCtl[m*udpsock.GSOCmsgSpace : (m+1)*udpsock.GSOCmsgSpace]
 		udpsock.PutSegmentCmsg(ctl, uint16(c.txLen[k]))
-		h.Control = unsafe.SliceData(ctl)
-		h.SetControllen(len(ctl))
-		for j := 1; j < n; j++ {
+		cl = udpsock.GSOCmsgSpace
+		for j := 1; j < n && !c.v6; j++ { // IPv6 has no Identification
 			c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], 0, uint16(j))
 		}
+	}
+	if d.TOS != 0 || d.TTL != 0 {
+		cl += udpsock.PutIPCmsgs(ctl[cl:], c.v6, d.TOS, d.TTL)
+	}
+	if cl > 0 {
+		h.Control = unsafe.SliceData(ctl)
+		h.SetControllen(cl)
 	}
 	c.msgK[m], c.msgN[m] = k, n
 	return n
@@ -177,14 +205,23 @@ func (c *Conn) failEntry(j int, err error, fail *packetio.TxFailures) {
 // fallback; EIO turns GSO off for the Conn, as in package udp.
 func (c *Conn) gsoFallback(m int, errno unix.Errno, again []int) []int {
 	k, n := c.msgK[m], c.msgN[m]
-	for j := 1; j < n; j++ {
+	for j := 1; j < n && !c.v6; j++ {
 		c.ids.ChangeIDOf(c.txICRC(k+j), c.txLen[k+j], uint16(j), 0)
 	}
+	// The message's TOS and TTL control messages, after its UDP_SEGMENT.
+	ipCtl := c.txCtl[m*txCtlSpace+udpsock.GSOCmsgSpace : m*txCtlSpace+int(c.txHdrs[m].Controllen)]
 	c.ctr.GSOFallbacks.Add(1)
 	c.off.TurnOffGSO(errno)
 	for q := k; q < k+n; q++ {
 		f := &c.fbHdrs[q]
 		f.Name = (*byte)(unsafe.Pointer(&c.txNames[m]))
+		f.Namelen = c.txHdrs[m].Namelen
+		f.Control = nil
+		f.SetControllen(0)
+		if len(ipCtl) > 0 {
+			f.Control = unsafe.SliceData(ipCtl)
+			f.SetControllen(len(ipCtl))
+		}
 		f.Iov = &c.txIovs[c.txIov0[q]]
 		f.SetIovlen(c.txIov0[q+1] - c.txIov0[q])
 		again = append(again, c.txCap+q)

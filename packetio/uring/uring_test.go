@@ -209,7 +209,7 @@ func TestListenErrors(t *testing.T) {
 		opts uring.Options
 		want error
 	}{
-		{netip.MustParseAddr("::1"), uring.Options{}, packetio.ErrNotSupported},
+		{netip.MustParseAddr("fe80::1%lo"), uring.Options{}, nil},
 		{lo1, uring.Options{Port: 70000}, nil},
 		{lo1, uring.Options{Port: uring.AnyPort, DstPort: -2}, nil},
 		{netip.MustParseAddr("192.0.2.77"), uring.Options{Port: uring.AnyPort}, syscall.EADDRNOTAVAIL},

@@ -39,17 +39,25 @@ const GROCmsgSpace = 24
 // messages instead of ending with the Transmit.
 const GSOTxBatch = 4 * wire.GSOMaxSegments
 
+// Dest is what the datagrams of one GSO message share: the destination
+// address (IPv4 as IPv4-mapped) and the TOS and TTL asked for (0: the
+// socket's), which one message's control messages set for all.
+type Dest struct {
+	Addr     [16]byte
+	TOS, TTL uint8
+}
+
 // GSORun returns how many packets from k on (at most end) go in one GSO
-// message, packet i being lens[i] bytes to addrs[i]: packets to the first's
-// address, all of the first's size but the last, which may be shorter, at
+// message, packet i being lens[i] bytes to dests[i]: packets to the first's
+// destination, all of the first's size but the last, which may be shorter, at
 // most wire.GSOMaxSegments and MaxGSOBytes in all. Both socket paths cut
 // their batches with it.
-func GSORun(lens []int, addrs [][4]byte, k, end int) int {
+func GSORun(lens []int, dests []Dest, k, end int) int {
 	size := lens[k]
 	total, n := size, 1
 	for k+n < end && n < wire.GSOMaxSegments {
 		l := lens[k+n]
-		if addrs[k+n] != addrs[k] || l > size || total+l > MaxGSOBytes || l < wire.MinPacketLen {
+		if dests[k+n] != dests[k] || l > size || total+l > MaxGSOBytes || l < wire.MinPacketLen {
 			break
 		}
 		total += l

@@ -50,14 +50,13 @@ func (o Shared) Defaults() {
 }
 
 // Check validates what Listen was given, after Defaults: local must be an
-// IPv4 address (or IPv4-mapped: it returns it unmapped), the ports in
-// range; AnyPort becomes 0 for the kernel to choose. Errors start with
-// prefix (the calling package's name); IPv6 matches
-// packetio.ErrNotSupported.
+// IPv4 address (or IPv4-mapped: it returns it unmapped) or an IPv6 address
+// without a zone, the ports in range; AnyPort becomes 0 for the kernel to
+// choose. Errors start with prefix (the calling package's name).
 func (o Shared) Check(prefix string, local netip.Addr) (netip.Addr, error) {
 	local = local.Unmap()
-	if !local.Is4() {
-		return local, fmt.Errorf("%s: listen on %v: only IPv4 is implemented: %w", prefix, local, packetio.ErrNotSupported)
+	if !local.IsValid() || local.Zone() != "" {
+		return local, fmt.Errorf("%s: listen on %v: an IPv4 or IPv6 address without a zone is needed", prefix, local)
 	}
 	if *o.Port < 0 {
 		*o.Port = 0
