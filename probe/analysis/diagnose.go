@@ -82,8 +82,8 @@ func (o *DiagnoseOptions) defaults() {
 // Suspect is one component a verdict names, with what its paths saw.
 type Suspect struct {
 	Kind string `json:"kind"`
-	// Name is "A->B" for a link, the host's or the group's name, or
-	// "spine".
+	// Name is "A->B" for a link one way, "A<->B" both ways, the host's or
+	// the group's name, or "spine".
 	Name string `json:"name"`
 	// Direction is a host's: DirBoth, DirSend or DirReceive.
 	Direction string `json:"direction,omitempty"`
@@ -159,6 +159,16 @@ func (v Verdict) String() string {
 	return v.Symptom + ": ambiguous between " + strings.Join(l, ", ")
 }
 
+// PairName is the name of the link component of both paths between a and
+// b ("a<->b", the names in order): a packet lost from a to b is a probe of
+// a->b or an answer to one of b->a.
+func PairName(a, b string) string {
+	if b < a {
+		a, b = b, a
+	}
+	return a + "<->" + b
+}
+
 // suspect is a candidate component: what it is and which paths it lies on.
 type suspect struct {
 	kind, name, dir string
@@ -168,7 +178,7 @@ func (s suspect) covers(p *PathStat) bool {
 	cross := p.SrcGroup != p.DstGroup
 	switch s.kind {
 	case KindLink:
-		return LinkName(p.Src, p.Dst) == s.name
+		return s.name == LinkName(p.Src, p.Dst) || s.name == PairName(p.Src, p.Dst)
 	case KindHost:
 		switch s.dir {
 		case DirSend:
@@ -190,7 +200,7 @@ func (s suspect) covers(p *PathStat) bool {
 // suspectsOf lists the components path p lies on.
 func suspectsOf(p *PathStat, out []suspect) []suspect {
 	out = append(out[:0],
-		suspect{KindLink, LinkName(p.Src, p.Dst), ""},
+		suspect{KindLink, LinkName(p.Src, p.Dst), ""}, suspect{KindLink, PairName(p.Src, p.Dst), ""},
 		suspect{KindHost, p.Src, DirSend}, suspect{KindHost, p.Src, DirBoth},
 		suspect{KindHost, p.Dst, DirReceive}, suspect{KindHost, p.Dst, DirBoth},
 		suspect{KindGroup, p.SrcGroup, ""})
@@ -229,7 +239,8 @@ type tally struct {
 // for RTT (probes slower than the SLA's p99 threshold, SlowThreshold of
 // them allowed). It returns the verdicts, loss first.
 //
-// The candidates are, for every path, its link, its ends as hosts (sending,
+// The candidates are, for every path, its link (that path, or both paths
+// between its hosts), its ends as hosts (sending,
 // receiving, or both), its groups (ToRs), and for a path between groups
 // both groups' uplinks and the spine. A fault raises the loss ratio of the
 // paths through its component and of no other, so the probes' likelihood

@@ -91,6 +91,7 @@ func TestDiagnose(t *testing.T) {
 		{"host send-only loss", fabric, []fault{{host("c2", DirSend), 0.1}}, nil, []string{"loss: host c2 (sends)"}},
 		{"uplink loss 2%", fabric, []fault{{uplink("tor-b"), 0.02}}, nil, []string{"loss: uplink tor-b"}},
 		{"gray loss in a ToR, 1.5%", fabric, []fault{{group("tor-b"), 0.015}}, nil, []string{"loss: group tor-b"}},
+		{"link loss both ways", fabric, []fault{{link("a1<->b2"), 0.05}}, nil, []string{"loss: link a1<->b2"}},
 		{"two at once", fabric, []fault{{link("a1->c3"), 0.05}, {host("b2", DirBoth), 1}}, nil, []string{"loss: host b2", "loss: link a1->c3"}},
 		{"uplink loss, two groups", fabric2, []fault{{uplink("tor-b"), 0.02}}, nil,
 			[]string{"loss: ambiguous between spine, uplink tor-a, uplink tor-b"}},
