@@ -63,11 +63,11 @@ func dial(ctx context.Context, addr, server string) error {
 	return err
 }
 
-// Example_dialConn runs a server and a client, each the whole program from
+// ExampleDialConn runs a server and a client, each the whole program from
 // opening its device to closing its connection (TestTwoProcessesNetns
 // runs the same two as two processes in two network namespaces and checks
 // that neither leaves anything behind).
-func Example_dialConn() {
+func ExampleDialConn() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type result struct {

@@ -27,17 +27,24 @@ type ConnOptions struct {
 	// write, read and atomic), the CQ's size (default 256), the QP's
 	// capacities (default 64 WRs and 1 SGE each way).
 	QP verbs.QPSetOptions
-	// PrivateData follows the offer in the REQ (at most 40 bytes) or the
-	// REP (at most 180).
+	// PrivateData follows the offer in the REQ (at most 36 bytes) or the
+	// REP (at most 176).
 	PrivateData []byte
-	// NoOffer sends PrivateData alone, without this side's RemoteBuffer
-	// first (for a peer that expects other private data).
+	// NoOffer sends PrivateData alone, without this side's offer first
+	// (for a peer that expects other private data). The offer is
+	// OfferMagic and this side's memory as a RemoteBuffer; a peer's
+	// private data that starts with one is read as its offer (Conn.Remote)
+	// and the rest is Conn.PeerPrivateData.
 	NoOffer bool
 	// Dial and Accept tune the connection as in Dial and Request.Accept
 	// (their PrivateData is ConnOptions').
 	Dial   DialOptions
 	Accept AcceptOptions
 }
+
+// OfferMagic starts the offer DialConn and AcceptConn put in private data,
+// before the RemoteBuffer's 16 bytes.
+const OfferMagic = "GRB\x01"
 
 // owned is what a connection of DialConn or AcceptConn owns.
 type owned struct {
@@ -111,17 +118,19 @@ func (r *owned) privateData(app []byte) []byte {
 	}
 	b := RemoteBufferOf(r.set.MR)
 	b.Length = uint32(r.offered)
-	return append(b.AppendBinary(make([]byte, 0, RemoteBufferSize+len(app))), app...)
+	pd := append(make([]byte, 0, len(OfferMagic)+RemoteBufferSize+len(app)), OfferMagic...)
+	return append(b.AppendBinary(pd), app...)
 }
 
-// took reads the peer's private data.
+// took reads the peer's private data: its offer, if it made one, and the
+// application's.
 func (r *owned) took(pd []byte) {
 	r.peerPriv = pd
-	if r.noOffer {
+	if len(pd) < len(OfferMagic)+RemoteBufferSize || string(pd[:len(OfferMagic)]) != OfferMagic {
 		return
 	}
-	if err := r.remote.UnmarshalBinary(pd); err == nil {
-		r.peerPriv = pd[RemoteBufferSize:]
+	if err := r.remote.UnmarshalBinary(pd[len(OfferMagic):]); err == nil {
+		r.peerPriv = pd[len(OfferMagic)+RemoteBufferSize:]
 	}
 }
 

@@ -21,7 +21,7 @@ const (
 	envTarget = "GOROCE_RDMACM_TARGET" // serve: the listen address; dial: the server's
 )
 
-// TestTwoProcessesNetns runs Example_dialConn's server and client as two
+// TestTwoProcessesNetns runs ExampleDialConn's server and client as two
 // processes (this test binary again) in two network namespaces joined by
 // veth, the client started first: the data arrives, and each process,
 // once its program has returned, has no goroutine of goroce's left and no
