@@ -7,7 +7,27 @@
 //
 // # The Go API
 //
-// In the style of package net:
+// In the style of package net, with connections that own their verbs
+// objects (a context, PD, completion channel, CQ, registered memory and
+// the RC QP, built from ConnOptions; Close disconnects, then frees them
+// in order):
+//
+//	l, err := rdmacm.Listen(ctx, dev, ":7174")
+//	c, err := l.AcceptConn(ctx, &rdmacm.ConnOptions{Recvs: 16}) // receives posted first
+//
+//	c, err := rdmacm.DialConn(ctx, dev, "192.0.2.10:7174", nil)
+//	r := c.Remote()                       // the memory the peer offered (a RemoteBuffer)
+//	err = c.Post(ctx, verbs.SendWR{Opcode: verbs.WRRDMAWrite, SGList: c.SGE(0, 64),
+//		RemoteAddr: r.Addr, RKey: r.RKey, Flags: verbs.SendSignaled})
+//	wc, err := c.Wait(ctx)                // the completion; err is wc.Err() when it failed
+//	c.Close()
+//
+// Each side's private data starts with an offer of its memory (OfferMagic
+// and a RemoteBuffer, unless ConnOptions.NoOffer); what the application
+// adds arrives exactly as long as it was sent when both sides are goroce
+// (the REQ and REP say how long in a byte Linux leaves reserved).
+//
+// With a QP of your own:
 //
 //	l, err := rdmacm.Listen(ctx, dev, ":7174")
 //	req, err := l.Accept(ctx)            // peer address, private data, requested depths
@@ -24,6 +44,20 @@
 // Errors match ErrRefused (any REJ; a *RejectError has the reason and the
 // private data), ErrUnreachable and ErrTimedOut (no answer),
 // ErrDisconnected, ErrClosed; contexts cancel every wait.
+//
+// Failures are fast: a soft device answers a REQ with REJ 8 (no listener)
+// from the moment it opens, whether a connection manager runs on it or
+// not; a dial's REQs leave from a socket of its own (on Linux, in the
+// calling thread's network namespace), so that a send the routing table
+// refuses fails the dial at once and ICMP errors (a host with no RoCE
+// device) fail it within about 750 ms (UnreachableGrace), as a *PathError
+// matching ErrUnreachable and the errno; the first REQ is resent after
+// 50, 100, 200 ms and then every 200 ms until Linux's first resend
+// (MachineConfig.QuickRetry), so a server that comes up a moment after the
+// dial is found a moment later; a server that was unreachable and now
+// refuses is asked again for a second (RefusedPause, and
+// DialOptions.RetryRefused for a client that may start before its
+// server's listener).
 //
 // A device needs a QP 1 for this (the Device interface): the soft
 // provider's devices have one. On the ibverbs provider the kernel owns QP 1
