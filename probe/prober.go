@@ -41,6 +41,12 @@ type ProberOptions struct {
 	// BeforePoll is a diagnostic hook called before each poll of the CQ,
 	// from the prober's goroutine (tests stall here). nil: none.
 	BeforePoll func()
+	// TrafficClass, when set, gives the IP traffic class (the TOS byte:
+	// DSCP << 2; the packet path adds ECN's ECT(0)) of the probes of a
+	// class (Probe's class argument), so that probes travel in the
+	// (lossless) class they measure. It is called for every probe from
+	// Probe's caller and must not block. nil: traffic class 0.
+	TrafficClass func(class string) uint8
 	// GIDIndex is the source GID index of the probes (default 0: the
 	// port's first IPv4-mapped GID).
 	GIDIndex int
@@ -236,7 +242,11 @@ func (p *Prober) ProbeSeq(peer Peer, flowLabel uint32, class string) (uint64, er
 	case len(p.freeS) == 0:
 		return 0, ErrBusy
 	}
-	ah, err := p.e.ahs.get(ahKey{gid: peer.GID, label: flowLabel})
+	var tc uint8
+	if p.o.TrafficClass != nil {
+		tc = p.o.TrafficClass(class)
+	}
+	ah, err := p.e.ahs.get(ahKey{gid: peer.GID, label: flowLabel, tc: tc})
 	if err != nil {
 		return 0, err
 	}

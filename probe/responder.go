@@ -22,6 +22,11 @@ type ResponderOptions struct {
 	// first IPv4-mapped GID, index 1 on a soft device and on
 	// rdma_rxe).
 	GIDIndex int
+	// TrafficClass is the IP traffic class (TOS byte, DSCP << 2) of the
+	// ACKs to probes whose own traffic class the device does not report
+	// (software devices report 0); the ACKs of a probe whose traffic class
+	// is known carry its DSCP, so that they return in the probe's class.
+	TrafficClass uint8
 	// BeforeACK1 is a diagnostic hook called before each first ACK is
 	// posted, from the responder's goroutine (tests stall here). nil: none.
 	BeforeACK1 func()
@@ -216,6 +221,10 @@ func (r *Responder) receive(qi, s int, wc *verbs.WC) {
 	}
 	m, err := ParseMessage(buf[grhLen:n])
 	gid, ok := sourceGID(buf[:grhLen])
+	tc := sourceTOS(buf[:grhLen]) &^ 3 // the DSCP; ECN is the device's
+	if tc == 0 {
+		tc = r.o.TrafficClass
+	}
 	r.e.postRecv(qi, s) // the buffer's content is copied out
 	if err != nil || m.Type != TypeProbe || !ok {
 		r.invalid.Add(1)
@@ -236,7 +245,7 @@ func (r *Responder) receive(qi, s int, wc *verbs.WC) {
 	if label == 0 {
 		label = 1
 	}
-	ah, err := r.e.ahs.get(ahKey{gid: gid, label: label})
+	ah, err := r.e.ahs.get(ahKey{gid: gid, label: label, tc: tc})
 	if err != nil {
 		r.dropped.Add(1)
 		return

@@ -303,10 +303,27 @@ func sourceGID(grh []byte) (verbs.GID, bool) {
 	return g, false
 }
 
+// sourceTOS returns the traffic class (IPv4 TOS byte, IPv6 traffic class)
+// of a UD receive's GRH area, as sourceGID reads it; 0 when unknown (a
+// device that does not report it writes 0).
+func sourceTOS(grh []byte) uint8 {
+	if len(grh) < grhLen {
+		return 0
+	}
+	if grh[20]>>4 == 4 && grh[20]&0xF == 5 {
+		return grh[21]
+	}
+	if grh[0]>>4 == 6 {
+		return grh[0]<<4 | grh[1]>>4
+	}
+	return 0
+}
+
 // ahKey names a cached address handle.
 type ahKey struct {
 	gid   verbs.GID
 	label uint32
+	tc    uint8 // the traffic class (TOS byte)
 }
 
 // ahEntry is a cached address handle, referenced by refs posted sends.
@@ -357,7 +374,7 @@ func (c *ahCache) get(key ahKey) (*ahEntry, error) {
 			break
 		}
 	}
-	ah, err := c.pd.CreateAH(&verbs.AHAttr{DGID: key.gid, SGIDIndex: c.sgid, FlowLabel: key.label, HopLimit: hopLimit, PortNum: port})
+	ah, err := c.pd.CreateAH(&verbs.AHAttr{DGID: key.gid, SGIDIndex: c.sgid, FlowLabel: key.label, TrafficClass: key.tc, HopLimit: hopLimit, PortNum: port})
 	if err != nil {
 		return nil, err
 	}

@@ -179,6 +179,8 @@ type config struct {
 	hash    [32]byte
 	// hosts is the topology: every node's group, by name.
 	hosts map[string]string
+	// tc is the traffic class (TOS byte) of each class's probes.
+	tc map[string]uint8
 }
 
 // Agent is a running prober, responder and HTTP server for one node of a
@@ -264,11 +266,13 @@ func New(o Options) (*Agent, error) {
 	if o.JSONL != nil {
 		a.jsonl = make(chan probe.Result, jsonlQueue)
 	}
-	a.responder, err = probe.NewResponder(o.Device, probe.ResponderOptions{QPs: s.ResponderQPs})
+	a.responder, err = probe.NewResponder(o.Device, probe.ResponderOptions{QPs: s.ResponderQPs,
+		TrafficClass: uint8(cfg.list.Classes[pinglist.ClassToRMesh].DSCP << 2)})
 	if err != nil {
 		return nil, fmt.Errorf("agent: responder: %w", err)
 	}
-	a.prober, err = probe.NewProber(o.Device, probe.ProberOptions{Timeout: s.Timeout, OnResult: a.onResult})
+	a.prober, err = probe.NewProber(o.Device, probe.ProberOptions{Timeout: s.Timeout, OnResult: a.onResult,
+		TrafficClass: func(class string) uint8 { return a.cfg.Load().tc[class] }})
 	if err != nil {
 		a.responder.Close()
 		return nil, fmt.Errorf("agent: prober: %w", err)
@@ -315,7 +319,12 @@ func parse(b []byte, path string, self netip.Addr) (*config, error) {
 	for _, n := range l.Nodes {
 		hosts[n.Name] = n.Group
 	}
+	tc := make(map[string]uint8, len(l.Classes))
+	for name, c := range l.Classes {
+		tc[name] = uint8(c.DSCP << 2)
+	}
 	return &config{
+		tc:      tc,
 		hosts:   hosts,
 		list:    l,
 		self:    me,

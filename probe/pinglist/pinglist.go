@@ -38,6 +38,10 @@ const (
 	DefaultStaticRate   = 1.0
 	DefaultSample       = 16
 	DefaultMaxClassRate = 2000.0
+	// DefaultDSCP is the DSCP of the probes of every class and of the
+	// ACKs: 26 (AF31), the lossless RoCE class of common RoCE deployments
+	// (traffic class 106 with ECN's ECT(0) set, which the device adds).
+	DefaultDSCP = 26
 	// MaxLabels bounds the flow labels per target, whatever Paths and
 	// Probability ask for (N=32, P=0.99 needs 255).
 	MaxLabels = 1024
@@ -98,6 +102,9 @@ type Class struct {
 	// chooses them.
 	Sample int
 	Seed   uint64
+	// DSCP is the DSCP (0 to 63) of the class's probes (default
+	// DefaultDSCP): the probes travel in the traffic class they measure.
+	DSCP int
 }
 
 // Node is one host of the fleet: an agent that probes and answers.
@@ -177,6 +184,7 @@ type fileClass struct {
 	Rate    *float64 `yaml:"rate"`
 	MaxRate *float64 `yaml:"max_rate"`
 	Sample  *int     `yaml:"sample"`
+	DSCP    *int     `yaml:"dscp"`
 	Seed    uint64   `yaml:"seed"`
 }
 
@@ -282,7 +290,13 @@ func build(f *file) (*List, error) {
 	}
 	for _, name := range []string{ClassToRMesh, ClassInterToR, ClassStatic} {
 		fc := f.Classes[name]
-		c := Class{Enabled: true, Rate: DefaultRate, MaxRate: DefaultMaxClassRate, Seed: fc.Seed}
+		c := Class{Enabled: true, Rate: DefaultRate, MaxRate: DefaultMaxClassRate, Seed: fc.Seed, DSCP: DefaultDSCP}
+		if fc.DSCP != nil {
+			if *fc.DSCP < 0 || *fc.DSCP > 63 {
+				return nil, invalid("classes.%s.dscp %d is not a DSCP (0 to 63)", name, *fc.DSCP)
+			}
+			c.DSCP = *fc.DSCP
+		}
 		if name == ClassStatic {
 			c.Rate = DefaultStaticRate
 		}

@@ -89,6 +89,8 @@ func TestParseErrors(t *testing.T) {
 		{"static rate", "static: [{addr: 10.0.0.1, rate: 0}]", `static target "10.0.0.1": rate 0`},
 		{"sample on tor_mesh", "classes: {tor_mesh: {sample: 3}}", `only inter_tor takes a sample`},
 		{"negative sample", "classes: {inter_tor: {sample: -3}}", `sample -3 is negative`},
+		{"dscp", "classes: {tor_mesh: {dscp: 64}}", `classes.tor_mesh.dscp 64 is not a DSCP`},
+		{"negative dscp", "classes: {static: {dscp: -1}}", `classes.static.dscp -1`},
 		{"probability", "settings: {probability: 1}", `settings.probability 1 is not in (0, 1)`},
 		{"paths", "settings: {paths: -2}", `settings.paths -2`},
 		{"port", "settings: {http_port: 70000}", `settings.http_port 70000`},
