@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -314,28 +315,21 @@ func diagnose(hosts map[string]string, paths []PathStat, o DiagnoseOptions, symp
 		if len(cands) == 0 {
 			break
 		}
-		best := 0
-		for i := range cands {
-			if better(cands[i], cands[best]) {
-				best = i
-			}
-		}
+		best, ties := choose(paths, explained, cands, keys, base, o.Margin, count)
 		v := Verdict{Symptom: symptom, Suspects: []Suspect{cands[best]}, Confidence: cands[best].Confidence}
-		var ties []suspect
-		for i, c := range cands {
-			if i == best || cands[best].Score-c.Score > o.Margin {
-				continue
-			}
-			if shared(paths, explained, keys[best], keys[i], count) > c.Bad/2 {
-				v.Suspects = append(v.Suspects, c)
-				ties = append(ties, keys[i])
-			}
+		for _, i := range ties {
+			v.Suspects = append(v.Suspects, cands[i])
 		}
-		v.Suspects, ties = oneHost(v.Suspects, ties)
+		tieKeys := make([]suspect, len(ties))
+		for k, i := range ties {
+			tieKeys[k] = keys[i]
+		}
+		var ties2 []suspect
+		v.Suspects, ties2 = oneHost(v.Suspects, tieKeys)
 		if len(v.Suspects) > 1 {
 			v.Ambiguous = true
 			sort.Slice(v.Suspects[1:], func(a, b int) bool { return better(v.Suspects[1+a], v.Suspects[1+b]) })
-			v.Separate, v.Note = separate(hosts, paths, append([]suspect{keys[best]}, ties...), o.MaxSeparate)
+			v.Separate, v.Note = separate(hosts, paths, append([]suspect{keys[best]}, ties2...), o.MaxSeparate)
 		}
 		for i := range paths {
 			if !explained[i] && keys[best].covers(&paths[i]) {
@@ -345,6 +339,107 @@ func diagnose(hosts map[string]string, paths []PathStat, o DiagnoseOptions, symp
 		out = append(out, v)
 	}
 	return out
+}
+
+// maxRivals bounds the candidates compared with the best one.
+const maxRivals = 16
+
+// choose picks the verdict among the candidates: the best-scoring one,
+// unless a rival explains the same loss as well or better, and the rivals
+// it cannot be told from (ties). Rivals are the candidates scoring at
+// least half the best and sharing most of their lost probes with it (at
+// most maxRivals). A rival nested in the best, or holding it, is judged by
+// the paths one has and the other not: lossy like the smaller one's paths
+// (a log-likelihood ratio above margin against the healthy ratio), the
+// larger wins; healthy (below -margin), the smaller; in between, they are
+// a tie. Other rivals tie when they score within margin of the best.
+func choose(paths []PathStat, explained []bool, cands []Suspect, keys []suspect, base, margin float64,
+	count func(*PathStat) (uint64, uint64)) (int, []int) {
+	best := 0
+	for i := range cands {
+		if better(cands[i], cands[best]) {
+			best = i
+		}
+	}
+	var rivals []int
+	for i, c := range cands {
+		if i != best && c.Score >= cands[best].Score/2 && shared(paths, explained, keys[best], keys[i], count) > c.Bad/2 {
+			rivals = append(rivals, i)
+		}
+	}
+	sort.Slice(rivals, func(a, b int) bool { return better(cands[rivals[a]], cands[rivals[b]]) })
+	rivals = rivals[:min(len(rivals), maxRivals)]
+	cmp := func(a, b int) int {
+		n, rate, ok := nested(paths, explained, cands, keys, a, b, base, count)
+		if !ok {
+			if cands[a].Score-cands[b].Score > margin {
+				return -1
+			}
+			if cands[b].Score-cands[a].Score > margin {
+				return 1
+			}
+			return 0
+		}
+		switch {
+		case rate > margin:
+			return n // the larger
+		case rate < -margin:
+			return -n // the smaller
+		}
+		return 0
+	}
+	first := best
+	for _, i := range rivals {
+		if cmp(best, i) > 0 {
+			best = i
+		}
+	}
+	var ties []int
+	for _, i := range append(rivals, first) {
+		if i != best && !slices.Contains(ties, i) && cmp(best, i) == 0 {
+			ties = append(ties, i)
+		}
+	}
+	return best, ties
+}
+
+// nested reports whether candidates a and b lie on nested path sets (over
+// the unexplained paths), which one is the larger (n: -1 a, 1 b), and the
+// log-likelihood ratio of the paths only the larger lies on, lossy at the
+// smaller's ratio against healthy at base.
+func nested(paths []PathStat, explained []bool, cands []Suspect, keys []suspect, a, b int, base float64,
+	count func(*PathStat) (uint64, uint64)) (n int, llr float64, ok bool) {
+	var onlyA, onlyB int
+	var nA, kA, nB, kB uint64
+	for i := range paths {
+		p := &paths[i]
+		if explained[i] {
+			continue
+		}
+		inA, inB := keys[a].covers(p), keys[b].covers(p)
+		if inA == inB {
+			continue
+		}
+		pn, pk := count(p)
+		if inA {
+			onlyA++
+			nA, kA = nA+pn, kA+pk
+		} else {
+			onlyB++
+			nB, kB = nB+pn, kB+pk
+		}
+	}
+	if onlyA > 0 && onlyB > 0 {
+		return 0, 0, false
+	}
+	rate := func(s Suspect) float64 { return min(max(s.Ratio, base), 1-1e-9) }
+	ll := func(nn, k uint64, p float64) float64 {
+		return float64(k)*math.Log(p/base) + float64(nn-k)*math.Log((1-p)/(1-base))
+	}
+	if onlyA > 0 {
+		return -1, ll(nA, kA, rate(cands[b])), true
+	}
+	return 1, ll(nB, kB, rate(cands[a])), true
 }
 
 // oneHost folds the directions of one host that tie (its sends unseen, as

@@ -178,3 +178,36 @@ func TestVerdictHistory(t *testing.T) {
 		t.Fatalf("bounded history: %d records, %d active", len(rs), len(h.Active()))
 	}
 }
+
+// Gray loss in a ToR of two hosts, 1.5 % of the probes of every path with
+// an end under it: its two inner paths are little evidence against its
+// uplink alone, and the verdict names the group, or says it cannot tell
+// the group from its uplink, but never names the uplink alone.
+func TestDiagnoseGraySmallGroup(t *testing.T) {
+	hosts := map[string]string{"h0": "g0", "h1": "g0", "h2": "g0", "h3": "g1", "h4": "g1", "h5": "g1", "h6": "g2", "h7": "g2"}
+	named := map[string]int{}
+	for seed := uint64(1); seed <= 40; seed++ {
+		paths := sample(seed, hosts, 400, 0.0001, []fault{{suspect{KindGroup, "g2", ""}, 0.015}})
+		v := Diagnose(hosts, paths, DiagnoseOptions{})
+		if len(v) != 1 {
+			t.Fatalf("seed %d: %q", seed, verdicts(v))
+		}
+		named[v[0].String()]++
+		if !names(v[0].String(), "group g2") {
+			t.Errorf("seed %d: %s", seed, v[0])
+		}
+	}
+	t.Logf("verdicts over 40 seeds: %v", named)
+}
+
+// names reports whether a verdict (its String) names component c.
+func names(v, c string) bool {
+	_, list, _ := strings.Cut(v, ": ")
+	list = strings.TrimPrefix(list, "ambiguous between ")
+	for _, s := range strings.Split(list, ", ") {
+		if s == c || strings.HasPrefix(s, c+" (") {
+			return true
+		}
+	}
+	return false
+}
