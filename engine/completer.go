@@ -79,6 +79,9 @@ func (qp *QP) completeRead(now int64, p *wire.Packet, psn wire.PSN) {
 	}
 	s, st := &qp.sq.slots[i&qp.sq.mask], &qp.sqst[i&qp.sq.mask]
 	if s.wr.Opcode != verbs.WRRDMARead {
+		if isA19(s.wr.Opcode) {
+			qp.completeA19(now, p, psn, st)
+		}
 		return
 	}
 	if st.done { // a duplicate: it still acknowledges what precedes it
@@ -198,7 +201,7 @@ func (qp *QP) acked(now int64, psn wire.PSN) {
 			switch s.wr.Opcode {
 			case verbs.WRRDMARead:
 				wc.ByteLen = s.length
-			case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
+			case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd, verbs.WRAtomicWrite:
 				wc.ByteLen = 8
 			}
 			// Free the slot before the completion is seen: a PostSend
@@ -331,6 +334,16 @@ func wcOpcode(o verbs.WROpcode) verbs.WCOpcode {
 		return verbs.WCCompSwap
 	case verbs.WRAtomicFetchAndAdd:
 		return verbs.WCFetchAdd
+	case verbs.WRAtomicWrite:
+		return verbs.WCAtomicWrite
+	case verbs.WRFlush:
+		return verbs.WCFlush
+	case verbs.WRLocalInv:
+		return verbs.WCLocalInv
+	case verbs.WRBindMW:
+		return verbs.WCBindMW
+	case verbs.WRRegMR:
+		return verbs.WCRegMR
 	}
 	return verbs.WCSend
 }

@@ -336,6 +336,12 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx
 			return
 		}
 		qp.udReceive(now, p, from)
+	case verbs.QPTUC:
+		if p.Info.Transport != wire.TransportUC || from != qp.remote {
+			e.stats.MalformedDrops++
+			return
+		}
+		qp.ucReceive(p, err)
 	case verbs.QPTRC:
 		if p.Info.Transport != wire.TransportRC {
 			e.stats.MalformedDrops++

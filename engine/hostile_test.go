@@ -238,7 +238,7 @@ func one(from netip.Addr, pkts ...[]byte) ([][]byte, netip.Addr) { return pkts, 
 // hostileCases are the bad packets a broken or malicious peer can send,
 // and what the device must do with each. docs/faults.md tabulates them.
 func hostileCases(h *hostile) []hostileCase {
-	return slices.Concat(h.memoryCases(), h.malformedCases(), h.sequenceCases(), h.droppedCases(), h.udCases())
+	return slices.Concat(h.memoryCases(), h.malformedCases(), h.sequenceCases(), h.droppedCases(), h.udCases(), h.verbs33Cases())
 }
 
 // peer returns packets from the peer, for an attack.

@@ -49,6 +49,7 @@ type QP struct {
 	lastDst netip.Addr // the destination of a UD QP's last packet
 	ip      IPHeader   // the IP header of an RC QP's packets, of a UD QP's last (OutputIP)
 	path    *ccPath    // the congestion state shared with the QPs to the same peer (nil: none)
+	bind1   bool       // BindMW is posting a type 1 window's bind (under the send queue's lock)
 }
 
 // SRQ is a shared receive queue.
@@ -78,7 +79,7 @@ type QPInit struct {
 
 // CreateQP creates a queue pair in RESET.
 func (e *Engine) CreateQP(init *QPInit) (*QP, error) {
-	if init.Type != verbs.QPTRC && init.Type != verbs.QPTUD {
+	if init.Type != verbs.QPTRC && init.Type != verbs.QPTUD && init.Type != verbs.QPTUC {
 		return nil, fmt.Errorf("engine: QP type %v: %w", init.Type, verbs.ErrNotSupported)
 	}
 	if init.SendCQ == nil || init.RecvCQ == nil {
@@ -284,6 +285,9 @@ func modifyRules(t verbs.QPType, from, to verbs.QPState) (modifyRule, bool) {
 	m := rc
 	if t == verbs.QPTUD {
 		m = ud
+	} else if t == verbs.QPTUC {
+		r, ok := ucModifyRules[qpTransition{from, to}]
+		return r, ok
 	}
 	r, ok := m[k{from, to}]
 	return r, ok
@@ -526,6 +530,9 @@ func (qp *QP) fillSend(wrs []verbs.SendWR, t uint64) (int, uint64, bool, error) 
 			s.wr.SGList = append(q.sgesOf(t), wr.SGList...)
 		}
 		s.length = n
+		if wr.Reg != nil || wr.Bind != nil {
+			copyMemOp(&s.wr) // not the application's: copied, as the SGEs
+		}
 		if wr.Flags&verbs.SendInline != 0 {
 			in := q.inlineOf(t)
 			for _, g := range wr.SGList {
@@ -583,9 +590,17 @@ func (qp *QP) checkSendWR(wr *verbs.SendWR) (uint32, error) {
 		if n > uint64(qp.mtu) {
 			return bad("%d bytes on UD, more than the path MTU %d", n, qp.mtu)
 		}
+	case verbs.QPTUC:
+		if err := checkUCWR(wr, qp.bind1); err != nil {
+			return bad("%v", err)
+		}
 	case verbs.QPTRC:
 		switch wr.Opcode {
 		case verbs.WRSend, verbs.WRSendWithImm, verbs.WRRDMAWrite, verbs.WRRDMAWriteWithImm, verbs.WRRDMARead, verbs.WRSendWithInv:
+		case verbs.WRAtomicWrite, verbs.WRFlush, verbs.WRLocalInv, verbs.WRBindMW, verbs.WRRegMR:
+			if err := checkNewWR(wr, n, qp.bind1); err != nil {
+				return bad("%v", err)
+			}
 		case verbs.WRAtomicCmpAndSwp, verbs.WRAtomicFetchAndAdd:
 			if len(wr.SGList) != 1 || wr.SGList[0].Length != 8 {
 				return bad("atomic needs one 8-byte SGE")
@@ -749,6 +764,9 @@ func (qp *QP) output(now int64, buf []byte) (int, bool) {
 	}
 	if qp.typ == verbs.QPTUD {
 		return qp.udOutput(now, buf)
+	}
+	if qp.typ == verbs.QPTUC {
+		return qp.ucOutput(now, buf)
 	}
 	return qp.reqOutput(now, buf)
 }

@@ -57,7 +57,7 @@ func (qp *QP) timeoutNs() int64 {
 }
 
 func isRdAtomic(o verbs.WROpcode) bool {
-	return o == verbs.WRRDMARead || o == verbs.WRAtomicCmpAndSwp || o == verbs.WRAtomicFetchAndAdd
+	return o == verbs.WRRDMARead || o == verbs.WRAtomicCmpAndSwp || o == verbs.WRAtomicFetchAndAdd || isA19(o)
 }
 
 // reqReady reports whether the requester has a request packet it may send
@@ -112,6 +112,14 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	i := r.next & q.mask
 	s, st := &q.slots[i], &qp.sqst[i]
 	wr := &s.wr
+	if isLocalOp(wr.Opcode) { // LOCAL_INV, BIND_MW, REG_MR: executed, no packet
+		if !qp.reqLocal(now) {
+			return 0, false
+		}
+		i = r.next & q.mask
+		s, st = &q.slots[i], &qp.sqst[i]
+		wr = &s.wr
+	}
 	span := uint32(1)
 	if wr.Opcode == verbs.WRRDMARead {
 		span = max((s.length-min(r.nextPkt*uint32(qp.mtu), s.length)+uint32(qp.mtu)-1)/uint32(qp.mtu), 1)
@@ -136,6 +144,12 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	*h = wire.Header{PKey: wire.DefaultPKey, DestQP: qp.destQPN, PSN: st.firstPSN.Add(k)}
 	if isRdAtomic(wr.Opcode) {
 		rdAtomicHeader(h, s, k*uint32(qp.mtu))
+		if wr.Opcode == verbs.WRAtomicWrite { // its 8 bytes
+			if payload = 8; !qp.gather(i, 0, buf[h.Opcode.Info().HeaderLen:][:8]) {
+				qp.localError(r.next, verbs.WCLocProtErr)
+				return 0, false
+			}
+		}
 	} else {
 		// A packet of a SEND or WRITE, the sender's hot path, in line: its
 		// headers, and its payload gathered into buf; a gather that fails
@@ -252,9 +266,18 @@ func (qp *QP) startWQE(s *sendSlot, st *sendState) bool {
 func rdAtomicHeader(h *wire.Header, s *sendSlot, off uint32) {
 	wr := &s.wr
 	h.AckReq = true
-	if wr.Opcode == verbs.WRRDMARead {
+	switch wr.Opcode {
+	case verbs.WRRDMARead:
 		h.Opcode = wire.RCReadRequest
 		h.RETH = wire.RETHFields{VA: wr.RemoteAddr + uint64(off), RKey: wr.RKey, DMALen: s.length - min(off, s.length)}
+		return
+	case verbs.WRAtomicWrite:
+		h.Opcode = wire.RCAtomicWrite
+		h.RETH = wire.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALen: 8}
+		return
+	case verbs.WRFlush:
+		h.Opcode, h.FlushType, h.FlushLevel = wire.RCFlush, wr.FlushType, wr.FlushLevel
+		h.RETH = wire.RETHFields{VA: wr.RemoteAddr, RKey: wr.RKey, DMALen: wr.FlushLen}
 		return
 	}
 	h.Opcode = wire.RCFetchAdd

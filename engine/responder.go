@@ -73,6 +73,12 @@ type responder struct {
 	stream     bool  // a message ended without AckReq since the last ACK queued
 	cnpAt      int64 // when the last CNP was queued (congested)
 
+	// UC: ucDrop, packets are dropped up to the next that starts a
+	// message (one was lost); ucPeeked, recv is the head of the QP's own
+	// receive queue, popped only when the message completes.
+	ucDrop   bool
+	ucPeeked bool
+
 	// cqLost: a receive completion found the receive CQ full (overrun).
 	// The message is not acknowledged and nothing more is taken; the
 	// engine moves the QP to ERROR when it reports the overrun (as
@@ -241,6 +247,9 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	case wire.OpCompareSwap, wire.OpFetchAdd:
 		qp.respAtomic(p, psn)
 		return // the ATOMIC ACKNOWLEDGE is the acknowledgement
+	case wire.OpAtomicWrite, wire.OpFlush:
+		qp.respA19(p, psn)
+		return // the empty READ RESPONSE is the acknowledgement
 	default:
 		qp.respFatal(psn, wire.NAKInvalidRequest)
 		return
@@ -290,6 +299,7 @@ func (qp *QP) takeRecv(s *recvSlot) {
 // acknowledged.
 func (qp *QP) respSend(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
 	r := &qp.resp
+	info := p.Info
 	if starts {
 		s := qp.recvQueue().peek()
 		if s == nil {
@@ -311,6 +321,12 @@ func (qp *QP) respSend(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
 		return false
 	}
 	r.recvOff += uint32(len(pl))
+	if ends && info.Invalidate && qp.e.MRs.invalidate(p.IETH().RKey(), qp.pd) != nil {
+		// rxe's RESPST_ERR_INVALIDATE_RKEY: class J, an invalid request.
+		qp.recvDone(verbs.WC{Status: verbs.WCRemInvReqErr, Opcode: verbs.WCRecv}, false)
+		qp.respFatal(psn, wire.NAKInvalidRequest)
+		return false
+	}
 	if ends {
 		wc := verbs.WC{Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: r.recvOff}
 		if im := p.ImmDt(); im != nil {
@@ -338,13 +354,13 @@ func (qp *QP) respWrite(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
 			qp.queueNAK(psn, wire.RNRNAK(qp.minRNRTimer))
 			return false
 		}
-		dst := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteWrite)
+		dst := qp.e.MRs.resolveFor(qp, reth.RKey(), reth.VA(), reth.DMALen(), verbs.AccessRemoteWrite)
 		if qp.access&verbs.AccessRemoteWrite == 0 || (dst == nil && reth.DMALen() > 0) {
 			qp.respFatal(psn, wire.NAKRemoteAccess)
 			return false
 		}
 		r.wdst, r.wkey, r.woff, r.wlen, r.inMsg = dst, reth.RKey(), 0, reth.DMALen(), wire.OpWrite
-	} else if r.wlen > 0 && qp.e.MRs.lookup(r.wkey) == nil {
+	} else if r.wlen > 0 && !qp.e.MRs.liveKey(r.wkey) {
 		// Deregistered while the WRITE was under way: access revoked.
 		qp.respFatal(psn, wire.NAKRemoteAccess)
 		return false
@@ -378,7 +394,7 @@ func (qp *QP) respWrite(p *wire.Packet, psn wire.PSN, starts, ends bool) bool {
 func (qp *QP) respRead(p *wire.Packet, psn wire.PSN) {
 	r := &qp.resp
 	reth := p.RETH()
-	data := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteRead)
+	data := qp.e.MRs.resolveFor(qp, reth.RKey(), reth.VA(), reth.DMALen(), verbs.AccessRemoteRead)
 	if qp.access&verbs.AccessRemoteRead == 0 || (data == nil && reth.DMALen() > 0) {
 		qp.respFatal(psn, wire.NAKRemoteAccess)
 		return
@@ -396,7 +412,7 @@ func (qp *QP) respRead(p *wire.Packet, psn wire.PSN) {
 func (qp *QP) respAtomic(p *wire.Packet, psn wire.PSN) {
 	r := &qp.resp
 	a := p.AtomicETH()
-	b := qp.e.MRs.resolve(a.RKey(), qp.pd, a.VA(), 8, verbs.AccessRemoteAtomic)
+	b := qp.e.MRs.resolveFor(qp, a.RKey(), a.VA(), 8, verbs.AccessRemoteAtomic)
 	w := atomicWord(b)
 	if qp.access&verbs.AccessRemoteAtomic == 0 || w == nil {
 		qp.respFatal(psn, wire.NAKRemoteAccess)
@@ -445,7 +461,7 @@ func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 	switch p.Info.Operation {
 	case wire.OpReadRequest:
 		reth := p.RETH()
-		data := qp.e.MRs.resolve(reth.RKey(), qp.pd, reth.VA(), reth.DMALen(), verbs.AccessRemoteRead)
+		data := qp.e.MRs.resolveFor(qp, reth.RKey(), reth.VA(), reth.DMALen(), verbs.AccessRemoteRead)
 		if data == nil && reth.DMALen() > 0 {
 			return
 		}
@@ -458,6 +474,9 @@ func (qp *QP) duplicate(p *wire.Packet, psn wire.PSN) {
 				return
 			}
 		}
+	case wire.OpAtomicWrite, wire.OpFlush:
+		// Answered again, not executed again (rxe replays the resource).
+		r.push(respItem{kind: itemRead, psn: psn, msn: r.msn, npkts: 1})
 	default:
 		qp.queueACK(r.epsn.Sub(1), false)
 	}
@@ -488,7 +507,7 @@ func (qp *QP) respOutput(now int64, buf []byte) (int, bool) {
 		h.AtomicAck = it.orig
 	case itemRead:
 		k := it.sent
-		if len(it.data) > 0 && qp.e.MRs.lookup(it.rkey) == nil {
+		if len(it.data) > 0 && !qp.e.MRs.liveKey(it.rkey) {
 			// Deregistered while the READ was answered: access revoked.
 			h.Opcode, h.PSN = wire.RCAcknowledge, it.psn.Add(k)
 			h.AETH = wire.AETHFields{Syndrome: wire.NAKRemoteAccess, MSN: it.msn}

@@ -42,7 +42,12 @@ type SendWR struct {
 	WRID   uint64
 	SGList []SGE // copied at post time; the slice may be reused afterwards
 	Opcode WROpcode
-	Flags  SendFlags
+	// FLUSH: placement type (FlushGlobal, FlushPersistent) and selectivity
+	// level (FlushRange, FlushMR); see FlushLen. (Here, beside Opcode, they
+	// take no room: the struct's padding.)
+	FlushType  uint8
+	FlushLevel uint8
+	Flags      SendFlags
 	// Imm is the immediate data of *_WITH_IMM, as the 32-bit value carried on
 	// the wire (libibverbs' imm_data is the same bits in network byte order).
 	Imm uint32
@@ -51,6 +56,11 @@ type SendWR struct {
 	// RDMA (WRITE, READ) and atomics: the remote address and key.
 	RemoteAddr uint64
 	RKey       uint32
+	// FLUSH: the range [RemoteAddr, RemoteAddr+FlushLen) of RKey's region
+	// (FlushLevel FlushRange) or the whole region (FlushMR), made visible
+	// (FlushType FlushGlobal) or persistent (FlushPersistent). ATOMIC_WRITE
+	// takes its 8 bytes from SGList (one 8-byte SGE, or inline).
+	FlushLen uint32
 	// Atomics: CompareAdd is the compare value (CMP_AND_SWP) or the addend
 	// (FETCH_AND_ADD); Swap the value stored when the compare matches.
 	CompareAdd uint64
@@ -59,13 +69,6 @@ type SendWR struct {
 	AH         AH
 	RemoteQPN  uint32
 	RemoteQKey uint32
-	// FLUSH: the range [RemoteAddr, RemoteAddr+FlushLen) of RKey's region
-	// (FlushLevel FlushRange) or the whole region (FlushMR), made visible
-	// (FlushType FlushGlobal) or persistent (FlushPersistent). ATOMIC_WRITE
-	// takes its 8 bytes from SGList (one 8-byte SGE, or inline).
-	FlushLen   uint32
-	FlushType  uint8
-	FlushLevel uint8
 	// REG_MR: the fast registration (ib_reg_wr). BIND_MW: the type 2
 	// window's bind (ibv_mw_bind_info with the window and its new R_Key).
 	// Copied at post time.
