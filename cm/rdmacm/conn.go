@@ -110,6 +110,8 @@ func ParseAddr(address string) (netip.AddrPort, error) {
 
 // Listener waits for connection requests on a port.
 type Listener struct {
+	dev     verbs.Device
+	be      CMListener // a Backend's; mg and the rest unused
 	mg      *Manager
 	id      uint32
 	addr    netip.AddrPort
@@ -119,9 +121,17 @@ type Listener struct {
 }
 
 // Listen listens for rdma_cm connections (port space TCP) on the device at
-// address "ip:port" (":port" or "0.0.0.0:port" for any address).
-func Listen(ctx context.Context, dev Device, address string) (*Listener, error) {
-	return Attach(dev, MachineConfig{}).Listen(ctx, address)
+// address "ip:port" (":port" or "0.0.0.0:port" for any address). The
+// device is a soft device (a Device: goroce's connection manager on its
+// QP 1) or a Backend (the ibverbs provider's, through librdmacm).
+func Listen(ctx context.Context, dev verbs.Device, address string) (*Listener, error) {
+	switch d := dev.(type) {
+	case Device:
+		return Attach(d, MachineConfig{}).Listen(ctx, address)
+	case Backend:
+		return backendListen(ctx, d, address)
+	}
+	return nil, errNoCM(dev)
 }
 
 // Listen is the package's Listen on this manager's device.
@@ -140,7 +150,7 @@ func (mg *Manager) Listen(ctx context.Context, address string) (*Listener, error
 		}
 		match = ap.Addr()
 	}
-	l := &Listener{mg: mg, addr: ap, backlog: make(chan *Request, 128), closed: make(chan struct{})}
+	l := &Listener{dev: mg.dev, mg: mg, addr: ap, backlog: make(chan *Request, 128), closed: make(chan struct{})}
 	err = mg.call(func(int64) error {
 		id, err := mg.m.Listen(ib.ServiceID(PortSpaceTCP, ap.Port()), match)
 		l.id = id
@@ -160,6 +170,13 @@ func (l *Listener) Addr() netip.AddrPort { return l.addr }
 
 // Accept waits for the next connection request.
 func (l *Listener) Accept(ctx context.Context) (*Request, error) {
+	if l.be != nil {
+		br, err := l.be.Accept(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &Request{be: br, PrivateData: br.PrivateData()}, nil
+	}
 	select {
 	case r := <-l.backlog:
 		return r, nil
@@ -172,6 +189,9 @@ func (l *Listener) Accept(ctx context.Context) (*Request, error) {
 
 // Close stops listening; requests not yet accepted are rejected.
 func (l *Listener) Close() error {
+	if l.be != nil {
+		return l.be.Close()
+	}
 	return l.mg.call(func(now int64) error {
 		l.closeLocked()
 		return nil
@@ -196,6 +216,7 @@ func (l *Listener) closeLocked() {
 
 // Request is a connection request a listener received.
 type Request struct {
+	be     CMRequest // a Backend's; the rest unused but PrivateData
 	mg     *Manager
 	id     uint32
 	req    ib.REQ
@@ -210,26 +231,48 @@ type Request struct {
 }
 
 // Peer returns the dialer's address and rdma_cm port.
-func (r *Request) Peer() netip.AddrPort { return netip.AddrPortFrom(r.hdr.Src, r.hdr.SrcPort) }
+func (r *Request) Peer() netip.AddrPort {
+	if r.be != nil {
+		return r.be.Peer()
+	}
+	return netip.AddrPortFrom(r.hdr.Src, r.hdr.SrcPort)
+}
 
 // Local returns the address and port the request was for.
 func (r *Request) Local() netip.AddrPort {
+	if r.be != nil {
+		return r.be.Local()
+	}
 	return netip.AddrPortFrom(r.hdr.Dst, uint16(r.req.ServiceID))
 }
 
 // ResponderResources and InitiatorDepth return the READ/atomic depths the
 // dialer asked for.
-func (r *Request) ResponderResources() int { return int(r.req.ResponderResources) }
+func (r *Request) ResponderResources() int {
+	if r.be != nil {
+		return r.be.ResponderResources()
+	}
+	return int(r.req.ResponderResources)
+}
 
 // InitiatorDepth: see ResponderResources.
-func (r *Request) InitiatorDepth() int { return int(r.req.InitiatorDepth) }
+func (r *Request) InitiatorDepth() int {
+	if r.be != nil {
+		return r.be.InitiatorDepth()
+	}
+	return int(r.req.InitiatorDepth)
+}
 
-// REQ returns the request as it came.
+// REQ returns the request as it came (the zero REQ on a Backend, whose
+// kernel keeps it).
 func (r *Request) REQ() ib.REQ { return r.req }
 
 // Reject refuses the request (REJ reason 28) with private data (at most
 // 148 bytes).
 func (r *Request) Reject(privateData []byte) error {
+	if r.be != nil {
+		return r.be.Reject(privateData)
+	}
 	return r.mg.call(func(now int64) error {
 		delete(r.mg.pending, r.id)
 		return r.mg.m.Reject(now, r.id, ib.RejConsumer, privateData)
@@ -242,6 +285,9 @@ func (r *Request) Reject(privateData []byte) error {
 // connection returned is already over, Done closed, Err ErrDisconnected,
 // and what the dialer sent meanwhile is in the QP's completions).
 func (r *Request) Accept(ctx context.Context, qp verbs.QP, opts AcceptOptions) (*Conn, error) {
+	if r.be != nil {
+		return r.acceptBackend(ctx, qp, opts)
+	}
 	if qp == nil || qp.Type() != verbs.QPTRC {
 		return nil, errors.New("rdmacm: Accept needs an RC QP")
 	}
@@ -306,6 +352,7 @@ type Conn struct {
 	peerPrivate   []byte
 	ackTimeout    uint8  // DialOptions.ACKTimeout
 	own           *owned // what DialConn or AcceptConn built, destroyed by Close
+	be            CMConn // a Backend's connection (mg and id unused)
 
 	events chan Event
 	done   chan struct{}
@@ -392,9 +439,16 @@ func (c *Conn) abandon() {
 
 // Dial connects an RC QP (in RESET, or in INIT with receives posted: see
 // InitQP) to an rdma_cm listener at "ip:port" over the device: REQ, REP,
-// the QP to RTR and RTS, RTU.
-func Dial(ctx context.Context, dev Device, address string, qp verbs.QP, opts DialOptions) (*Conn, error) {
-	return Attach(dev, MachineConfig{}).Dial(ctx, address, qp, opts)
+// the QP to RTR and RTS, RTU. The device is a soft device (a Device) or a
+// Backend (the ibverbs provider's, through librdmacm).
+func Dial(ctx context.Context, dev verbs.Device, address string, qp verbs.QP, opts DialOptions) (*Conn, error) {
+	switch d := dev.(type) {
+	case Device:
+		return Attach(d, MachineConfig{}).Dial(ctx, address, qp, opts)
+	case Backend:
+		return backendDial(ctx, d, address, qp, opts)
+	}
+	return nil, errNoCM(dev)
 }
 
 // Dial is the package's Dial on this manager's device.
@@ -631,6 +685,11 @@ func (c *Conn) Close() error { return c.CloseContext(context.Background()) }
 // the while, up to its retries) rather than for CloseSends DREQs.
 func (c *Conn) CloseContext(ctx context.Context) error {
 	defer c.release()
+	if c.be != nil {
+		c.finish(ErrClosed)
+		toError(c.qp) // its outstanding work flushes, as rdma_disconnect does a QP of its own
+		return c.be.Close(ctx)
+	}
 	select {
 	case <-c.done:
 		return nil

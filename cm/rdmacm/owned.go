@@ -143,7 +143,7 @@ func (r *owned) close() error {
 // defaults) and owned by the connection: Close disconnects, then destroys
 // them. Unless opts.NoOffer, the REQ's private data starts with this
 // side's memory as a RemoteBuffer (Conn.Remote on the other side).
-func DialConn(ctx context.Context, dev Device, address string, opts *ConnOptions) (*Conn, error) {
+func DialConn(ctx context.Context, dev verbs.Device, address string, opts *ConnOptions) (*Conn, error) {
 	o := opts.defaults()
 	r, err := build(dev, o)
 	if err != nil {
@@ -151,7 +151,7 @@ func DialConn(ctx context.Context, dev Device, address string, opts *ConnOptions
 	}
 	do := o.Dial
 	do.PrivateData = r.privateData(o.PrivateData)
-	c, err := Attach(dev, MachineConfig{}).Dial(ctx, address, r.set.QP, do)
+	c, err := Dial(ctx, dev, address, r.set.QP, do)
 	if err != nil {
 		r.close()
 		return nil, err
@@ -172,7 +172,7 @@ func (l *Listener) AcceptConn(ctx context.Context, opts *ConnOptions) (*Conn, er
 	if err != nil {
 		return nil, err
 	}
-	r, err := build(l.mg.dev, o)
+	r, err := build(l.dev, o)
 	if err != nil {
 		_ = req.Reject(nil)
 		return nil, fmt.Errorf("rdmacm: accept: %w", err)
