@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
@@ -30,6 +33,11 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&listen, "listen", "", "HTTP listen `address` for /metrics, /probe/v1/... and the page (default \":<the pinglist's http_port>\", 9478)")
 	fs.StringVar(&jsonl, "jsonl", "", "append every probe (T1..T6, seq, label, source port, outcome) to `file` as JSON lines")
 	fs.StringVar(&level, "log-level", "info", "log level: debug, info, warn or error (logs go to stderr)")
+	var web webFlags
+	fs.StringVar(&web.config, "web.config.file", "", "serve HTTP as the Prometheus exporter toolkit web configuration `file` says (TLS, basic auth)")
+	fs.StringVar(&web.peerCA, "peer-ca", "", "fetch from peers over HTTPS, trusting the CA certificates in `file` (PEM)")
+	fs.StringVar(&web.peerUser, "peer-user", "", "basic auth `user` of the fetches from peers")
+	fs.StringVar(&web.peerPasswordFile, "peer-password-file", "", "basic auth password of the fetches from peers, read from `file`")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce probe agent --config FILE [-d dev] [--path P] [--addr A] [--listen :9478] [--jsonl FILE]")
 		fmt.Fprintln(stderr, "\nRuns the prober of one node of a fleet: a responder, probes to every target the\npinglist gives this node (found by --addr), and an HTTP server with /metrics,\n/probe/v1/self, /probe/v1/paths, /probe/v1/fleet and a live page at /.\nThe pinglist is reloaded when the file changes and on SIGHUP.\n\nflags:")
@@ -51,7 +59,7 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
-	if err := probeAgent(sc, devName, config, listen, jsonl, log); err != nil {
+	if err := probeAgent(sc, devName, config, listen, jsonl, web, log); err != nil {
 		fmt.Fprintln(stderr, "goroce probe agent:", err)
 		return 1
 	}
@@ -59,9 +67,13 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 }
 
 // probeAgent runs the agent (agent.RunUntilSignal) on the device -d names.
-func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, log *slog.Logger) error {
+func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, web webFlags, log *slog.Logger) error {
 	self, _, err := sc.Resolve()
 	if err != nil {
+		return err
+	}
+	o := agent.Options{Pinglist: config, Self: self, Listen: listen, Logger: log, WebConfig: web.config}
+	if err := web.peers(&o); err != nil {
 		return err
 	}
 	if _, ok := devinfo.OpenHW(devName); ok && sc.Addr == "" {
@@ -84,10 +96,41 @@ func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, log *slo
 		defer f.Close()
 		jw = f
 	}
-	a, err := agent.New(agent.Options{Device: dev.Context, Provider: dev.Provider, Pinglist: config, Self: self,
-		Listen: listen, Logger: log, JSONL: jw})
+	o.Device, o.Provider, o.JSONL = dev.Context, dev.Provider, jw
+	a, err := agent.New(o)
 	if err != nil {
 		return err
 	}
 	return a.RunUntilSignal(context.Background())
+}
+
+// webFlags are goroce probe agent's HTTP security flags.
+type webFlags struct {
+	config, peerCA, peerUser, peerPasswordFile string
+}
+
+// peers sets o's peer TLS and basic auth from the flags.
+func (w webFlags) peers(o *agent.Options) error {
+	if w.peerCA != "" {
+		b, err := os.ReadFile(w.peerCA)
+		if err != nil {
+			return fmt.Errorf("--peer-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return fmt.Errorf("--peer-ca: no PEM certificate in %s", w.peerCA)
+		}
+		o.PeerTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if (w.peerUser == "") != (w.peerPasswordFile == "") {
+		return errors.New("--peer-user and --peer-password-file go together")
+	}
+	if w.peerUser != "" {
+		b, err := os.ReadFile(w.peerPasswordFile)
+		if err != nil {
+			return fmt.Errorf("--peer-password-file: %w", err)
+		}
+		o.PeerUser, o.PeerPassword = w.peerUser, strings.TrimRight(string(b), "\r\n")
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -81,8 +82,20 @@ type Options struct {
 	// /metrics.
 	Registry *prometheus.Registry
 	// HTTPClient fetches peers' self descriptions and paths (default a
-	// client with no proxy and FetchTimeout).
+	// client with no proxy, FetchTimeout, PeerTLS and PeerUser).
 	HTTPClient *http.Client
+	// WebConfig is the path of a Prometheus exporter toolkit web
+	// configuration file (tls_server_config, basic_auth_users, ...): the
+	// HTTP server then serves as it says, TLS and basic authentication
+	// included. "" serves plain HTTP.
+	WebConfig string
+	// PeerTLS, when set, is the TLS configuration of the fetches from
+	// peers, which are then made over HTTPS (the fleet's agents all serve
+	// TLS); PeerUser and PeerPassword, when PeerUser is set, authenticate
+	// them.
+	PeerTLS      *tls.Config
+	PeerUser     string
+	PeerPassword string
 	// DiscoveryWorkers bounds the concurrent fetches of peers' self
 	// descriptions (default 8). RetryMin and RetryMax bound the backoff
 	// between attempts for an unreachable peer (default 1 s and 30 s);
@@ -158,10 +171,7 @@ func (o *Options) defaults() error {
 		o.HistoryLen = DefaultHistoryLen
 	}
 	if o.HTTPClient == nil {
-		o.HTTPClient = &http.Client{
-			Timeout:   o.FetchTimeout,
-			Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second},
-		}
+		o.HTTPClient = o.peerClient()
 	}
 	return nil
 }
@@ -531,7 +541,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); a.analyse(ctx) }()
 	go func() { defer wg.Done(); a.watch(ctx) }()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- a.serve(srv, ln) }()
 	a.log.Info("serving", "addr", ln.Addr().String())
 	var err error
 	select {

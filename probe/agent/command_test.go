@@ -56,6 +56,8 @@ func TestCommand(t *testing.T) {
 		{"operand", []string{"probe", "agent", "--config", path, "extra"}, 2, "usage:"},
 		{"bad log level", []string{"probe", "agent", "--config", path, "--log-level", "loud"}, 2, "--log-level"},
 		{"no pinglist", []string{"probe", "agent", "--config", filepath.Join(dir, "none.yaml"), "--addr", self.String(), "--path", "udp"}, 1, "no such file"},
+		{"peer user alone", []string{"probe", "agent", "--config", path, "--addr", self.String(), "--path", "udp", "--peer-user", "p"}, 1, "go together"},
+		{"peer CA missing", []string{"probe", "agent", "--config", path, "--addr", self.String(), "--path", "udp", "--peer-ca", filepath.Join(dir, "none.pem")}, 1, "--peer-ca"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cmd := exec.Command(bin, tt.args...)

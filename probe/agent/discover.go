@@ -171,7 +171,7 @@ func (a *Agent) fetchSelf(ctx context.Context, p *peer, results chan<- discovery
 
 // baseURL is the HTTP base of the agent at addr, on the pinglist's port.
 func (a *Agent) baseURL(addr netip.Addr) string {
-	return "http://" + netip.AddrPortFrom(addr, uint16(a.httpPort.Load())).String()
+	return a.opts.scheme() + "://" + netip.AddrPortFrom(addr, uint16(a.httpPort.Load())).String()
 }
 
 // peerInfoOf turns a fetched Self into one Peer per responder QPN, named
