@@ -3,6 +3,7 @@ package soft
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -69,7 +70,7 @@ func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
 	return verbs.DeviceAttr{FWVer: "goroce", NodeGUID: c.d.GUID(), SysImageGUID: c.d.GUID(), VendorID: 0xFFFFFF,
 		HWVer: 1, MaxQP: l.MaxQP, MaxQPWR: l.MaxQPWR, MaxSGE: l.MaxSGE, MaxCQ: l.MaxCQ, MaxCQE: l.MaxCQE, MaxMR: l.MaxMR,
 		MaxMRSize: 1 << 40, MaxPD: l.MaxPD, MaxQPRdAtom: 128, MaxQPInitRdAtom: 128, MaxSRQ: l.MaxSRQ, MaxSRQWR: l.MaxSRQWR,
-		MaxAH: l.MaxAH, AtomicCap: 1, PhysPortCnt: 1, CompletionTimestamps: verbs.TimestampSoftware}, nil
+		MaxAH: l.MaxAH, AtomicCap: 1, PhysPortCnt: 1, CompletionTimestamps: verbs.TimestampSoftware, CapFlags: softCaps}, nil
 }
 
 // QueryPort returns the attributes of port 1.
@@ -218,6 +219,9 @@ func (p *PD) check() error {
 func (p *PD) RegMR(buf []byte, access verbs.AccessFlags) (verbs.MR, error) {
 	if access&(verbs.AccessRemoteWrite|verbs.AccessRemoteAtomic) != 0 && access&verbs.AccessLocalWrite == 0 {
 		return nil, fmt.Errorf("soft: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE: %w", verbs.ErrInvalidAttr)
+	}
+	if access&verbs.AccessFlushPersistent != 0 {
+		return nil, fmt.Errorf("soft: FLUSH_PERSISTENT: the device has no persistent memory: %w", verbs.ErrNotSupported)
 	}
 	p.d.mu.Lock()
 	defer p.d.mu.Unlock()
@@ -376,8 +380,11 @@ func (m *MR) destroyLocked(force bool) error {
 	if m.dead.Load() {
 		return nil
 	}
-	m.dead.Store(true)
 	err := m.MR.Deregister()
+	if errors.Is(err, verbs.ErrBusy) && !force {
+		return fmt.Errorf("soft: %w", err) // windows are bound to it: it stays
+	}
+	m.dead.Store(true)
 	m.pd.users--
 	m.pd.ctx.untrack(m)
 	if err != nil {
