@@ -269,7 +269,7 @@ func New(o Options) (*Agent, error) {
 		Source: cfg.self.Name, SourceGroup: cfg.self.Group,
 		Window: s.Window, MaxLoss: lossThreshold(s.MaxLoss), MaxP99: s.MaxP99RTT, MinProbes: s.MinProbes,
 	})
-	a.metrics, err = metrics.New(o.Registry, metrics.Options{MaxPairs: s.MaxPairs, Source: cfg.self.Name, SourceGroup: cfg.self.Group})
+	a.metrics, err = metrics.New(o.Registry, metrics.Options{MaxPairs: s.MaxPairs, PairHistograms: s.PairHistograms, Source: cfg.self.Name, SourceGroup: cfg.self.Group})
 	if err != nil {
 		return nil, fmt.Errorf("agent: metrics: %w", err)
 	}

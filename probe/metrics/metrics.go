@@ -22,7 +22,7 @@ const Other = "other"
 
 // Defaults of Options.
 const (
-	DefaultMaxPairs   = 1000
+	DefaultMaxPairs   = 256
 	DefaultMaxReasons = 32
 	// DefaultMaxComponents bounds the faulty component series.
 	DefaultMaxComponents = 100
@@ -34,9 +34,9 @@ func DefaultBuckets() []float64 { return prometheus.ExponentialBuckets(1e-6, 2, 
 
 // Options configure Metrics. Zero values take the defaults.
 type Options struct {
-	// MaxPairs caps the targets with series of their own (default 1000):
-	// results for further targets go to target="other" (and their group
-	// to target_group="other"), and the per-path analysis gauges of
+	// MaxPairs caps the targets with series of their own (default 256):
+	// results for further targets go to target="other" with their own
+	// target_group (an aggregate per group), and the per-path analysis gauges of
 	// further paths are left out.
 	MaxPairs int
 	// MaxReasons caps the distinct error reasons (default 32); further
@@ -48,6 +48,10 @@ type Options struct {
 	// DefaultBuckets()). Native histograms (bucket factor 1.1) are
 	// exposed alongside.
 	Buckets []float64
+	// PairHistograms gives each target (under MaxPairs) histograms of its
+	// own; false keeps the three histograms per target group, with an
+	// empty target label (absent in Prometheus): per-ToR aggregates.
+	PairHistograms bool
 	// Source and SourceGroup are the node and group of the prober, the
 	// labels of goroce_probe_source_info (SetSource changes them).
 	Source, SourceGroup string
@@ -166,20 +170,22 @@ func (m *Metrics) SetSource(name, group string) {
 func (m *Metrics) admit(target, group string) (string, string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.groups[group] {
+		if len(m.groups) >= m.o.MaxPairs {
+			group = Other
+		} else {
+			m.groups[group] = true
+		}
+	}
 	if !m.targets[target] {
 		if len(m.targets) >= m.o.MaxPairs {
+			// Beyond the cap: one aggregate per target group (ToR).
 			m.capped.Set(1)
 			m.cappedResults.Inc()
-			return Other, Other
+			return Other, group
 		}
 		m.targets[target] = true
 		m.pairs.Set(float64(len(m.targets)))
-	}
-	if !m.groups[group] {
-		if len(m.groups) >= m.o.MaxPairs {
-			return target, Other
-		}
-		m.groups[group] = true
 	}
 	return target, group
 }
@@ -233,9 +239,13 @@ func (m *Metrics) Observe(r probe.Result) {
 	case probe.OutcomeOK:
 		m.sent.WithLabelValues(lv[:]...).Inc()
 		m.completed.WithLabelValues(lv[:]...).Inc()
-		m.networkRTT.WithLabelValues(lv[:]...).Observe(r.NetworkRTT.Seconds())
-		m.proberDelay.WithLabelValues(lv[:]...).Observe(r.ProberDelay.Seconds())
-		m.responderDelay.WithLabelValues(lv[:]...).Observe(r.ResponderDelay.Seconds())
+		hv := lv
+		if !m.o.PairHistograms {
+			hv[0] = "" // per target group
+		}
+		m.networkRTT.WithLabelValues(hv[:]...).Observe(r.NetworkRTT.Seconds())
+		m.proberDelay.WithLabelValues(hv[:]...).Observe(r.ProberDelay.Seconds())
+		m.responderDelay.WithLabelValues(hv[:]...).Observe(r.ResponderDelay.Seconds())
 	case probe.OutcomeLost:
 		m.sent.WithLabelValues(lv[:]...).Inc()
 		m.lost.WithLabelValues(lv[:]...).Inc()

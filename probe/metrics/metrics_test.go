@@ -164,13 +164,19 @@ func TestPairCap(t *testing.T) {
 	if got := testutil.ToFloat64(m.cappedResults); got != 94 {
 		t.Errorf("capped_results_total = %v, want 94", got)
 	}
-	if got := testutil.ToFloat64(m.sent.WithLabelValues(Other, Other, "tor_mesh", "software")); got != 94 {
-		t.Errorf("sent{target=other} = %v, want 94", got)
+	// Beyond the cap, one aggregate per target group (the groups capped
+	// too: g0, g1, g2 and other).
+	other := 0.0
+	for _, g := range []string{"g0", "g1", "g2", Other} {
+		other += testutil.ToFloat64(m.sent.WithLabelValues(Other, g, "tor_mesh", "software"))
 	}
-	// Bounded series: 3 targets + other for each vector; 2 reasons +
-	// other.
+	if other != 94 {
+		t.Errorf("sent{target=other} = %v, want 94", other)
+	}
+	// Bounded series: 3 targets + other in each of 4 groups for the
+	// counters, a histogram per group; 2 reasons + other.
 	for name, want := range map[string]int{
-		"goroce_probe_sent_total":          4,
+		"goroce_probe_sent_total":          7,
 		"goroce_probe_network_rtt_seconds": 4,
 		"goroce_probe_errors_total":        3,
 	} {
@@ -233,8 +239,18 @@ goroce_probe_faulty_component{kind="link",name="a1->b1"} 1
 // TestScrape reads the metrics over HTTP as Prometheus does, in the text
 // format.
 func TestScrape(t *testing.T) {
-	m, reg := newMetrics(t, Options{})
+	m, reg := newMetrics(t, Options{PairHistograms: true})
 	m.Observe(result("b1", "tor-b", probe.OutcomeOK))
+	// By default the histograms are per target group: no target label.
+	mg, regG := newMetrics(t, Options{})
+	mg.Observe(result("b1", "tor-b", probe.OutcomeOK))
+	mg.Observe(result("b2", "tor-b", probe.OutcomeOK))
+	if n, err := testutil.GatherAndCount(regG, "goroce_probe_network_rtt_seconds"); err != nil || n != 1 {
+		t.Errorf("per-group histograms: %d (%v), want 1 for two targets of a group", n, err)
+	}
+	if n, err := testutil.GatherAndCount(regG, "goroce_probe_sent_total"); err != nil || n != 2 {
+		t.Errorf("per-pair counters: %d (%v), want 2", n, err)
+	}
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)

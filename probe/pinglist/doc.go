@@ -15,7 +15,8 @@
 //	  http_port: 9478      # the agent's /metrics, /probe/v1/self and pages
 //	  window: 30s          # the analysis's sliding window
 //	  responder_qps: 1     # UD QPs per responder (more for fabrics hashing on the destination QPN)
-//	  max_pairs: 1000      # per-target metric series per agent; beyond, target="other"
+//	  max_pairs: 256       # per-target counter series per agent; beyond, target="other"
+//	  pair_histograms: false # RTT and delay histograms per target (true) or per target group
 //	  sla:
 //	    max_loss: 0.01     # a path losing more than this ratio in the window is degraded
 //	    max_p99_rtt: 5ms   # ... or whose network RTT p99 is above this
