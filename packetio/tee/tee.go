@@ -84,7 +84,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 // from its Packet.Port (packetio.SourcePorts).
 func (c *Conn) PerPacketSourcePort() bool { return packetio.PerPacketSourcePort(c.Conn) }
 
-// PcapWriter writes packets as Ethernet frames with the IPv4 and UDP headers
+// PcapWriter writes packets as Ethernet frames with the IPv4 (or IPv6) and UDP headers
 // Linux gives datagrams sent on an unconnected socket with IP_PMTUDISC_DO
 // (DF set, Identification 0), so that their ICRCs check out. It is safe for
 // concurrent use; use its Write method as a Func. By default it records
@@ -128,6 +128,9 @@ func (p *PcapWriter) Write(t time.Time, d Dir, src, dst netip.Addr, srcPort uint
 	defer p.mu.Unlock()
 	fl := wire.Flow{Src: src, Dst: dst, SrcPort: srcPort}
 	b := append(p.buf[:0], 2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00)
+	if !src.Unmap().Is4() {
+		b[12], b[13] = 0x86, 0xDD // IPv6
+	}
 	b, err := fl.PseudoHeader(b, len(pkt))
 	if err != nil {
 		p.err = err

@@ -123,8 +123,11 @@ type Device struct {
 	opts Options
 	name string
 	addr netip.Addr
-	// linkLocal is GID 0 (see GIDIndexLinkLocal).
+	// linkLocal is GID 0 (see GIDIndexLinkLocal); gids the GID table, in
+	// which the device's own GID is at sgid (gidTable).
 	linkLocal verbs.GID
+	gids      []verbs.GID
+	sgid      int
 	conn      packetio.Conn
 	eng       *engine.Engine
 	mtu       verbs.MTU
@@ -180,6 +183,7 @@ type ackCopy struct {
 	n    int
 	addr netip.Addr
 	port uint16
+	ip   engine.IPHeader
 }
 
 // New creates a device on the packet path in opts and starts its driver.
@@ -226,6 +230,7 @@ func New(opts Options) (*Device, error) {
 		start: time.Now(), done: make(chan struct{}), gone: make(chan struct{}),
 		first: make([]byte, max(opts.Conn.MaxPacket(), wire.MaxPMTU+64))}
 	d.linkLocal = linkLocalGID(d.addr, d.GUID())
+	d.gids, d.sgid = gidTable(d.addr, d.linkLocal)
 	if fd, ok := opts.Conn.(packetio.FullDuplex); ok {
 		d.duplex = fd.FullDuplex()
 	}
@@ -246,19 +251,21 @@ func New(opts Options) (*Device, error) {
 // Name returns the device name.
 func (d *Device) Name() string { return d.name }
 
-// GUID returns a node GUID derived from the address (EUI-64 style).
+// GUID returns a node GUID derived from the address (EUI-64 style): its
+// last three bytes.
 func (d *Device) GUID() uint64 {
-	a := d.addr.As4()
-	return 0x02_00_5e_ff_fe_00_00_00 | uint64(a[1])<<16 | uint64(a[2])<<8 | uint64(a[3])
+	a := d.addr.As16() // an IPv4 address's last bytes are its own
+	return 0x02_00_5e_ff_fe_00_00_00 | uint64(a[13])<<16 | uint64(a[14])<<8 | uint64(a[15])
 }
 
 // Path returns Options.Path: what the packet path is.
 func (d *Device) Path() string { return d.opts.Path }
 
-// Addr returns the device's IPv4 address.
+// Addr returns the device's IPv4 or IPv6 address.
 func (d *Device) Addr() netip.Addr { return d.addr }
 
-// GID returns the device's IPv4-mapped GID, GID index 1 (GIDIndexIPv4).
+// GID returns the GID of the device's address, the one it sends from: its
+// IPv4-mapped GID, index 1 (GIDIndexIPv4), or its IPv6 GID (GIDIndex).
 func (d *Device) GID() verbs.GID { return verbs.GIDFromAddr(d.addr) }
 
 // Open returns a context on the device.
@@ -660,6 +667,7 @@ func (d *Device) flushBatches(now int64, batches int) int {
 			break // closed
 		}
 		batch[0].Buf, batch[0].Addr, batch[0].Port = append(batch[0].Buf[:0], d.first[:n]...), to, sport
+		setIP(&batch[0], d.eng.OutputIP())
 		if ext != nil {
 			batch[0].Ext, batch[0].ExtAt = ext, engine.GatherSplit(d.first, n)
 		}
@@ -676,6 +684,7 @@ func (d *Device) flushBatches(now int64, batches int) int {
 				break
 			}
 			batch[k].Buf, batch[k].Addr, batch[k].Port = b[:n], to, sport
+			setIP(&batch[k], d.eng.OutputIP())
 			if ext != nil {
 				batch[k].Ext, batch[k].ExtAt = ext, engine.GatherSplit(b, n)
 			}
@@ -718,6 +727,7 @@ func (d *Device) next(now int64, b []byte, aside *int) (n int, ext []byte, to ne
 		if ext != nil || !d.ackAside(*aside, b[:n], to, sport) {
 			return n, ext, to, sport, true
 		}
+		d.ackScratch[*aside].ip = d.eng.OutputIP()
 		*aside++
 	}
 }
@@ -759,6 +769,7 @@ func (d *Device) sendAside(n int) int {
 			a := &d.ackScratch[sent+j]
 			batch[j].Buf = append(batch[j].Buf[:0], a.buf[:a.n]...)
 			batch[j].Addr, batch[j].Port = a.addr, a.port
+			setIP(&batch[j], a.ip)
 		}
 		if _, err := d.conn.Transmit(batch); err != nil {
 			d.transmitFailed(batch, err)

@@ -20,7 +20,9 @@ import (
 type OpenOptions struct {
 	// Name of the device (default "soft0").
 	Name string
-	// Addr is the local IPv4 address; "" picks one (see ResolveAddr).
+	// Addr is the local IPv4 or IPv6 address (RoCEv2 over IPv6: the
+	// device's GID is then that address's, see GIDIndexLinkLocal); ""
+	// picks an IPv4 one (see ResolveAddr).
 	Addr string
 	// Path names the packet path (packetio/paths: udp, uring, afxdp or
 	// auto; default auto).
@@ -93,17 +95,26 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 	return dev, ch, nil
 }
 
-// ResolveAddr returns the soft device's address: s when it is an IPv4
-// address, or, when s is empty, the first non-loopback IPv4 address of an
-// interface that is up.
+// ResolveAddr returns the soft device's address: s when it is an IPv4 or
+// IPv6 address (brackets allowed: "[fd99::1]"; no zone: a soft device on a
+// link-local address would need one, and sends from a routable one), or,
+// when s is empty, the first non-loopback IPv4 address of an interface
+// that is up.
 func ResolveAddr(s string) (netip.Addr, error) {
 	if s != "" {
+		if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' {
+			s = s[1 : len(s)-1]
+		}
 		a, err := netip.ParseAddr(s)
 		if err != nil {
 			return netip.Addr{}, fmt.Errorf("soft: address: %w", err)
 		}
-		if a = a.Unmap(); !a.Is4() {
-			return netip.Addr{}, fmt.Errorf("soft: address %v: soft devices use IPv4 addresses", a)
+		a = a.Unmap()
+		switch {
+		case a.Zone() != "" || a.IsLinkLocalUnicast():
+			return netip.Addr{}, fmt.Errorf("soft: address %v: link-local, the device's GID 0 already; give a routable address (RoCEv2 over IPv6 needs one, as rdma_rxe's GID 2)", a)
+		case a.IsUnspecified() || a.IsMulticast():
+			return netip.Addr{}, fmt.Errorf("soft: address %v: not a unicast address", a)
 		}
 		return a, nil
 	}

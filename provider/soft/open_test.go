@@ -14,7 +14,12 @@ func TestResolveAddr(t *testing.T) {
 	if a, err := ResolveAddr("::ffff:127.0.51.2"); err != nil || a.String() != "127.0.51.2" {
 		t.Errorf("an IPv4-mapped address: %v, %v", a, err)
 	}
-	for _, bad := range []string{"::1", "not-an-address"} {
+	for s, want := range map[string]string{"::1": "::1", "fd99::1": "fd99::1", "[fd99::1]": "fd99::1"} {
+		if a, err := ResolveAddr(s); err != nil || a.String() != want {
+			t.Errorf("ResolveAddr(%q) = %v, %v; want %s", s, a, err, want)
+		}
+	}
+	for _, bad := range []string{"fe80::1", "fe80::1%lo", "::", "ff02::1", "not-an-address"} {
 		if _, err := ResolveAddr(bad); err == nil {
 			t.Errorf("ResolveAddr(%q) accepted", bad)
 		}

@@ -81,24 +81,19 @@ func (c *Context) QueryPort(port uint8) (verbs.PortAttr, error) {
 	if port != 1 {
 		return verbs.PortAttr{}, fmt.Errorf("soft: port %d: the device has port 1: %w", port, verbs.ErrInvalidAttr)
 	}
-	return verbs.PortAttr{State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: c.d.mtu, GIDTblLen: GIDTableLen,
+	return verbs.PortAttr{State: verbs.PortActive, MaxMTU: verbs.MTU4096, ActiveMTU: c.d.mtu, GIDTblLen: len(c.d.gids),
 		PKeyTblLen: 1, LinkLayer: "Ethernet"}, nil
 }
 
 // QueryGID returns GID index of port 1, laid out as rdma_rxe's: index 0
-// is the link-local IPv6 GID (GIDIndexLinkLocal), index 1 the IPv4-mapped
-// GID (GIDIndexIPv4), the one the device sends from.
+// is the link-local IPv6 GID (GIDIndexLinkLocal), then the interface's
+// IPv4-mapped and IPv6 GIDs (see GIDIndexLinkLocal); the device sends from
+// its own address's (Device.GIDIndex: 1 on an IPv4 address).
 func (c *Context) QueryGID(port uint8, index int) (verbs.GID, error) {
 	if err := c.alive(); err != nil {
 		return verbs.GID{}, err
 	}
-	switch {
-	case port != 1 || index < 0 || index >= GIDTableLen:
-		return verbs.GID{}, fmt.Errorf("soft: GID %d/%d: the device has GIDs 0 and 1 on port 1: %w", port, index, verbs.ErrInvalidAttr)
-	case index == GIDIndexLinkLocal:
-		return c.d.linkLocal, nil
-	}
-	return c.d.GID(), nil
+	return c.d.queryGID(port, index)
 }
 
 // AllocPD allocates a protection domain.
@@ -303,13 +298,14 @@ func (p *PD) CreateSRQ(maxWR, maxSGE int) (verbs.SRQ, error) {
 	return s, nil
 }
 
-// CreateAH creates an address handle for an IPv4-mapped GID.
+// CreateAH creates an address handle for a GID of the device's address
+// family: IPv4-mapped, or IPv6 for a device on an IPv6 address.
 func (p *PD) CreateAH(attr *verbs.AHAttr) (verbs.AH, error) {
 	if attr == nil {
 		return nil, fmt.Errorf("soft: nil AH attributes: %w", verbs.ErrInvalidAttr)
 	}
-	if !attr.DGID.Addr().Is4() {
-		return nil, fmt.Errorf("soft: GID %v is not IPv4-mapped: %w", attr.DGID, verbs.ErrInvalidAttr)
+	if err := p.d.checkDGID(attr.DGID); err != nil {
+		return nil, fmt.Errorf("soft: %w", err)
 	}
 	if err := p.d.checkSGID(attr.SGIDIndex); err != nil {
 		return nil, fmt.Errorf("soft: %w", err)
