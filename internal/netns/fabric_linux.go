@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,18 +186,39 @@ func (f *Fabric) Fault(ns *NS, name, rule string) error {
 			return fmt.Errorf("netns: fault: nft: %w", ErrNotSupported)
 		}
 	}
-	table := "goroce_fault_" + strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
-			return r
-		}
-		return '_'
-	}, name)
+	table := faultTable(name)
 	script := "add table inet " + table + "\ndelete table inet " + table + "\n"
 	if rule != "" {
 		script += fmt.Sprintf("table inet %s {\n\tchain faults {\n\t\ttype filter hook forward priority 0; policy accept;\n\t\t%s\n\t}\n}\n", table, rule)
 	}
 	_, err := ns.execInput([]byte(script), "nft", "-f", "-")
 	return err
+}
+
+func faultTable(name string) string {
+	return "goroce_fault_" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, name)
+}
+
+var counterComment = regexp.MustCompile(`counter packets (\d+) bytes \d+ .*comment "([^"]*)"`)
+
+// FaultCounters returns the packet counts of the fault's rules that have
+// a counter and a comment, by comment.
+func (f *Fabric) FaultCounters(ns *NS, name string) (map[string]uint64, error) {
+	out, err := ns.Exec("nft", "list", "table", "inet", faultTable(name))
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]uint64{}
+	for _, c := range counterComment.FindAllSubmatch(out, -1) {
+		n, _ := strconv.ParseUint(string(c[1]), 10, 64)
+		m[string(c[2])] += n
+	}
+	return m, nil
 }
 
 // ToROf returns host i's ToR.

@@ -47,7 +47,7 @@ type fabricFleet struct {
 func (ff *fabricFleet) pinglist() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "settings:\n  timeout: 2s\n  labels: 16\n  http_port: 9478\n  window: %s\n  sla: {max_loss: 0.01, max_p99_rtt: 1s, min_probes: 20}\n", ff.window)
-	b.WriteString("classes:\n  tor_mesh: {rate: 20}\n  inter_tor: {rate: 20, sample: 16}\nnodes:\n")
+	b.WriteString("classes:\n  tor_mesh: {rate: 20}\n  inter_tor: {rate: 20, sample: 16, dscp: 10}\nnodes:\n")
 	for i, n := range ff.names {
 		fmt.Fprintf(&b, "  - {name: %s, addr: %s, group: %s}\n", n, ff.f.Addrs[i], ff.groups[ff.f.Group[i]])
 	}
@@ -372,6 +372,9 @@ func TestFaultMatrix(t *testing.T) {
 			if len(groups) == 3 {
 				prom = startFabricPrometheus(t, ff)
 			}
+			if len(groups) == 3 {
+				ff.checkDSCP(t)
+			}
 			scs := matrixScenarios(ff)
 			if !full {
 				scs = scs[:3]
@@ -464,4 +467,31 @@ func startFabricPrometheus(t *testing.T, ff *fabricFleet) *promServer {
 		return bytes.Contains(b, []byte(fmt.Sprintf(`"%d"]`, len(ff.names))))
 	})
 	return p
+}
+
+// checkDSCP counts, in h0's ToR, h0's probes (BTH opcode UD SEND ONLY,
+// msg_type 0) by DSCP for 3 s: those to its own group (tor_mesh, the
+// default DSCP 26, with ECT(0)) and those to other groups (inter_tor, DSCP
+// 10 in the matrix's pinglist) all carry their class's.
+func (ff *fabricFleet) checkDSCP(t *testing.T) {
+	own := fmt.Sprintf("10.98.%d.0/24", ff.f.Group[0])
+	probe := fmt.Sprintf("ip saddr %s udp dport 4791 @th,64,8 0x64 @th,232,8 0x00", ff.f.Addrs[0])
+	rules := strings.Join([]string{
+		fmt.Sprintf(`%s ip daddr %s counter comment "intra"`, probe, own),
+		fmt.Sprintf(`%s ip daddr %s ip dscp 26 ip ecn ect0 counter comment "intra26"`, probe, own),
+		fmt.Sprintf(`%s ip daddr != %s counter comment "cross"`, probe, own),
+		fmt.Sprintf(`%s ip daddr != %s ip dscp 10 ip ecn ect0 counter comment "cross10"`, probe, own),
+	}, "\n\t\t")
+	tor := ff.f.ToROf(0)
+	undo := fault(t, ff, tor, "dscp", rules)
+	time.Sleep(3 * time.Second)
+	c, err := ff.f.FaultCounters(tor, "dscp")
+	undo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("h0's probes on the wire: %d to its group, %d of them DSCP 26 ECT(0); %d to others, %d of them DSCP 10 ECT(0)", c["intra"], c["intra26"], c["cross"], c["cross10"])
+	if c["intra"] < 20 || c["cross"] < 20 || c["intra26"] != c["intra"] || c["cross10"] != c["cross"] {
+		t.Errorf("probes' DSCP on the wire: %v", c)
+	}
 }
