@@ -451,6 +451,20 @@ func (f *Frame) CheckUDPChecksum() error {
 	return nil
 }
 
+// SetUDPChecksum computes the frame's UDP checksum and writes it (0xFFFF
+// for a sum of 0, as RFC 768 says), as IPv6 requires and AppendFrame does:
+// a sender that built the IP and UDP headers itself (PseudoHeader, whose
+// checksum field is 0) in front of a transport packet calls it once the
+// packet is in place.
+func (f *Frame) SetUDPChecksum() {
+	binary.BigEndian.PutUint16(f.Buf[f.L4+6:], 0)
+	c := ^checksumFold(udpSum(f))
+	if c == 0 {
+		c = 0xFFFF
+	}
+	binary.BigEndian.PutUint16(f.Buf[f.L4+6:], c)
+}
+
 // udpSum returns the unfolded Internet sum of the UDP pseudo-header, header and
 // payload (with the checksum field as it is).
 func udpSum(f *Frame) uint64 {

@@ -21,9 +21,10 @@ import (
 
 var errNotSupported = packetio.ErrNotSupported
 
-// hdrLen is the room before the transport packet in a transmit frame:
-// Ethernet, IPv4 (no options) and UDP headers.
-const hdrLen = wire.EthernetLen + wire.IPv4UDPLen
+// hdrLen is the most room before the transport packet in a transmit frame:
+// Ethernet, IPv6 and UDP headers. A Conn on an IPv4 address takes
+// Ethernet, IPv4 (no options) and UDP headers' (Conn.hdrLen).
+const hdrLen = wire.EthernetLen + wire.IPv6UDPLen
 
 // minFrame is the shortest Ethernet frame (without FCS); shorter ones are
 // padded with zeros, as the kernel's drivers do.
@@ -49,6 +50,7 @@ type Conn struct {
 	port      uint16
 	dstPort   uint16
 	tos       uint8
+	hdrLen    int  // the room before the transport packet: Ethernet, IP and UDP headers
 	noECN     bool // Options.NoECN: packets' own TOS (Packet.TOS) not-ECT too
 	maxPacket int
 	batch     int
@@ -200,10 +202,15 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 		return nil, err
 	}
 	local = local.Unmap()
-	if !local.Is4() || local.IsUnspecified() {
-		return nil, fmt.Errorf("packetio/afxdp: listen on %v: want the IPv4 address of an interface: %w", local, errNotSupported)
+	if !local.IsValid() || local.IsUnspecified() || local.Zone() != "" || local.IsLinkLocalUnicast() {
+		return nil, fmt.Errorf("packetio/afxdp: listen on %v: want an IPv4 or IPv6 (not link-local) address of an interface: %w", local, errNotSupported)
 	}
-	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: packetio.SendTOS(o.TOS, o.NoECN), noECN: o.NoECN, batch: o.Batch}
+	c := &Conn{epfd: -1, local: local, port: o.Port, dstPort: o.DstPort, tos: packetio.SendTOS(o.TOS, o.NoECN), noECN: o.NoECN, batch: o.Batch,
+		hdrLen: wire.EthernetLen + wire.IPv4UDPLen}
+	family := unix.AF_INET
+	if local.Is6() {
+		c.hdrLen, family = hdrLen, unix.AF_INET6
+	}
 	defer func() {
 		if err != nil {
 			c.release()
@@ -212,7 +219,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	if c.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 		return nil, fmt.Errorf("packetio/afxdp: netlink: %w", err)
 	}
-	addrs, err := c.nl.AddrList(nil, unix.AF_INET)
+	addrs, err := c.nl.AddrList(nil, family)
 	if err != nil {
 		return nil, fmt.Errorf("packetio/afxdp: list addresses: %w", err)
 	}
@@ -325,7 +332,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	}
 	c.skip = make([]bool, len(c.socks))
 	if c.multi {
-		c.rxSlot = hdrLen + c.maxPacket
+		c.rxSlot = c.hdrLen + c.maxPacket
 		c.scratch = make([]byte, o.Batch*c.rxSlot)
 	}
 	c.recvFn = c.recv
@@ -357,7 +364,7 @@ func (c *Conn) layout(o *Options) error {
 	rxRoom := o.FrameSize - o.Headroom - unix.XDP_PACKET_HEADROOM
 	c.rxChain, c.txPer, c.slot = 1, 1, o.FrameSize
 	if eth <= rxRoom {
-		c.maxPacket = min(o.MaxPacket, c.mtu-wire.IPv4UDPLen, rxRoom-hdrLen, o.FrameSize-hdrLen)
+		c.maxPacket = min(o.MaxPacket, c.mtu-(c.hdrLen-wire.EthernetLen), rxRoom-c.hdrLen, o.FrameSize-c.hdrLen)
 		return nil
 	}
 	if o.SingleBuffer {
@@ -365,9 +372,9 @@ func (c *Conn) layout(o *Options) error {
 			c.ifname, c.mtu, o.FrameSize, rxRoom, eth, ErrMTU, errNotSupported)
 	}
 	c.multi = true
-	c.maxPacket = min(o.MaxPacket, c.mtu-wire.IPv4UDPLen)
+	c.maxPacket = min(o.MaxPacket, c.mtu-(c.hdrLen-wire.EthernetLen))
 	c.rxChain = (eth + rxRoom - 1) / rxRoom
-	c.txPer = (hdrLen + c.maxPacket + o.FrameSize - 1) / o.FrameSize
+	c.txPer = (c.hdrLen + c.maxPacket + o.FrameSize - 1) / o.FrameSize
 	c.slot = c.txPer * o.FrameSize
 	if slots := (o.Frames - o.RxFrames) / c.txPer; o.Batch > slots {
 		return fmt.Errorf("packetio/afxdp: Batch %d larger than the %d transmit slots (%d frames, %d per %d-byte packet)",

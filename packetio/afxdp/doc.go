@@ -190,5 +190,11 @@
 // first, as rdma_rxe loops back packets for a local queue pair.
 //
 // Only one Conn may serve an interface at a time (one XDP program); it
-// serves one IPv4 address. IPv6 and VLAN-tagged frames go to the kernel.
+// serves one address, IPv4 or IPv6 (not link-local). Over IPv6 the program
+// takes frames whose next header is UDP (extension headers go to the
+// kernel), Transmit writes the IPv6 header (a packet's traffic class, hop
+// limit and flow label: Packet.TOS, HopLimit, FlowLabel) and computes the
+// UDP checksum IPv6 requires, and neighbours are resolved through the
+// kernel's IPv6 neighbour table. Frames of the other family and
+// VLAN-tagged ones go to the kernel.
 package afxdp

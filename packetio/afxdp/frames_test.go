@@ -295,7 +295,8 @@ func TestListenErrors(t *testing.T) {
 		o    afxdp.Options
 		want string
 	}{
-		{"::1", afxdp.Options{}, "IPv4"},
+		{"fe80::1", afxdp.Options{}, "not link-local"},
+		{"::1", afxdp.Options{}, "not an Ethernet interface"},
 		{"0.0.0.0", afxdp.Options{}, "IPv4"},
 		{"127.0.0.1", afxdp.Options{Frames: 4}, "Frames 4"},
 		{"127.0.0.1", afxdp.Options{FrameSize: 1024}, "FrameSize 1024"},

@@ -90,13 +90,13 @@ func (n *neighbours) resolve(dst netip.Addr) (wire.MAC, error) {
 				// The kernel never sees this path's traffic, so it never
 				// confirms the entry: have it probe again (without
 				// waiting), so that a changed address is learnt.
-				n.h.NeighSet(&netlink.Neigh{LinkIndex: n.ifindex, Family: unix.AF_INET, IP: hop.AsSlice(), Flags: netlink.NTF_USE})
+				n.h.NeighSet(&netlink.Neigh{LinkIndex: n.ifindex, Family: family(hop), IP: hop.AsSlice(), Flags: netlink.NTF_USE})
 			}
 			return wire.MAC(m), nil
 		}
 		if !asked || state == 0 || state&netlink.NUD_FAILED != 0 {
 			// Unknown, or failed: have the kernel (re)start resolution.
-			if err := n.h.NeighSet(&netlink.Neigh{LinkIndex: n.ifindex, Family: unix.AF_INET, IP: hop.AsSlice(), Flags: netlink.NTF_USE}); err != nil {
+			if err := n.h.NeighSet(&netlink.Neigh{LinkIndex: n.ifindex, Family: family(hop), IP: hop.AsSlice(), Flags: netlink.NTF_USE}); err != nil {
 				return mac, fmt.Errorf("packetio/afxdp: resolve %v: %w", hop, err)
 			}
 			asked = true
@@ -111,7 +111,7 @@ func (n *neighbours) resolve(dst netip.Addr) (wire.MAC, error) {
 // neighbour returns the state and link-layer address of hop's entry (state
 // 0 when there is none).
 func (n *neighbours) neighbour(hop netip.Addr) (int, net.HardwareAddr, error) {
-	list, err := n.h.NeighList(n.ifindex, unix.AF_INET)
+	list, err := n.h.NeighList(n.ifindex, family(hop))
 	if err != nil {
 		return 0, nil, fmt.Errorf("packetio/afxdp: neighbour table: %w", err)
 	}
@@ -121,4 +121,12 @@ func (n *neighbours) neighbour(hop netip.Addr) (int, net.HardwareAddr, error) {
 		}
 	}
 	return 0, nil, nil
+}
+
+// family returns a's address family (AF_INET or AF_INET6) for netlink.
+func family(a netip.Addr) int {
+	if a.Unmap().Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
 }

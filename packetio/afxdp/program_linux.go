@@ -44,9 +44,11 @@ type xdpProgram struct {
 // Loads of packet bytes are little-endian on the CPUs this runs on, so the
 // constants below are the network-order values as such a load sees them.
 func instructions(xsks, counters *ebpf.Map, local netip.Addr, dstPort uint16) asm.Instructions {
-	le16 := func(v uint16) int32 { return int32(v>>8 | v<<8&0xFF00) }
-	ip := local.As4()
-	ipLE := int32(binary.LittleEndian.Uint32(ip[:]))
+	var ipLE int32
+	if local.Is4() {
+		ip := local.As4()
+		ipLE = int32(binary.LittleEndian.Uint32(ip[:]))
+	}
 	const (
 		offEtherType = 12
 		offVerIHL    = wire.EthernetLen
@@ -75,22 +77,30 @@ func instructions(xsks, counters *ebpf.Map, local netip.Addr, dstPort uint16) as
 		asm.Mov.Reg(asm.R6, asm.R1),              // ctx: struct xdp_md
 		asm.LoadMem(asm.R2, asm.R6, 0, asm.Word), // data
 		asm.LoadMem(asm.R3, asm.R6, 4, asm.Word), // data_end
-		asm.Mov.Reg(asm.R4, asm.R2),
-		asm.Add.Imm(asm.R4, hdrs),
-		asm.JGT.Reg(asm.R4, asm.R3, "pass"), // shorter than Ethernet+IPv4+UDP
-		asm.LoadMem(asm.R5, asm.R2, offEtherType, asm.Half),
-		asm.JNE.Imm(asm.R5, le16(wire.EtherTypeIPv4), "pass"),
-		asm.LoadMem(asm.R5, asm.R2, offVerIHL, asm.Byte),
-		asm.JNE.Imm(asm.R5, 0x45, "pass"), // IPv4, 20-byte header
-		asm.LoadMem(asm.R5, asm.R2, offProto, asm.Byte),
-		asm.JNE.Imm(asm.R5, wire.IPProtocolUDP, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, offFrag, asm.Half),
-		asm.And.Imm(asm.R5, le16(0x3FFF)), // MF or a fragment offset: the kernel reassembles
-		asm.JNE.Imm(asm.R5, 0, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, offDstIP, asm.Word),
-		asm.JNE.Imm32(asm.R5, ipLE, "pass"),
-		asm.LoadMem(asm.R5, asm.R2, offDstPort, asm.Half),
-		asm.JNE.Imm(asm.R5, le16(dstPort), "pass"),
+	}
+	if local.Is6() {
+		insns = append(insns, match6(local, dstPort)...)
+	} else {
+		insns = append(insns,
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Imm(asm.R4, hdrs),
+			asm.JGT.Reg(asm.R4, asm.R3, "pass"), // shorter than Ethernet+IPv4+UDP
+			asm.LoadMem(asm.R5, asm.R2, offEtherType, asm.Half),
+			asm.JNE.Imm(asm.R5, le16(wire.EtherTypeIPv4), "pass"),
+			asm.LoadMem(asm.R5, asm.R2, offVerIHL, asm.Byte),
+			asm.JNE.Imm(asm.R5, 0x45, "pass"), // IPv4, 20-byte header
+			asm.LoadMem(asm.R5, asm.R2, offProto, asm.Byte),
+			asm.JNE.Imm(asm.R5, wire.IPProtocolUDP, "pass"),
+			asm.LoadMem(asm.R5, asm.R2, offFrag, asm.Half),
+			asm.And.Imm(asm.R5, le16(0x3FFF)), // MF or a fragment offset: the kernel reassembles
+			asm.JNE.Imm(asm.R5, 0, "pass"),
+			asm.LoadMem(asm.R5, asm.R2, offDstIP, asm.Word),
+			asm.JNE.Imm32(asm.R5, ipLE, "pass"),
+			asm.LoadMem(asm.R5, asm.R2, offDstPort, asm.Half),
+			asm.JNE.Imm(asm.R5, le16(dstPort), "pass"),
+		)
+	}
+	insns = append(insns,
 		// bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS)
 		asm.LoadMapPtr(asm.R1, xsks.FD()),
 		asm.LoadMem(asm.R2, asm.R6, 16, asm.Word),
@@ -98,7 +108,7 @@ func instructions(xsks, counters *ebpf.Map, local netip.Addr, dstPort uint16) as
 		asm.FnRedirectMap.Call(),
 		asm.Mov.Reg(asm.R7, asm.R0),
 		asm.JNE.Imm(asm.R7, int32(xdpRedirect), "nosocket"),
-	}
+	)
 	insns = append(insns, count(ctrRedirected, "redirected")...)
 	insns = append(insns, count(ctrNoSocket, "nosocket")...)
 	insns = append(insns,
@@ -106,6 +116,43 @@ func instructions(xsks, counters *ebpf.Map, local netip.Addr, dstPort uint16) as
 		asm.Return(),
 	)
 	return insns
+}
+
+// le16 is a network-order 16-bit value as a little-endian load sees it.
+func le16(v uint16) int32 { return int32(v>>8 | v<<8&0xFF00) }
+
+// match6 is the IPv6 part of the program: an untagged Ethernet frame
+// carrying IPv6 whose next header is UDP (no extension headers: the kernel
+// handles those), to local and UDP port dstPort, goes on to the redirect;
+// anything else jumps to "pass".
+func match6(local netip.Addr, dstPort uint16) asm.Instructions {
+	const (
+		offEtherType = 12
+		offNext      = wire.EthernetLen + 6
+		offDstIP     = wire.EthernetLen + 24
+		offDstPort   = wire.EthernetLen + wire.IPv6Len + 2
+		hdrs         = wire.EthernetLen + wire.IPv6Len + wire.UDPLen
+	)
+	ip := local.As16()
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, hdrs),
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"), // shorter than Ethernet+IPv6+UDP
+		asm.LoadMem(asm.R5, asm.R2, offEtherType, asm.Half),
+		asm.JNE.Imm(asm.R5, le16(wire.EtherTypeIPv6), "pass"),
+		asm.LoadMem(asm.R5, asm.R2, offNext, asm.Byte),
+		asm.JNE.Imm(asm.R5, wire.IPProtocolUDP, "pass"),
+	}
+	for w := 0; w < 16; w += 4 {
+		insns = append(insns,
+			asm.LoadMem(asm.R5, asm.R2, int16(offDstIP+w), asm.Word),
+			asm.JNE.Imm32(asm.R5, int32(binary.LittleEndian.Uint32(ip[w:])), "pass"),
+		)
+	}
+	return append(insns,
+		asm.LoadMem(asm.R5, asm.R2, offDstPort, asm.Half),
+		asm.JNE.Imm(asm.R5, le16(dstPort), "pass"),
+	)
 }
 
 const (

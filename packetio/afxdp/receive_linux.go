@@ -246,15 +246,22 @@ func (c *Conn) harvestChains(i int, s *socket, k int) (int, uint64) {
 }
 
 // parse fills p from a received frame; false when it is not a well-formed
-// RoCEv2 IPv4 frame within MaxPacket.
+// RoCEv2 frame of the Conn's IP version within MaxPacket.
 func (c *Conn) parse(b []byte, p *packetio.Packet) bool {
 	var f wire.Frame
-	if wire.ParseFrame(b, &f) != nil || f.IPVersion != 4 {
+	if wire.ParseFrame(b, &f) != nil || (f.IPVersion == 4) != c.local.Is4() {
 		return false
 	}
 	t := f.Transport()
 	if len(t) > c.maxPacket {
 		return false
+	}
+	if f.IPVersion == 6 {
+		ip := f.IPv6()
+		p.Buf = t[:len(t):len(t)]
+		p.Addr, p.Port, p.Local, p.TOS = ip.Src(), f.UDP().SrcPort(), ip.Dst(), ip.TrafficClass()
+		p.IPv4ID, p.IPv4DF, p.HasIPv4ID = 0, false, false
+		return true
 	}
 	ip := f.IPv4()
 	p.Buf = t[:len(t):len(t)]

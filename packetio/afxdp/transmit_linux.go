@@ -33,7 +33,7 @@ func (c *Conn) TxBatch(n int) []packetio.Packet {
 		f := c.free[len(c.free)-1]
 		c.free = c.free[:len(c.free)-1]
 		c.lentF = append(c.lentF, f)
-		off := int(f) + hdrLen
+		off := int(f) + c.hdrLen
 		c.tx[i] = packetio.Packet{Buf: s.umem[off:off:(int(f) + c.slot)]}
 	}
 	return c.txl.Keep(c.tx[:k])
@@ -126,17 +126,27 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		}
 		f := c.lentF[i]
 		frame := s.umem[f : f+uint64(c.slot)]
-		if n > 0 && unsafe.SliceData(p.Buf) != &frame[hdrLen] {
-			copy(frame[hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
+		if n > 0 && unsafe.SliceData(p.Buf) != &frame[c.hdrLen] {
+			copy(frame[c.hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
 		}
-		wire.Ethernet(frame).Set(mac, c.srcMAC, wire.EtherTypeIPv4)
+		et := uint16(wire.EtherTypeIPv4)
+		if c.hdrLen != wire.EthernetLen+wire.IPv4UDPLen {
+			et = wire.EtherTypeIPv6
+		}
+		wire.Ethernet(frame).Set(mac, c.srcMAC, et)
 		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: packetio.PacketTOS(p.TOS, c.tos, c.noECN),
 			HopLimit: p.HopLimit, FlowLabel: p.FlowLabel}
 		if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
 			fail.Add(i, err)
 			continue
 		}
-		l := hdrLen + n
+		if et == wire.EtherTypeIPv6 {
+			// IPv6 requires the UDP checksum (the socket paths' kernel
+			// computes theirs).
+			f := wire.Frame{Buf: frame, IPVersion: 6, L3: wire.EthernetLen, L4: wire.EthernetLen + wire.IPv6Len, End: c.hdrLen + n}
+			f.SetUDPChecksum()
+		}
+		l := c.hdrLen + n
 		if l < minFrame {
 			clear(frame[l:minFrame])
 			l = minFrame
