@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -148,6 +150,11 @@ func BenchmarkFleetDoc1000(b *testing.B) {
 	if len(vs) != 1 || vs[0].Suspects[0].Name != "node00042" {
 		b.Errorf("verdicts %v", vs)
 	}
+	var gz bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	zw.Write(js)
+	zw.Close()
 	b.ReportMetric(float64(len(js))/1e6, "MB/fleet-doc")
+	b.ReportMetric(float64(gz.Len())/1e6, "MB/fleet-doc-gzip")
 	b.ReportMetric(float64(len(paths)), "fleet-paths")
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"compress/gzip"
 	"context"
 	"embed"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -107,13 +109,13 @@ func (a *Agent) Handler() http.Handler {
 	}))
 	mux.Handle(probe.SelfPath, probe.SelfHandler(a.Self))
 	mux.HandleFunc("GET "+PathsPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, a.pathsDoc())
+		writeJSONGzip(w, r, a.pathsDoc())
 	})
 	mux.HandleFunc("GET "+HistoryPath, func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, a.hist.get(r.URL.Query().Get("dst")))
 	})
 	mux.HandleFunc("GET "+FleetPath, func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, a.Fleet(r.Context()))
+		writeJSONGzip(w, r, a.Fleet(r.Context()))
 	})
 	mux.HandleFunc("GET "+FleetHistoryPath, a.fleetHistory)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -123,6 +125,28 @@ func (a *Agent) Handler() http.Handler {
 		w.Write(b)
 	})
 	return mux
+}
+
+// writeJSONGzip is writeJSON, gzipped when the client accepts it (peers'
+// Go clients and browsers do): the fleet document of 1,000 nodes is
+// about 12 MB of JSON, a tenth of it gzipped.
+func writeJSONGzip(w http.ResponseWriter, r *http.Request, v any) {
+	if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		writeJSON(w, v)
+		return
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Encoding", "gzip")
+	w.Header().Set("Vary", "Accept-Encoding")
+	zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
+	zw.Write(append(b, '\n'))
+	zw.Close()
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -1,6 +1,9 @@
 package agent_test
 
 import (
+	"compress/gzip"
+	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -77,5 +80,47 @@ func TestDeadPeerBackoff(t *testing.T) {
 	t.Logf("dead peer: %.2f failed discoveries/s (backoff 1 s ±25%%: 0.8 to 1.33/s; runs of lost probes: 4/s)", rate)
 	if rate > 1.7 || rate < 0.3 {
 		t.Errorf("dead peer fetched %.2f times/s, want its backoff's pace, about 1/s", rate)
+	}
+}
+
+// The fleet document comes gzipped to a client that asks, and plain to
+// one that does not; either way it carries the verdicts, their history and
+// the exporter.
+func TestFleetDocGzip(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "pinglist.yaml")
+	port := freePort(t, 1)
+	write(t, path, pinglist(port, "a/0/g1"))
+	a := startWith(t, path, 0, port, func(o *agent.Options) { o.FleetInterval = 100 * time.Millisecond })
+	waitFor(t, 5*time.Second, "a to find itself the exporter", func() bool {
+		var d agent.FleetDoc
+		getJSON(t, a.base+agent.FleetPath, &d)
+		return d.Exporter == "a"
+	})
+	req, _ := http.NewRequest("GET", a.base+agent.FleetPath, nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	resp, err := (&http.Transport{DisableCompression: true}).RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("Content-Encoding %q", resp.Header.Get("Content-Encoding"))
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d map[string]any
+	if err := json.NewDecoder(zr).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"verdicts", "history", "exporter", "paths"} {
+		if _, ok := d[k]; !ok {
+			t.Errorf("the fleet document has no %q", k)
+		}
+	}
+	if got := counter(t, a.reg, "goroce_probe_fleet_exporter", nil); got != 1 {
+		t.Errorf("goroce_probe_fleet_exporter = %v on the only node", got)
 	}
 }
