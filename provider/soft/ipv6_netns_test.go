@@ -51,15 +51,27 @@ var (
 // it): it runs against udp both ways round, and a frame it built carries
 // its address vector's flow label too; AF_XDP to AF_XDP moves the same
 // data, uncaptured.
+//
+// TestIPv6Netns/ipv4 runs the same over IPv4 (GID index 1): the IP header
+// from the address vector, on every path, in both families.
 func TestIPv6Netns(t *testing.T) {
-	for _, c := range [][2]string{{"udp", "udp"}, {"uring", "uring"}, {"afxdp", "udp"}, {"udp", "afxdp"}, {"afxdp", "afxdp"}} {
-		t.Run(c[0]+"-"+c[1], func(t *testing.T) { ipv6Netns(t, c[0], c[1]) })
+	for _, v6 := range []bool{true, false} {
+		for _, c := range [][2]string{{"udp", "udp"}, {"uring", "uring"}, {"afxdp", "udp"}, {"udp", "afxdp"}, {"afxdp", "afxdp"}} {
+			name := c[0] + "-" + c[1]
+			if !v6 {
+				name = "ipv4/" + name
+			}
+			t.Run(name, func(t *testing.T) { ipv6Netns(t, v6, c[0], c[1]) })
+		}
 	}
 }
 
-func ipv6Netns(t *testing.T, pathA, pathB string) {
+func ipv6Netns(t *testing.T, v6 bool, pathA, pathB string) {
 	p := netns.NewPair(t, netns.Options{})
 	a6, b6 := ipv6Addrs(t, p)
+	if !v6 {
+		a6, b6 = p.AddrA, p.AddrB
+	}
 	// The kernel segments GSO messages before the veths, so that the
 	// capture sees each packet as it would cross a wire.
 	for _, ns := range []*netns.NS{p.A, p.B} {
@@ -72,7 +84,11 @@ func ipv6Netns(t *testing.T, pathA, pathB string) {
 		at = p.A
 	}
 	capt := newWireCapture(t, at, netns.LinkName)
-	ipv6CheckGIDs(t, da, p.AddrA, a6)
+	if v6 {
+		ipv6CheckGIDs(t, da, p.AddrA, a6)
+	} else if da.GIDIndex() != 1 || len(da.GIDs()) != 3 || da.GIDs()[2].Addr().Is4() {
+		t.Errorf("GIDs %v, the device's at %d: want the IPv4-mapped GID at 1, then the IPv6 one", da.GIDs(), da.GIDIndex())
+	}
 
 	ra, rb := e2eNewRes(t, da, 1<<18), e2eNewRes(t, db, 1<<18)
 	sendA, recvB := ra.cq(t, 64), rb.cq(t, 64)
@@ -190,9 +206,13 @@ func ipv6UD(t *testing.T, ra, rb *e2eRes, db *Device, b6, a6 netip.Addr) {
 	if w.got[0].Status != verbs.WCSuccess || w.got[0].ByteLen != 40+512 || w.got[0].Flags&verbs.WCFlagGRH == 0 {
 		t.Fatalf("UD receive %+v", w.got[0])
 	}
-	grh := wire.IPv6(rb.buf[off : off+40])
-	if grh.Version() != 6 || grh.Src() != a6 || grh.Dst() != b6 {
-		t.Errorf("GRH %x: want the IPv6 header from %v to %v", rb.buf[off:off+40], a6, b6)
+	if a6.Is6() {
+		grh := wire.IPv6(rb.buf[off : off+40])
+		if grh.Version() != 6 || grh.Src() != a6 || grh.Dst() != b6 {
+			t.Errorf("GRH %x: want the IPv6 header from %v to %v", rb.buf[off:off+40], a6, b6)
+		}
+	} else if ip := wire.IPv4(rb.buf[off+20 : off+40]); ip.Src() != a6 || ip.Dst() != b6 {
+		t.Errorf("GRH %x: want the IPv4 header from %v to %v in its last 20 bytes", rb.buf[off:off+40], a6, b6)
 	}
 	if !bytes.Equal(rb.buf[off+40:off+40+512], ra.buf[off:off+512]) {
 		t.Error("UD payload differs")
@@ -206,7 +226,7 @@ func ipv6CheckWire(t *testing.T, frames []wire.Frame, a6, b6 netip.Addr, pathA, 
 	var fromA, fromB, ud int
 	for i := range frames {
 		f := &frames[i]
-		if f.IPVersion != 6 {
+		if (f.IPVersion == 6) != a6.Is6() {
 			t.Errorf("frame %d: IPv%d", i, f.IPVersion)
 			continue
 		}
@@ -225,7 +245,7 @@ func ipv6CheckWire(t *testing.T, frames []wire.Frame, a6, b6 netip.Addr, pathA, 
 			av = ipv6AVB
 			fromB++
 		}
-		if (f.Src() == a6 && pathA == "afxdp" || f.Src() == b6 && pathB == "afxdp") && f.IPv6().FlowLabel() != av.FlowLabel {
+		if f.IPVersion == 6 && (f.Src() == a6 && pathA == "afxdp" || f.Src() == b6 && pathB == "afxdp") && f.IPv6().FlowLabel() != av.FlowLabel {
 			t.Errorf("frame %d (%v, built by AF_XDP): flow label %#x, want %#x", i, wire.Opcode(tr[0]), f.IPv6().FlowLabel(), av.FlowLabel)
 		}
 		switch {
