@@ -94,6 +94,14 @@ type PathStat struct {
 	Lost      uint64 `json:"lost"`
 	Late      uint64 `json:"late"`
 	Errors    uint64 `json:"errors"`
+	// ProberDelay and ResponderDelay are the mean host delays of the
+	// completed probes ((T6-T1)-(T5-T2) on the prober, T4-T3 on the
+	// responder), the Max ones their largest: a busy host shows here, not
+	// in the network RTT.
+	ProberDelay       time.Duration `json:"prober_delay_ns,omitempty"`
+	ResponderDelay    time.Duration `json:"responder_delay_ns,omitempty"`
+	ProberDelayMax    time.Duration `json:"prober_delay_max_ns,omitempty"`
+	ResponderDelayMax time.Duration `json:"responder_delay_max_ns,omitempty"`
 	// Slow counts the completed probes whose network RTT was above
 	// MaxP99 (to within a histogram bucket, about 9 %).
 	Slow uint64 `json:"slow,omitempty"`
@@ -148,7 +156,9 @@ type slice struct {
 	sent, completed, lost, late, errs uint32
 	rtt                               [rttBuckets]uint16
 	rttCount                          uint32
-	rttSpill                          []uint32 // used instead of rtt when a bucket would overflow uint16
+	// Host delays of the completed probes: sums and maxima, ns.
+	proberSum, responderSum, proberMax, responderMax int64
+	rttSpill                                         []uint32 // used instead of rtt when a bucket would overflow uint16
 }
 
 type labelStat struct{ sent, lost [2]uint32 } // two half windows
@@ -276,6 +286,11 @@ func (w *Window) Add(r probe.Result) {
 			s.rtt[b]++
 		}
 		s.rttCount++
+		pd, rd := int64(r.ProberDelay), int64(r.ResponderDelay)
+		s.proberSum += pd
+		s.responderSum += rd
+		s.proberMax = max(s.proberMax, pd)
+		s.responderMax = max(s.responderMax, rd)
 	case probe.OutcomeLost:
 		s.sent++
 		s.lost++
@@ -340,6 +355,7 @@ func (w *Window) Stats(now time.Time) []PathStat {
 		ps := PathStat{Src: w.o.Source, SrcGroup: w.o.SourceGroup, Dst: p.dst, DstGroup: p.dstGroup, Class: p.class}
 		hist = [rttBuckets]uint64{}
 		var n uint64
+		var pSum, rSum int64
 		for i := range p.slices {
 			s := &p.slices[i]
 			if s.epoch < oldest || s.epoch > cur {
@@ -360,6 +376,10 @@ func (w *Window) Stats(now time.Time) []PathStat {
 				}
 			}
 			n += uint64(s.rttCount)
+			pSum += s.proberSum
+			rSum += s.responderSum
+			ps.ProberDelayMax = max(ps.ProberDelayMax, time.Duration(s.proberMax))
+			ps.ResponderDelayMax = max(ps.ResponderDelayMax, time.Duration(s.responderMax))
 		}
 		if ps.Sent == 0 && ps.Late == 0 && ps.Errors == 0 {
 			delete(w.paths, key)
@@ -371,6 +391,8 @@ func (w *Window) Stats(now time.Time) []PathStat {
 		if n > 0 {
 			ps.P50 = quantile(&hist, n, 0.50)
 			ps.P99 = quantile(&hist, n, 0.99)
+			ps.ProberDelay = time.Duration(pSum / int64(n))
+			ps.ResponderDelay = time.Duration(rSum / int64(n))
 			for b := rttBucket(w.o.MaxP99) + 1; b < rttBuckets; b++ {
 				ps.Slow += hist[b]
 			}

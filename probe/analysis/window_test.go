@@ -232,3 +232,22 @@ func BenchmarkWindowAdd(b *testing.B) {
 		i++
 	}
 }
+
+// The host delays of the completed probes: their mean and largest, per
+// path, beside the network RTT.
+func TestWindowDelays(t *testing.T) {
+	w := NewWindow(Options{Source: "a", MinProbes: 1})
+	p := peer("b", "")
+	for i := 0; i < 10; i++ {
+		r := ok(p, t0.Add(time.Duration(i)*100*time.Millisecond), 10*time.Microsecond, 1)
+		r.ProberDelay = time.Duration(i+1) * time.Microsecond
+		r.ResponderDelay = 2 * time.Duration(i+1) * time.Microsecond
+		w.Add(r)
+	}
+	w.Add(lost(p, t0.Add(time.Second), 1))
+	s := w.Stats(t0.Add(2 * time.Second))[0]
+	if s.ProberDelay != 5500*time.Nanosecond || s.ProberDelayMax != 10*time.Microsecond ||
+		s.ResponderDelay != 11*time.Microsecond || s.ResponderDelayMax != 20*time.Microsecond {
+		t.Errorf("delays: prober %v (max %v), responder %v (max %v)", s.ProberDelay, s.ProberDelayMax, s.ResponderDelay, s.ResponderDelayMax)
+	}
+}
