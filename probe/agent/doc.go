@@ -18,13 +18,16 @@
 //     goroce_probe_agent_targets_unresolved, and not probed until found; it
 //     is never fatal. Known targets are fetched again every minute, and
 //     after RediscoverAfter consecutive lost probes (a restarted responder
-//     has new QPNs);
+//     has new QPNs) unless the target is already failing: a dead peer is
+//     fetched at its backoff's pace;
 //   - probes each target at its class's rate, from one scheduling goroutine
 //     over a heap of targets ordered by their next probe time (no goroutine
 //     and no timer per target), cycling through the flow labels
 //     (probe.FlowLabels, as many as the pinglist's paths and probability
 //     ask for) and the target's responder QPNs: probe n of a target takes
-//     label n mod L and QPN (n div L) mod Q;
+//     label n mod L and QPN (n div L) mod Q, each with its class's DSCP.
+//     A probe more than an interval late (after a stall) is skipped and its
+//     target keeps its phase, so the schedule stays spread;
 //   - feeds every result (from the prober's OnResult, never blocking)
 //     to the Prometheus metrics (package metrics), the sliding analysis
 //     window (package analysis), a bounded RTT history per path, and, with
@@ -40,10 +43,16 @@
 //     it on SIGHUP). Targets
 //     come and go without a restart, and those that stay keep their place
 //     in the label cycle and what was discovered of them. A file that does
-//     not parse, or no longer lists this node, is logged, counted in
+//     not parse is logged, counted in
 //     goroce_probe_agent_reloads_total{result="error"}, and the old
-//     pinglist stays. The settings timeout, responder_qps, window, sla
-//     and max_pairs take effect at the next start.
+//     pinglist stays. A node the pinglist does not name (at start or after
+//     a reload) runs as a responder only, warns, gauges
+//     goroce_probe_agent_listed 0, and joins when a reload names it. The
+//     settings timeout, responder_qps, window, sla and max_pairs take
+//     effect at the next start;
+//   - every FleetInterval finds the fleet's exporter, the first node by
+//     name whose agent answers; the exporter computes the fleet view and
+//     exports its verdicts (goroce_probe_fleet_fault), the others none.
 //
 // Memory and goroutines are bounded whatever the pinglist's size: a
 // scheduling, a discovery, an analysis and a watching goroutine, at most
@@ -63,8 +72,9 @@
 //
 // The fleet view fetches /probe/v1/paths of every node of the pinglist (at
 // most FleetWorkers at a time), merges them (analysis.Merge), runs
-// analysis.Localize on the whole, and reuses the result for FleetTTL, so a
-// page left open on many screens costs one round of fetches per FleetTTL.
+// analysis.Diagnose over the pinglist's topology, records the verdicts in
+// a history (start, end), and reuses the result for FleetTTL, so a page
+// left open on many screens costs one round of fetches per FleetTTL.
 //
 // The page shows the group × group and host × host matrices of loss and
 // p99 network RTT coloured against the pinglist's SLA (green healthy,
@@ -74,6 +84,10 @@
 // or row is clicked. A fleet of more than 48 nodes shows the host matrix of
 // one group pair at a time (the worst, or the group cell clicked). It refreshes every 2 s. Each matrix cell carries its
 // position in a data-rect attribute, for tests that check screenshots.
+//
+// With Options.WebConfig the server takes a Prometheus exporter toolkit
+// web configuration (TLS, basic authentication); PeerTLS, PeerUser and
+// PeerPassword make the agent's own fetches from peers match.
 //
 // # The probe log
 //

@@ -18,7 +18,16 @@
 // is then degraded when its loss ratio is above MaxLoss or its RTT p99 above
 // MaxP99.
 //
-// [Localize] names the faulty components: a smallest set of links (ordered
+// [Diagnose] is the fleet's localisation: over the topology (every host
+// and its group), candidates (links one way or both, hosts sending,
+// receiving or both, groups, uplinks, the spine) scored by the
+// log-likelihood their paths' pooled loss gains, named when a binomial
+// test puts them over the SLA with 99 % confidence, several at once, and
+// reported as ambiguous when the probes cannot tell candidates apart
+// (with the probes that would). [VerdictHistory] keeps the verdicts with
+// their start and end.
+//
+// [Localize], one agent's view of its own paths, names the faulty components: a smallest set of links (ordered
 // host pairs "A->B"), hosts and groups (ToRs) that lies on every degraded
 // path and on no healthy one (R-Pingmesh's localisation), found greedily.
 // A host is named when none of its paths, from or to it, is healthy and its
