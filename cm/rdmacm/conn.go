@@ -102,8 +102,8 @@ func ParseAddr(address string) (netip.AddrPort, error) {
 		a = addrs[0]
 	}
 	a = a.Unmap()
-	if !a.Is4() {
-		return netip.AddrPort{}, fmt.Errorf("rdmacm: %v: only IPv4 is supported", a)
+	if a.Zone() != "" {
+		return netip.AddrPort{}, fmt.Errorf("rdmacm: %v: an IPv6 address with a zone (link-local) is not supported: give a routable one", a)
 	}
 	return netip.AddrPortFrom(a, uint16(p)), nil
 }

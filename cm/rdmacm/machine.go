@@ -13,8 +13,8 @@ import (
 // MachineConfig configures a Machine. Zero fields take the defaults, which
 // are Linux's on RoCE.
 type MachineConfig struct {
-	// Local is the device's IPv4 address, GUID its CA GUID (sent in REQ
-	// and REP).
+	// Local is the device's IPv4 or IPv6 address, GUID its CA GUID (sent
+	// in REQ and REP).
 	Local netip.Addr
 	GUID  uint64
 	// PathMTU is the IB MTU code of the REQs this side sends (default 3,
@@ -357,8 +357,8 @@ func (m *Machine) Connect(now int64, p ConnectParams) (uint32, error) {
 	if len(p.PrivateData) > MaxREQPrivate {
 		return 0, ib.ErrTooLong
 	}
-	if !p.Peer.Is4() {
-		return 0, errors.New("rdmacm: peer must be an IPv4 address")
+	if p.Peer = p.Peer.Unmap(); !p.Peer.IsValid() || p.Peer.Is4() != m.cfg.Local.Unmap().Is4() {
+		return 0, errors.New("rdmacm: the peer must be an address of the device's family (IPv4 or IPv6)")
 	}
 	if p.HopLimit == 0 {
 		p.HopLimit = 64
@@ -665,7 +665,7 @@ func (m *Machine) onREQ(now int64, tid uint64, r *ib.REQ, from netip.Addr) {
 		m.sendREJ(from, tid, 0, r.LocalCommID, ib.KindREQ, ib.RejInvalidServiceID)
 		return
 	}
-	if herr != nil || !hdr.Src.Is4() {
+	if herr != nil || hdr.Src.Unmap().Is4() != m.cfg.Local.Unmap().Is4() {
 		m.sendREJ(from, tid, 0, r.LocalCommID, ib.KindREQ, ib.RejConsumer)
 		return
 	}

@@ -31,6 +31,11 @@ func (p *QPPlan) Apply(qp verbs.QP) error {
 	if a.State != verbs.QPSReset && a.State != verbs.QPSInit {
 		return fmt.Errorf("rdmacm: QP %#x is in %v: %w", qp.Num(), a.State, ErrQPState)
 	}
+	if g, ok := qp.(interface{ GIDIndex() int }); ok && p[1].Attr.AHAttr.SGIDIndex == verbs.DefaultGIDIndex {
+		// A device that says which GID it sends from (a soft device on
+		// an IPv6 address: after the interface's IPv4-mapped GIDs).
+		p[1].Attr.AHAttr.SGIDIndex = uint8(g.GIDIndex())
+	}
 	for i := range p {
 		if err := qp.Modify(&p[i].Attr, p[i].Mask); err != nil {
 			return fmt.Errorf("rdmacm: QP to %v: %w", p[i].Attr.State, err)

@@ -179,3 +179,8 @@ func (d *Device) checkDGID(g verbs.GID) error {
 func setIP(p *packetio.Packet, h engine.IPHeader) {
 	p.TOS, p.HopLimit, p.FlowLabel = h.TrafficClass, h.HopLimit, h.FlowLabel
 }
+
+// GIDIndex returns the index of the GID the QP's device sends from
+// (Device.GIDIndex), for connection managers that fill in an address
+// vector's source GID index.
+func (q *QP) GIDIndex() int { return q.d.sgid }
