@@ -49,10 +49,13 @@ const (
 	// Iperf3: TCP through the load tests' bottleneck with iperf3, the
 	// anchor goroce's goodput is compared with.
 	Iperf3 = "iperf3"
+	// CPrograms: Debian's unmodified RDMA programs (ibverbs-utils,
+	// perftest) on libgoroce-verbs.so (cgo, libibverbs-dev).
+	CPrograms = "cprograms"
 )
 
 // Suites lists every suite name.
-var Suites = []string{Netns, Nftables, AFXDP, Uring, WireCheck, RxeVM, Ibverbs, Prometheus, Chromium, Iperf3}
+var Suites = []string{Netns, Nftables, AFXDP, Uring, WireCheck, RxeVM, Ibverbs, Prometheus, Chromium, Iperf3, CPrograms}
 
 // Required reports whether suite is listed in GOROCE_REQUIRE.
 func Required(suite string) bool {

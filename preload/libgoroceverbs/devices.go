@@ -19,16 +19,17 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/goroce/goroce/preload"
 	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
-// The environment a program's devices come from (docs/c-programs.md).
+// The environment a program's devices come from (package preload).
 const (
-	envAddr   = "GOROCE_ADDR"   // comma-separated addresses: one device each
-	envPath   = "GOROCE_PATH"   // packet path: udp, uring, afxdp, auto
-	envDevice = "GOROCE_DEVICE" // comma-separated names (default soft0, soft1...)
-	envPcap   = "GOROCE_PCAP"   // capture file (a device's name is added when there are several)
+	envAddr   = preload.EnvAddr
+	envPath   = preload.EnvPath
+	envDevice = preload.EnvDevice
+	envPcap   = preload.EnvPcap
 )
 
 // gdev is a configured device: its ibv_device, and the soft device once a

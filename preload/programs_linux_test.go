@@ -1,0 +1,228 @@
+package preload_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/preload"
+)
+
+var (
+	libOnce sync.Once
+	libDir  string
+	libPath string
+	libErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if libDir != "" {
+		os.RemoveAll(libDir)
+	}
+	os.Exit(code)
+}
+
+// lib builds libgoroce-verbs.so once, in a directory every user can read
+// (the programs run as nobody).
+func lib(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
+		testenv.Skip(t, testenv.CPrograms, "libibverbs-dev is not installed (apt-get install libibverbs-dev)")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		testenv.Skip(t, testenv.CPrograms, "no C compiler for cgo")
+	}
+	libOnce.Do(func() {
+		libDir, libErr = os.MkdirTemp("", "goroce-preload-")
+		if libErr != nil {
+			return
+		}
+		os.Chmod(libDir, 0o755)
+		libPath = filepath.Join(libDir, preload.LibName)
+		out, err := exec.Command("go", preload.BuildArgs(libPath)...).CombinedOutput()
+		if err != nil {
+			libErr = fmt.Errorf("go %v: %v\n%s", preload.BuildArgs(libPath), err, out)
+		}
+	})
+	if libErr != nil {
+		t.Fatal(libErr)
+	}
+	return libPath
+}
+
+// need skips t unless Debian's programs are installed.
+func need(t *testing.T, progs ...string) {
+	t.Helper()
+	for _, p := range progs {
+		if _, err := exec.LookPath(p); err != nil {
+			testenv.Skipf(t, testenv.CPrograms, "%s is not installed (apt-get install ibverbs-utils perftest rdmacm-utils)", p)
+		}
+	}
+}
+
+// run runs a program with the library and the devices of o, as the user
+// running the test, and returns its output.
+func run(t *testing.T, o preload.Options, name string, args ...string) (string, error) {
+	t.Helper()
+	o.Lib = lib(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = preload.Env(os.Environ(), o)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// A device on a loopback address no other test uses (UDP port 4791 is the
+// device's).
+const loAddr = "127.0.34.1"
+
+func TestDeviceList(t *testing.T) {
+	need(t, "ibv_devices", "ibv_devinfo")
+	o := preload.Options{Addrs: []string{loAddr}, Path: "udp"}
+	out, err := run(t, o, "ibv_devices")
+	if err != nil {
+		t.Fatalf("ibv_devices: %v\n%s", err, out)
+	}
+	// The node GUID of soft.Device.GUID for the address: its last three bytes.
+	if !regexp.MustCompile(`soft0\s+02005efffe002201`).MatchString(out) {
+		t.Errorf("ibv_devices does not list soft0 with its GUID:\n%s", out)
+	}
+	out, err = run(t, o, "ibv_devinfo", "-v")
+	if err != nil {
+		t.Fatalf("ibv_devinfo: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`hca_id:\s+soft0`, `node_guid:\s+0200:5eff:fe00:2201`, `state:\s+PORT_ACTIVE \(4\)`,
+		`link_layer:\s+Ethernet`, `GID\[\s*1\]:\s+::ffff:127\.0\.34\.1, RoCE v2`, `active_mtu:\s+4096`,
+	} {
+		if !regexp.MustCompile(want).MatchString(out) {
+			t.Errorf("ibv_devinfo -v: no %q in\n%s", want, out)
+		}
+	}
+	o.Names = []string{"gr0", "gr1"}
+	o.Addrs = []string{loAddr, "127.0.34.2"}
+	out, err = run(t, o, "ibv_devices")
+	if err != nil || !strings.Contains(out, "gr0") || !strings.Contains(out, "gr1") {
+		t.Errorf("two devices by name: %v\n%s", err, out)
+	}
+}
+
+// A program run between two namespaces: the server in A, the client in B.
+type program struct {
+	name   string
+	server []string
+	client []string // the server's address is added
+	want   string   // in the client's output
+}
+
+// perfLine is a line of perftest's results for 100 iterations.
+const perfLine = `(?m)^\s*\d+\s+100\s+\d+\.\d+\s+\d+\.\d+`
+
+var programs = []program{
+	{"ibv_rc_pingpong", []string{"-g", "1", "-n", "100"}, []string{"-g", "1", "-n", "100"}, `100 iters in`},
+	{"ibv_ud_pingpong", []string{"-g", "1", "-n", "100", "-s", "512"}, []string{"-g", "1", "-n", "100", "-s", "512"}, `100 iters in`},
+	{"ibv_srq_pingpong", []string{"-g", "1", "-n", "100"}, []string{"-g", "1", "-n", "100"}, `100 iters in`},
+	{"ib_write_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
+	{"ib_read_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
+	{"ib_send_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
+	{"ib_atomic_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
+	{"ib_send_lat", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
+	{"ib_write_lat", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
+}
+
+// TestProgramsNetns runs Debian's unmodified programs between two processes
+// on soft devices in a fresh pair of namespaces, as the unprivileged user
+// nobody, and checks that both sides succeed and the client reports its
+// results.
+func TestProgramsNetns(t *testing.T) {
+	netns.Require(t)
+	netns.RequireTool(t, "setpriv")
+	var names []string
+	for _, p := range programs {
+		names = append(names, p.name)
+	}
+	need(t, names...)
+	l := lib(t)
+	pair := netns.NewPair(t, netns.Options{})
+	for _, p := range programs {
+		t.Run(p.name, func(t *testing.T) {
+			srv, cli, err := between(t, pair, l, p)
+			if err != nil {
+				t.Fatalf("%v\nserver:\n%s\nclient:\n%s", err, srv, cli)
+			}
+			if !regexp.MustCompile(p.want).MatchString(cli) {
+				t.Errorf("client output has no %q:\n%s\nserver:\n%s", p.want, cli, srv)
+			}
+		})
+	}
+}
+
+// between runs p's server in pair.A and its client in pair.B as nobody.
+func between(t *testing.T, pair *netns.Pair, l string, p program) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := func(ns *netns.NS, addr string, args []string) *exec.Cmd {
+		// The library goes to the program alone (env after setpriv): in
+		// ip and setpriv, which change user IDs, it has no business.
+		env := preload.Env(nil, preload.Options{Addrs: []string{addr}, Path: "udp", Lib: l})
+		a := append([]string{"netns", "exec", ns.Name, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "env"}, env...)
+		a = append(append(a, p.name), args...)
+		return exec.CommandContext(ctx, "ip", a...)
+	}
+	var srvOut, cliOut strings.Builder
+	srv := cmd(pair.A, pair.AddrA.String(), p.server)
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		return "", "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	exited := func() bool { return len(done) > 0 }
+	if err := waitListen(ctx, pair.A, 18515, exited); err != nil {
+		srv.Process.Kill()
+		<-done
+		return srvOut.String(), "", err
+	}
+	cli := cmd(pair.B, pair.AddrB.String(), append(append([]string{}, p.client...), pair.AddrA.String()))
+	cli.Stdout, cli.Stderr = &cliOut, &cliOut
+	cerr := cli.Run()
+	serr := <-done
+	switch {
+	case cerr != nil:
+		return srvOut.String(), cliOut.String(), fmt.Errorf("client: %w", cerr)
+	case serr != nil:
+		return srvOut.String(), cliOut.String(), fmt.Errorf("server: %w", serr)
+	}
+	return srvOut.String(), cliOut.String(), nil
+}
+
+// waitListen waits until a TCP socket of ns listens on port (the programs'
+// out-of-band exchange).
+func waitListen(ctx context.Context, ns *netns.NS, port int, exited func() bool) error {
+	hex := fmt.Sprintf(":%04X 0", port) // then the remote address (of either family) and state 0A
+	for {
+		out, err := ns.Exec("cat", "/proc/net/tcp", "/proc/net/tcp6")
+		if err == nil && regexp.MustCompile(hex+`+:0000 0A`).Match(out) {
+			return nil
+		}
+		if exited() {
+			return fmt.Errorf("the server exited before it listened on port %d", port)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nothing listens on port %d: %w", port, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
