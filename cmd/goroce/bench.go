@@ -87,7 +87,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.devName, "d", "", "use device `dev` (default: the first device found, "+softName+")")
 	fs.StringVar(&c.devName, "ib-dev", "", "same as -d")
 	intFlag("i", "ib-port", 1, "use `port` of the device", &c.ibPort)
-	intFlag("x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address)", &o.GIDIndex)
+	intFlag("x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address, then the interface's IPv6 addresses: 2 for RoCEv2 over IPv6 from --addr on an interface with one IPv4 address)", &o.GIDIndex)
 	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
 	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
 	intFlag("I", "inline_size", 0, "max `size` of message to be sent inline (SEND and WRITE; 0..912, UD 884)", &o.Inline)

@@ -19,7 +19,7 @@ const softName = devinfo.SoftName
 // opens (devinfo.Soft): its address, packet path and pcap file, the path's
 // offloads and the congestion control.
 func registerSoft(fs *flag.FlagSet, s *devinfo.Soft) {
-	fs.StringVar(&s.Addr, "addr", "", "local IPv4 address of the soft device "+softName+" (default: the first non-loopback IPv4 address of an interface that is up)")
+	fs.StringVar(&s.Addr, "addr", "", "local IPv4 or IPv6 address of the soft device "+softName+" (IPv6: RoCEv2 over IPv6, from that address's GID; default: the first non-loopback IPv4 address of an interface that is up)")
 	fs.StringVar(&s.Pcap, "pcap", "", "write every packet the soft device sends and receives to this pcap `file` (AF_XDP's frames bypass tcpdump; with bench --loopback, the server's device, which sees both directions)")
 	fs.StringVar(&s.Path, "path", paths.Auto, "packet path of the soft device: udp (recvmmsg/sendmmsg), uring (io_uring), afxdp (AF_XDP) or auto (the fastest that works; devinfo shows which)")
 	fs.Var(cliflag.Off{Off: &s.NoGSO}, "gso", "udp path: send runs of equal-sized packets as one UDP GSO message when the kernel offers it (default true; --gso=false: one datagram per packet)")

@@ -72,7 +72,7 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	alias("l", "sl", 0, "service level (accepted; RoCE carries none)", &c.sl)
 	fs.BoolVar(&c.Events, "e", false, "sleep on CQ events (default: poll)")
 	fs.BoolVar(&c.Events, "events", false, "same as -e")
-	alias("g", "gid-idx", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address)", &c.GIDIndex)
+	alias("g", "gid-idx", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address, then the interface's IPv6 addresses: 2 for RoCEv2 over IPv6 from --addr on an interface with one IPv4 address)", &c.GIDIndex)
 	if c.Type == verbs.QPTUD || c.SRQ {
 		fs.BoolVar(&c.Check, "c", false, "validate the received buffer")
 		fs.BoolVar(&c.Check, "chk", false, "same as -c")
