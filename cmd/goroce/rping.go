@@ -11,6 +11,7 @@ import (
 	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/devinfo"
 	"github.com/goroce/goroce/internal/rping"
+	"github.com/goroce/goroce/verbs"
 )
 
 // runRping is `goroce rping`: librdmacm's rping over the soft device, with
@@ -24,8 +25,10 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		src            string
 		selfQP         bool
 		soft           devinfo.Soft
+		hwName         string
 	)
 	registerSoft(fs, &soft)
+	fs.StringVar(&hwName, "ibdev", "", "libibverbs `device` to run on (an RNIC or rdma_rxe, built with -tags ibverbs: rdma_cm through librdmacm); default the soft device")
 	fs.BoolVar(&server, "s", false, "server side")
 	fs.BoolVar(&client, "c", false, "client side")
 	fs.StringVar(&c.Addr, "a", "", "`addr`ess: the server's (client), the one to bind (server; default any)")
@@ -51,17 +54,26 @@ func runRping(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c.Server = server
-	if soft.Addr == "" {
-		soft.Addr = c.DeviceAddr(src)
-	}
-	dev, err := soft.Open(true)
-	if err != nil {
-		fmt.Fprintf(stderr, "goroce rping: %v\n", err)
+	var dev verbs.Device
+	if hw, ok := devinfo.OpenHW(hwName); ok { // an RNIC or rdma_rxe: rdma_cm through librdmacm
+		dev = hw
+	} else if hwName != "" && hwName != devinfo.SoftName {
+		fmt.Fprintf(stderr, "goroce rping: no device %q in this build\n", hwName)
 		return 1
-	}
-	defer dev.Close()
-	if c.Debug {
-		fmt.Fprintf(stderr, "goroce rping: device %s on %v, packet path %s\n", dev.Name(), dev.Addr(), dev.Path())
+	} else {
+		if soft.Addr == "" {
+			soft.Addr = c.DeviceAddr(src)
+		}
+		sd, err := soft.Open(true)
+		if err != nil {
+			fmt.Fprintf(stderr, "goroce rping: %v\n", err)
+			return 1
+		}
+		defer sd.Close()
+		if c.Debug {
+			fmt.Fprintf(stderr, "goroce rping: device %s on %v, packet path %s\n", sd.Name(), sd.Addr(), sd.Path())
+		}
+		dev = sd
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

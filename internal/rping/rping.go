@@ -70,7 +70,7 @@ var ErrMismatch = errors.New("rping: data mismatch")
 
 // Run runs rping on the device; out gets what rping prints on stdout, errw
 // what it prints on stderr.
-func Run(ctx context.Context, dev rdmacm.Device, c Config, out, errw io.Writer) error {
+func Run(ctx context.Context, dev verbs.Device, c Config, out, errw io.Writer) error {
 	if c.Port == 0 {
 		c.Port = DefaultPort
 	}
@@ -242,7 +242,7 @@ func (b *cb) debugf(w io.Writer, format string, args ...any) {
 	}
 }
 
-func client(ctx context.Context, dev rdmacm.Device, c *Config, out io.Writer) error {
+func client(ctx context.Context, dev verbs.Device, c *Config, out io.Writer) error {
 	b, err := newCB(dev, c)
 	if err != nil {
 		return err
@@ -322,7 +322,7 @@ func cstring(b []byte) []byte {
 	return b
 }
 
-func serve(ctx context.Context, dev rdmacm.Device, c *Config, out, errw io.Writer) error {
+func serve(ctx context.Context, dev verbs.Device, c *Config, out, errw io.Writer) error {
 	addr := netip.AddrPortFrom(netip.MustParseAddr(orAny(c.Addr)), uint16(c.Port))
 	if c.Addr != "" {
 		a, err := netip.ParseAddr(c.Addr)
@@ -354,7 +354,7 @@ func serve(ctx context.Context, dev rdmacm.Device, c *Config, out, errw io.Write
 	}
 }
 
-func serveOne(ctx context.Context, dev rdmacm.Device, c *Config, req *rdmacm.Request, out, errw io.Writer) error {
+func serveOne(ctx context.Context, dev verbs.Device, c *Config, req *rdmacm.Request, out, errw io.Writer) error {
 	b, err := newCB(dev, c)
 	if err != nil {
 		req.Reject(nil)
