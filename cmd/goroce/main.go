@@ -14,6 +14,7 @@
 //	rping     librdmacm's rping over rdma_cm (the IB CM on QP 1)
 //	bench     perftest's bandwidth and latency tests
 //	probe     probe a RoCE fabric: network RTT, host delays and loss over UD
+//	run       run an unmodified libibverbs program on soft devices (LD_PRELOAD)
 //
 // Run "goroce <command> -h" for a command's flags.
 package main
@@ -40,6 +41,7 @@ var commands = []command{
 	{"rping", "librdmacm's rping (rdma_cm, RDMA READ/WRITE/SEND), against goroce or rdma-core", runRping},
 	{"bench", "perftest's bandwidth and latency tests (ib_write_bw, ib_send_lat, ...), against goroce or perftest", runBench},
 	{"probe", "probe a RoCE fabric: network RTT, host delays and loss over UD (once, responder)", runProbe},
+	{"run", "run an unmodified libibverbs program (ibv_*, perftest) on soft devices", runRun},
 }
 
 func main() {
