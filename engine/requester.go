@@ -112,7 +112,7 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	i := r.next & q.mask
 	s, st := &q.slots[i], &qp.sqst[i]
 	wr := &s.wr
-	if isLocalOp(wr.Opcode) { // LOCAL_INV, BIND_MW, REG_MR: executed, no packet
+	if wr.Opcode >= verbs.WRLocalInv && isLocalOp(wr.Opcode) { // LOCAL_INV, BIND_MW, REG_MR: executed, no packet
 		if !qp.reqLocal(now) {
 			return 0, false
 		}

@@ -362,3 +362,43 @@ func TestMemoryWindowRange(t *testing.T) {
 		t.Fatalf("WRITE across the window's end: %+v", w)
 	}
 }
+
+// TestVerbs33Allocs: posting, sending, answering and completing ATOMIC_WRITE
+// and FLUSH on RC, and a UC WRITE and SEND, allocate nothing.
+func TestVerbs33Allocs(t *testing.T) {
+	l, a, b := rcLink(t)
+	grant(t, b, verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic|verbs.AccessFlushGlobal)
+	fmr, err := b.e.MRs.Register(b.buf[4096:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessFlushGlobal, b.pd)
+	must(t, err)
+	rc := []verbs.SendWR{
+		{WRID: 1, Opcode: verbs.WRAtomicWrite, SGList: a.sge(0, 8), RemoteAddr: fmr.Addr(), RKey: fmr.RKey()},
+		{WRID: 2, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RemoteAddr: fmr.Addr(), RKey: fmr.RKey(), FlushLen: 64, FlushType: verbs.FlushGlobal},
+	}
+	lu, ua, ub := ucLink(t, verbs.MTU1024)
+	uc := []verbs.SendWR{
+		{WRID: 3, Opcode: verbs.WRRDMAWrite, SGList: ua.sge(0, 2000), RemoteAddr: ub.mr.Addr(), RKey: ub.mr.RKey()},
+		{WRID: 4, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: ua.sge(0, 64)},
+	}
+	rwr := []verbs.RecvWR{{WRID: 5, SGList: ub.sge(4096, 64)}}
+	wc := make([]verbs.WC, 8)
+	round := func() {
+		if _, err := a.qp.PostSend(rc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ub.qp.PostRecv(rwr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ua.qp.PostSend(uc); err != nil {
+			t.Fatal(err)
+		}
+		for l.step() || lu.step() {
+		}
+		if n := a.scq.Poll(wc) + ua.scq.Poll(wc) + ub.rcq.Poll(wc); n != 3 {
+			t.Fatalf("%d completions", n)
+		}
+	}
+	round()
+	if allocs := testing.AllocsPerRun(100, round); allocs != 0 {
+		t.Errorf("%v allocations a round", allocs)
+	}
+}
