@@ -391,11 +391,17 @@ static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 {
 	struct gr_wc b[GR_BATCH];
 	int done = 0;
-	while (done < n) {
+	if (n < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	do {
 		int want = n - done < GR_BATCH ? n - done : GR_BATCH;
 		int got = gr_poll_cq(cq, want, b);
-		if (got < 0)
+		if (got < 0) {
+			errno = -got;
 			return done ? done : -1;
+		}
 		for (int i = 0; i < got; i++) {
 			struct ibv_wc *w = &wc[done + i];
 			w->wr_id = b[i].wr_id;
@@ -418,7 +424,7 @@ static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc)
 		done += got;
 		if (got < want)
 			break;
-	}
+	} while (done < n);
 	return done;
 }
 
