@@ -101,3 +101,22 @@ func TestPutIPCmsgs(t *testing.T) {
 		t.Errorf("hop limit alone: %d bytes", n)
 	}
 }
+
+// FuzzParseControl: any control buffer, IPv4's or IPv6's messages or
+// garbage, is read without a panic and without reading past its end.
+func FuzzParseControl(f *testing.F) {
+	le := binary.LittleEndian
+	a16 := netip.MustParseAddr("fd99::2").As16()
+	var b []byte
+	b = putCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, append(a16[:], 3, 0, 0, 0))
+	b = putCmsg(b, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, le.AppendUint32(nil, 0xBA))
+	f.Add(b)
+	f.Add(putCmsg(nil, unix.IPPROTO_IP, unix.IP_PKTINFO, []byte{1, 0, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2}))
+	f.Add(putCmsg(nil, unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, []byte{1, 2, 3}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c := ParseControl(append([]byte(nil), b...)[:len(b):len(b)])
+		if c.HasDst && !c.Dst.IsValid() {
+			t.Fatalf("HasDst with no address: %+v", c)
+		}
+	})
+}
