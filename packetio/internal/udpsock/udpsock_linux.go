@@ -137,8 +137,9 @@ func setBuffers(prefix string, fd int, cfg Config) error {
 
 // configure6 sets the socket options of an IPv6 socket, IPv6 only, and
 // binds: those of configure in their IPv6 forms (IPV6_MTU_DISCOVER,
-// IPV6_RECVPKTINFO, IPV6_RECVTCLASS, IPV6_TCLASS for cfg.TOS). The UDP
-// checksum stays on whatever cfg.Checksum says: IPv6 requires it.
+// IPV6_RECVPKTINFO, IPV6_RECVTCLASS, IPV6_TCLASS for cfg.TOS), and
+// UDP_NO_CHECK6_RX. The UDP checksum of what it sends stays on whatever
+// cfg.Checksum says: IPv6 requires it.
 func configure6(prefix string, fd int, local netip.Addr, cfg Config) error {
 	opts := []struct {
 		name       string
@@ -149,6 +150,9 @@ func configure6(prefix string, fd int, local netip.Addr, cfg Config) error {
 		{"IPV6_MTU_DISCOVER", unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO},
 		{"IPV6_RECVPKTINFO", unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1},
 		{"IPV6_RECVTCLASS", unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1},
+		// Take datagrams with UDP checksum 0 (RFC 6936's zero-checksum
+		// tunnels: a RoCEv2 sender may rely on the ICRC alone).
+		{"UDP_NO_CHECK6_RX", unix.IPPROTO_UDP, unix.UDP_NO_CHECK6_RX, 1},
 		{"SO_TIMESTAMPNS", unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
 		{"SO_RXQ_OVFL", unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1},
 	}
