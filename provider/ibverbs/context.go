@@ -25,6 +25,9 @@ type Context struct {
 	// Close for writing while it closes the device.
 	life sync.RWMutex
 
+	awOnce sync.Once       // capEx's query
+	capex  verbs.DeviceCap // the extended capability flags
+
 	mu     sync.Mutex // guards the maps, the async file and closed
 	qps    map[*C.struct_ibv_qp]*QP
 	cqs    map[*C.struct_ibv_cq]*CQ
@@ -106,6 +109,9 @@ func (c *Context) QueryDevice() (verbs.DeviceAttr, error) {
 		ts = verbs.TimestampHardware
 	}
 	return verbs.DeviceAttr{
+		// The flags of ibv_device_attr, and the extended ones of
+		// ibv_query_device_ex (ATOMIC_WRITE, FLUSH).
+		CapFlags:        verbs.DeviceCap(uint32(a.device_cap_flags)) | c.capEx(),
 		FWVer:           C.GoString(&a.fw_ver[0]),
 		NodeGUID:        be64(uint64(a.node_guid)),
 		SysImageGUID:    be64(uint64(a.sys_image_guid)),

@@ -89,7 +89,18 @@ func checkSGL(l []verbs.SGE) error {
 
 // checkSend says what is wrong with a send work request, or nil.
 func (q *QP) checkSend(w *verbs.SendWR) error {
+	if w.Opcode == verbs.WRAtomicWrite && q.aw {
+		if len(w.SGList) != 1 || w.SGList[0].Length != 8 {
+			return fmt.Errorf("ibverbs: ATOMIC_WRITE needs one 8-byte SGE: %w", verbs.ErrInvalidWR)
+		}
+		return nil
+	}
 	if w.Opcode > verbs.WRSendWithInv {
+		if w.Opcode == verbs.WRFlush || w.Opcode == verbs.WRAtomicWrite || w.Opcode == verbs.WRRegMR {
+			// FLUSH (rdma-core 44 has no ibv_wr_flush), ATOMIC_WRITE
+			// (ibv_qp_ex, not wired), REG_MR (a kernel verb).
+			return fmt.Errorf("ibverbs: opcode %v: %w", w.Opcode, verbs.ErrNotSupported)
+		}
 		return fmt.Errorf("ibverbs: opcode %d: %w", w.Opcode, verbs.ErrInvalidWR)
 	}
 	if err := checkSGL(w.SGList); err != nil {
@@ -128,6 +139,9 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 			if bad = q.checkSend(w); bad != nil {
 				break
 			}
+			if w.Opcode == verbs.WRAtomicWrite {
+				break // posted alone, below, with ibv_wr_atomic_write
+			}
 			num, off, ok := sg.place(w.SGList)
 			if !ok {
 				break
@@ -149,6 +163,12 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 			g.remote_qkey = C.uint32_t(w.RemoteQKey)
 			g.inv_rkey = C.uint32_t(w.InvalidateRKey)
 			g.num_sge, g.sge_off = num, off
+			g.mw, g.mr = nil, nil
+			if w.Opcode == verbs.WRBindMW {
+				if bad = bindOf(g, w.Bind); bad != nil {
+					break
+				}
+			}
 			n++
 		}
 		if n > 0 {
@@ -160,6 +180,13 @@ func (q *QP) PostSend(wrs []verbs.SendWR) (int, error) {
 		}
 		if bad != nil {
 			return posted, bad
+		}
+		if posted < len(wrs) && wrs[posted].Opcode == verbs.WRAtomicWrite {
+			w := &wrs[posted]
+			if rc := C.goroce_atomic_write(q.qp, C.uint64_t(w.WRID), C.uint32_t(w.Flags), C.uint32_t(w.RKey), C.uint64_t(w.RemoteAddr), C.uint64_t(w.SGList[0].Addr)); rc != 0 {
+				return posted, verbErr("ibv_wr_atomic_write", int(rc), fmt.Sprintf("QP %#x, WR %d", q.num, posted))
+			}
+			posted++
 		}
 	}
 	return posted, nil

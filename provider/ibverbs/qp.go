@@ -22,6 +22,7 @@ type QP struct {
 	num  uint32
 	send scratch
 	recv scratch
+	aw   bool // made by ibv_create_qp_ex with ATOMIC_WRITE (goroce_create_qp_aw)
 }
 
 // CreateQP creates a queue pair in RESET (ibv_create_qp).
@@ -76,11 +77,21 @@ func (p *PD) CreateQP(attr *verbs.QPInitAttr) (verbs.QP, error) {
 	if attr.SQSigAll {
 		ia.sq_sig_all = 1
 	}
-	qp, errno := C.ibv_create_qp(p.pd, &ia)
-	if qp == nil {
-		return nil, verbErr("ibv_create_qp", callErrno(errno), attr.QPType.String())
+	// An RC QP of a device with ATOMIC_WRITE is made with ibv_create_qp_ex,
+	// which ibv_wr_atomic_write needs; others, or when that fails, as ever.
+	var qp *C.struct_ibv_qp
+	aw := false
+	if attr.QPType == verbs.QPTRC && p.ctx.atomicWrite() {
+		qp = C.goroce_create_qp_aw(p.pd.context, p.pd, &ia)
+		aw = qp != nil
 	}
-	q := &QP{ctx: p.ctx, qp: qp, typ: attr.QPType, num: uint32(qp.qp_num)}
+	if qp == nil {
+		var errno error
+		if qp, errno = C.ibv_create_qp(p.pd, &ia); qp == nil {
+			return nil, verbErr("ibv_create_qp", callErrno(errno), attr.QPType.String())
+		}
+	}
+	q := &QP{ctx: p.ctx, qp: qp, typ: attr.QPType, num: uint32(qp.qp_num), aw: aw}
 	q.send.alloc(C.size_t(unsafe.Sizeof(C.struct_gsend{})), C.size_t(unsafe.Sizeof(C.struct_ibv_send_wr{})))
 	q.recv.alloc(C.size_t(unsafe.Sizeof(C.struct_grecv{})), C.size_t(unsafe.Sizeof(C.struct_ibv_recv_wr{})))
 	if !p.ctx.track(q) {

@@ -220,8 +220,16 @@ int goroce_post_send(struct ibv_qp *qp, const struct gsend *g, int n, struct ibv
 		}
 		if (g[i].opcode == IBV_WR_SEND_WITH_IMM || g[i].opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 			w->imm_data = htonl(g[i].imm);
-		else if (g[i].opcode == IBV_WR_SEND_WITH_INV)
+		else if (g[i].opcode == IBV_WR_SEND_WITH_INV || g[i].opcode == IBV_WR_LOCAL_INV)
 			w->invalidate_rkey = g[i].inv_rkey;
+		else if (g[i].opcode == IBV_WR_BIND_MW) {
+			w->bind_mw.mw = g[i].mw;
+			w->bind_mw.rkey = g[i].rkey;
+			w->bind_mw.bind_info.mr = g[i].mr;
+			w->bind_mw.bind_info.addr = g[i].bind_addr;
+			w->bind_mw.bind_info.length = g[i].bind_length;
+			w->bind_mw.bind_info.mw_access_flags = g[i].bind_access;
+		}
 	}
 	struct ibv_send_wr *badwr = NULL;
 	errno = 0;
@@ -272,3 +280,66 @@ int goroce_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, struct ibv_qp_init
 }
 
 void goroce_noop(void) {}
+
+// goroce_bind_mw binds a type 1 window (ibv_bind_mw) and returns its new
+// key in *rkey.
+int goroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t wr_id, uint32_t flags, uint64_t addr, uint64_t length, uint32_t access, uint32_t *rkey) {
+	struct ibv_mw_bind b = {0};
+	b.wr_id = wr_id;
+	b.send_flags = flags;
+	b.bind_info.mr = mr;
+	b.bind_info.addr = addr;
+	b.bind_info.length = length;
+	b.bind_info.mw_access_flags = access;
+	errno = 0;
+	int rc = goroce_rc(ibv_bind_mw(qp, mw, &b));
+	*rkey = mw->rkey;
+	return rc;
+}
+
+// goroce_cap_ex returns the device's extended capability flags
+// (device_cap_flags_ex: ATOMIC_WRITE is bit 40, FLUSH_GLOBAL 38,
+// FLUSH_PERSISTENT 39), 0 when ibv_query_device_ex fails.
+uint64_t goroce_cap_ex(struct ibv_context *c) {
+	struct ibv_device_attr_ex a;
+	memset(&a, 0, sizeof a);
+	if (ibv_query_device_ex(c, NULL, &a) != 0)
+		return 0;
+	return a.device_cap_flags_ex;
+}
+
+// goroce_create_qp_aw creates a QP with ibv_create_qp_ex, ATOMIC_WRITE among
+// its send operations (the others as ibv_post_send has them); NULL, errno
+// set, when the device refuses.
+struct ibv_qp *goroce_create_qp_aw(struct ibv_context *c, struct ibv_pd *pd, struct ibv_qp_init_attr *ia) {
+	struct ibv_qp_init_attr_ex x;
+	memset(&x, 0, sizeof x);
+	x.send_cq = ia->send_cq;
+	x.recv_cq = ia->recv_cq;
+	x.srq = ia->srq;
+	x.cap = ia->cap;
+	x.qp_type = ia->qp_type;
+	x.sq_sig_all = ia->sq_sig_all;
+	x.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	x.pd = pd;
+	x.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+		IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+		IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_BIND_MW |
+		IBV_QP_EX_WITH_SEND_WITH_INV | IBV_QP_EX_WITH_ATOMIC_WRITE;
+	errno = 0;
+	return ibv_create_qp_ex(c, &x);
+}
+
+// goroce_atomic_write posts an ATOMIC_WRITE of the 8 bytes at src
+// (ibv_wr_atomic_write) on a QP goroce_create_qp_aw made.
+int goroce_atomic_write(struct ibv_qp *qp, uint64_t wr_id, uint32_t flags, uint32_t rkey, uint64_t addr, uint64_t src) {
+	struct ibv_qp_ex *x = ibv_qp_to_qp_ex(qp);
+	if (!x)
+		return EOPNOTSUPP;
+	ibv_wr_start(x);
+	x->wr_id = wr_id;
+	x->wr_flags = flags;
+	ibv_wr_atomic_write(x, rkey, addr, (const void *)(uintptr_t)src);
+	errno = 0;
+	return goroce_rc(ibv_wr_complete(x));
+}

@@ -31,6 +31,12 @@ struct gsend {
 	uint64_t wr_id, remote_addr, compare_add, swap;
 	struct ibv_ah *ah;
 	uint32_t opcode, flags, imm, rkey, remote_qpn, remote_qkey, inv_rkey, num_sge, sge_off;
+	// BIND_MW: the window, the region, the range and access (rkey: the
+	// window's new key).
+	struct ibv_mw *mw;
+	struct ibv_mr *mr;
+	uint64_t bind_addr, bind_length;
+	uint32_t bind_access;
 };
 
 // A receive work request, flat, as struct gsend.
@@ -70,6 +76,10 @@ int goroce_get_async_event(struct ibv_context *c, uint32_t *type, void **elem, i
 // into wrs and make one ibv_post_send, ibv_post_recv or ibv_post_srq_recv;
 // *bad is the index of the request that failed (n when all were posted).
 int goroce_post_send(struct ibv_qp *qp, const struct gsend *g, int n, struct ibv_sge *sges, struct ibv_send_wr *wrs, int *bad);
+uint64_t goroce_cap_ex(struct ibv_context *c);
+struct ibv_qp *goroce_create_qp_aw(struct ibv_context *c, struct ibv_pd *pd, struct ibv_qp_init_attr *ia);
+int goroce_atomic_write(struct ibv_qp *qp, uint64_t wr_id, uint32_t flags, uint32_t rkey, uint64_t addr, uint64_t src);
+int goroce_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mr *mr, uint64_t wr_id, uint32_t flags, uint64_t addr, uint64_t length, uint32_t access, uint32_t *rkey);
 int goroce_post_recv(struct ibv_qp *qp, const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs, int *bad);
 int goroce_post_srq_recv(struct ibv_srq *srq, const struct grecv *g, int n, struct ibv_sge *sges, struct ibv_recv_wr *wrs, int *bad);
 int goroce_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask);
