@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/probe"
+	"github.com/goroce/goroce/probe/analysis"
 	"github.com/goroce/goroce/probe/pinglist"
 )
 
@@ -15,10 +16,14 @@ import (
 // dies the next takes over within an interval and a fetch timeout). The
 // exporter computes the fleet view and exports its verdicts as
 // goroce_probe_fleet_fault; the others export none, so that one fault is
-// one series fleet-wide.
+// one series fleet-wide. A verdict is exported once confirmed: one of its
+// suspects was named by the previous view too, so that the first seconds
+// of a fault, when one path's chance losses can pass the test before the
+// whole component's do, export nothing rather than a wrong component.
 func (a *Agent) exportFleet(ctx context.Context) {
 	t := time.NewTicker(a.opts.FleetInterval)
 	defer t.Stop()
+	var prev map[string]bool
 	for {
 		name, me := a.electExporter(ctx)
 		if ctx.Err() != nil {
@@ -27,8 +32,22 @@ func (a *Agent) exportFleet(ctx context.Context) {
 		a.exporter.Store(&name)
 		if me {
 			doc := a.Fleet(ctx)
-			a.metrics.SetFleet(true, doc.Verdicts)
+			var confirmed []analysis.Verdict
+			now := map[string]bool{}
+			for _, v := range doc.Verdicts {
+				ok := false
+				for _, s := range v.Suspects {
+					ok = ok || prev[s.Label()]
+					now[s.Label()] = true
+				}
+				if ok {
+					confirmed = append(confirmed, v)
+				}
+			}
+			prev = now
+			a.metrics.SetFleet(true, confirmed)
 		} else {
+			prev = nil
 			a.metrics.SetFleet(false, nil)
 		}
 		select {

@@ -23,6 +23,7 @@ type end struct {
 	mw       verbs.MW
 	mwKey    uint32
 	role     byte
+	flushMR  verbs.MR // [6144, 8192) with FLUSH_GLOBAL, or nil
 }
 
 const mrAccess = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic | verbs.AccessMWBind
@@ -54,6 +55,12 @@ func newEnd(ctx verbs.Context, gidx int) (*end, error) {
 	qa.QPType = verbs.QPTUC
 	if e.u, err = e.pd.CreateQP(qa); err != nil {
 		return nil, fmt.Errorf("CreateQP UC: %w", err)
+	}
+	// A region a FLUSH may name; a device or library that refuses the
+	// access flag leaves FLUSH out.
+	if e.flushMR, err = e.pd.RegMR(e.buf[6144:8192], verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessFlushGlobal); err != nil {
+		fmt.Println("no FLUSH region:", err)
+		e.flushMR = nil
 	}
 	al, ok := e.pd.(verbs.MWAllocator)
 	if !ok {
@@ -117,6 +124,12 @@ func (e *end) connect(t *info) error {
 	for _, s := range steps {
 		if err := e.u.Modify(&s.a, s.m); err != nil {
 			return fmt.Errorf("UC QP to %v: %w", s.a.State, err)
+		}
+	}
+	if e.flushMR != nil {
+		if err := e.mine().Modify(&verbs.QPAttr{State: verbs.QPSRTS, AccessFlags: rc | verbs.AccessFlushGlobal}, verbs.AttrState|verbs.AttrAccessFlags); err != nil {
+			fmt.Println("no FLUSH access on the QP:", err)
+			e.flushMR = nil
 		}
 	}
 	if _, err := e.mine().PostRecv([]verbs.RecvWR{{WRID: 201, SGList: e.sge(4096, 64)}}); err != nil {
@@ -245,5 +258,36 @@ func (e *end) check(t *info) error {
 func (e *end) writeInvalidated(t *info) error {
 	_, err := e.post(e.theirs(), []verbs.SendWR{{WRID: 7, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: e.sge(900, 16),
 		RemoteAddr: t.Addr + 1040, RKey: t.MWKey}}, verbs.WCRemAccessErr)
+	return err
+}
+
+// flush sends FLUSHes of global visibility to the peer's FLUSH region, a
+// range and the whole region, when the peer has one and this end can post
+// them.
+func (e *end) flush(t *info) error {
+	if t.FlushKey == 0 {
+		fmt.Println("SKIP flush: the peer has no FLUSH region")
+		return nil
+	}
+	wrs := []verbs.SendWR{
+		{WRID: 8, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RemoteAddr: t.FlushAddr, RKey: t.FlushKey, FlushLen: 256, FlushType: verbs.FlushGlobal},
+		{WRID: 9, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RKey: t.FlushKey, FlushType: verbs.FlushGlobal, FlushLevel: verbs.FlushMR},
+	}
+	if _, err := e.theirs().PostSend(wrs[:1]); errors.Is(err, verbs.ErrNotSupported) {
+		fmt.Println("SKIP flush: this end cannot post FLUSH:", err)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if _, err := e.wait(e.scq, 1); err != nil {
+		return err
+	}
+	wcs, err := e.post(e.theirs(), wrs[1:], verbs.WCSuccess)
+	if err == nil && wcs[0].Opcode != verbs.WCFlush {
+		err = fmt.Errorf("completion opcode %v", wcs[0].Opcode)
+	}
+	if err == nil {
+		fmt.Println("PASS flush")
+	}
 	return err
 }

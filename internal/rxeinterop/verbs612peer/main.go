@@ -97,6 +97,9 @@ type info struct {
 	RKey    uint32
 	MWKey   uint32
 	Role    byte
+	// A region FLUSH may name (0: none).
+	FlushAddr uint64
+	FlushKey  uint32
 }
 
 // peer is the exchange.
@@ -156,6 +159,14 @@ func run() error {
 	if err := e.connect(&them); err != nil {
 		return err
 	}
+	var fl [2]uint64 // the FLUSH region, once connect granted the QP its access
+	if e.flushMR != nil {
+		fl = [2]uint64{e.flushMR.Addr(), uint64(e.flushMR.RKey())}
+	}
+	if err := p.swap(fl, &fl); err != nil {
+		return err
+	}
+	them.FlushAddr, them.FlushKey = fl[0], uint32(fl[1])
 	return e.steps(p, &them)
 }
 
@@ -174,7 +185,7 @@ func (e *end) steps(p *peer, them *info) error {
 	for _, s := range []struct {
 		name string
 		f    func(*info) error
-	}{{"atomic_write", e.atomicWrite}, {"uc_write_send", e.ucOps}, {"mw_write_send_with_inv", e.mwOps}} {
+	}{{"atomic_write", e.atomicWrite}, {"uc_write_send", e.ucOps}, {"flush", e.flush}, {"mw_write_send_with_inv", e.mwOps}} {
 		if err := s.f(them); err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
