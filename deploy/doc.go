@@ -9,12 +9,14 @@
 //	prometheus/prometheus.yml       scraping by kubernetes_sd (role pod)
 //	prometheus/prometheus-static.yml  scraping agents listed by address
 //	prometheus/rules.yml            recording rules (loss per pair and per group pair, RTT and delay
-//	                                quantiles) and alerts (a pair's loss, a host's RTT p99, an agent
-//	                                down, a localised fault, the series cap)
+//	                                quantiles) and alerts (the fleet verdict's faults, a pair's loss
+//	                                no verdict explains, RTT p99, an agent down, no exporter, reload,
+//	                                discovery and probe errors, an unlisted node, the series cap)
 //	prometheus/rules_test.yml       promtool unit tests of the rules
+//	prometheus/alertmanager.yml     grouping and inhibition of those alerts
 //	grafana/goroce-probe.json       the dashboard: group × group loss matrix, worst pairs, RTT heat
 //	                                map, p50/p99, prober and responder delay, faulty components
-//	Dockerfile                      the image the DaemonSet runs
+//	Dockerfile                      the image the DaemonSet runs (the libibverbs build)
 //
 // Deploy with
 //
