@@ -36,8 +36,10 @@ func TestMain(m *testing.M) {
 // (the programs run as nobody).
 func lib(t *testing.T) string {
 	t.Helper()
-	if _, err := os.Stat("/usr/include/infiniband/verbs.h"); err != nil {
-		testenv.Skip(t, testenv.CPrograms, "libibverbs-dev is not installed (apt-get install libibverbs-dev)")
+	for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/rdma/rdma_cma.h"} {
+		if _, err := os.Stat(h); err != nil {
+			testenv.Skipf(t, testenv.CPrograms, "%s is missing (apt-get install libibverbs-dev librdmacm-dev)", h)
+		}
 	}
 	if _, err := exec.LookPath("gcc"); err != nil {
 		testenv.Skip(t, testenv.CPrograms, "no C compiler for cgo")
@@ -119,26 +121,37 @@ func TestDeviceList(t *testing.T) {
 }
 
 // A program run between two namespaces: the server in A, the client in B.
+// "ADDR" in the arguments is the server's address.
 type program struct {
 	name   string
 	server []string
-	client []string // the server's address is added
-	want   string   // in the client's output
+	client []string
+	want   string // in the client's output
+	cm     bool   // rdma_cm: no TCP listener to wait for
 }
 
 // perfLine is a line of perftest's results for 100 iterations.
 const perfLine = `(?m)^\s*\d+\s+100\s+\d+\.\d+\s+\d+\.\d+`
 
-var programs = []program{
-	{"ibv_rc_pingpong", []string{"-g", "1", "-n", "100"}, []string{"-g", "1", "-n", "100"}, `100 iters in`},
-	{"ibv_ud_pingpong", []string{"-g", "1", "-n", "100", "-s", "512"}, []string{"-g", "1", "-n", "100", "-s", "512"}, `100 iters in`},
-	{"ibv_srq_pingpong", []string{"-g", "1", "-n", "100"}, []string{"-g", "1", "-n", "100"}, `100 iters in`},
-	{"ib_write_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
-	{"ib_read_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
-	{"ib_send_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
-	{"ib_atomic_bw", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
-	{"ib_send_lat", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
-	{"ib_write_lat", []string{"-x", "1", "-n", "100"}, []string{"-x", "1", "-n", "100"}, perfLine},
+func programs() []program {
+	pp := func(name string, extra ...string) program {
+		a := append([]string{"-g", "1", "-n", "100"}, extra...)
+		return program{name, a, append(append([]string{}, a...), "ADDR"), `100 iters in`, false}
+	}
+	perf := func(name string, cm bool) program {
+		a := []string{"-x", "1", "-n", "100"}
+		if cm {
+			a = append(a, "-R")
+		}
+		return program{name, a, append(append([]string{}, a...), "ADDR"), perfLine, cm}
+	}
+	ps := []program{pp("ibv_rc_pingpong"), pp("ibv_ud_pingpong", "-s", "512"), pp("ibv_srq_pingpong")}
+	for _, cm := range []bool{false, true} {
+		for _, n := range []string{"ib_write_bw", "ib_read_bw", "ib_send_bw", "ib_atomic_bw", "ib_send_lat", "ib_write_lat"} {
+			ps = append(ps, perf(n, cm))
+		}
+	}
+	return append(ps, program{"rping", []string{"-s", "-a", "ADDR", "-C", "10", "-v"}, []string{"-c", "-a", "ADDR", "-C", "10", "-v"}, `(?m)^ping data: rdma-ping-9: `, true})
 }
 
 // TestProgramsNetns runs Debian's unmodified programs between two processes
@@ -149,14 +162,18 @@ func TestProgramsNetns(t *testing.T) {
 	netns.Require(t)
 	netns.RequireTool(t, "setpriv")
 	var names []string
-	for _, p := range programs {
+	for _, p := range programs() {
 		names = append(names, p.name)
 	}
 	need(t, names...)
 	l := lib(t)
 	pair := netns.NewPair(t, netns.Options{})
-	for _, p := range programs {
-		t.Run(p.name, func(t *testing.T) {
+	for _, p := range programs() {
+		name := p.name
+		if p.cm && p.name != "rping" {
+			name += "-R"
+		}
+		t.Run(name, func(t *testing.T) {
 			srv, cli, err := between(t, pair, l, p)
 			if err != nil {
 				t.Fatalf("%v\nserver:\n%s\nclient:\n%s", err, srv, cli)
@@ -180,8 +197,15 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 		a = append(append(a, p.name), args...)
 		return exec.CommandContext(ctx, "ip", a...)
 	}
+	subst := func(args []string) []string {
+		out := make([]string, len(args))
+		for i, a := range args {
+			out[i] = strings.ReplaceAll(a, "ADDR", pair.AddrA.String())
+		}
+		return out
+	}
 	var srvOut, cliOut strings.Builder
-	srv := cmd(pair.A, pair.AddrA.String(), p.server)
+	srv := cmd(pair.A, pair.AddrA.String(), subst(p.server))
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
 		return "", "", err
@@ -189,12 +213,16 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	exited := func() bool { return len(done) > 0 }
-	if err := waitListen(ctx, pair.A, 18515, exited); err != nil {
+	ready := func() error { return waitListen(ctx, pair.A, 18515, exited) }
+	if p.cm {
+		ready = func() error { return waitCM(ctx, pair.A, exited) }
+	}
+	if err := ready(); err != nil {
 		srv.Process.Kill()
 		<-done
 		return srvOut.String(), "", err
 	}
-	cli := cmd(pair.B, pair.AddrB.String(), append(append([]string{}, p.client...), pair.AddrA.String()))
+	cli := cmd(pair.B, pair.AddrB.String(), subst(p.client))
 	cli.Stdout, cli.Stderr = &cliOut, &cliOut
 	cerr := cli.Run()
 	serr := <-done
@@ -222,6 +250,27 @@ func waitListen(ctx context.Context, ns *netns.NS, port int, exited func() bool)
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("nothing listens on port %d: %w", port, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitCM waits until the server's soft device is open (its UDP port 4791
+// bound in ns), and a moment more for its rdma_listen, which follows
+// rdma_bind_addr at once.
+func waitCM(ctx context.Context, ns *netns.NS, exited func() bool) error {
+	for {
+		out, err := ns.Exec("cat", "/proc/net/udp", "/proc/net/udp6")
+		if err == nil && strings.Contains(string(out), ":12B7 ") {
+			time.Sleep(300 * time.Millisecond)
+			return nil
+		}
+		if exited() {
+			return fmt.Errorf("the server exited before its device opened")
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no device bound UDP port 4791: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

@@ -42,6 +42,10 @@ type gdev struct {
 	mu   sync.Mutex
 	dev  *soft.Device
 	refs int
+
+	cmOnce sync.Once // the context rdma_cm ids share
+	cm     *C.struct_ibv_context
+	cmErr  syscall.Errno
 }
 
 var (
@@ -111,6 +115,13 @@ func devOf(p *C.struct_ibv_device) *gdev {
 		}
 	}
 	return nil
+}
+
+// debug warns when GOROCE_DEBUG is set.
+func debug(format string, args ...any) {
+	if os.Getenv("GOROCE_DEBUG") != "" {
+		warn(format, args...)
+	}
 }
 
 func warn(format string, args ...any) {
