@@ -17,8 +17,9 @@ import (
 // verbs conformance suite (verbs/verbstest) and the provider's own tests,
 // its benchmarks, and goroce pingpong built with the ibverbs provider (on
 // rxe0 in the guest) against goroce pingpong with the soft provider (on this
-// machine's side of the namespace), RC and UD, each side as server, and the
-// same with goroce bench write_bw.
+// machine's side of the namespace), RC and UD, each side as server, the
+// same with goroce bench write_bw, and goroce rping through librdmacm
+// against Linux rping and against the soft provider (rpingIbverbs).
 //
 // The test binary and goroce are built here with -tags ibverbs (cgo against
 // this machine's libibverbs-dev; the guest's rdma-core 44 runs them) and
@@ -132,6 +133,8 @@ func TestIbverbsRxe(t *testing.T) {
 		host := append([]string{h.bin, "bench"}, strings.Fields(bwArgs+" --path udp --addr "+hostIP)...)
 		bw(t, "ibv-bw-client", fmt.Sprintf("%s bench%s -d rxe0 -x %d %s", guestGoroce, bwArgs, h.gidx, hostIP), host, true)
 	})
+
+	t.Run("rping", func(t *testing.T) { rpingIbverbs(t, h, guestGoroce+" rping --ibdev rxe0") })
 
 	t.Run("devices", func(t *testing.T) {
 		h.guestJob(t, "ibv-devices", 60, guestGoroce+" devices; "+guestGoroce+" devinfo -v -d rxe0")
