@@ -105,3 +105,21 @@ func ExamplePollWait_destroyed() {
 	fmt.Println(errors.Is(err, verbs.ErrDestroyed), errors.Is(a.CQ.Err(), verbs.ErrDestroyed))
 	// Output: true true
 }
+
+// A status's error, without a WC.
+func ExampleWCStatus_Err() {
+	fmt.Println(verbs.WCRetryExcErr.Err(), errors.Is(verbs.WCWRFlushErr.Err(), verbs.ErrFlushed))
+	// Output: verbs: transport retry counter exceeded (RETRY_EXC_ERR) true
+}
+
+// The opcodes that reach remote memory need an rkey.
+func ExampleWROpcode_NeedsRKey() {
+	for _, op := range []verbs.WROpcode{verbs.WRSend, verbs.WRRDMAWrite, verbs.WRRDMARead, verbs.WRAtomicFetchAndAdd} {
+		fmt.Println(op, op.NeedsRKey())
+	}
+	// Output:
+	// SEND false
+	// RDMA_WRITE true
+	// RDMA_READ true
+	// ATOMIC_FETCH_AND_ADD true
+}
