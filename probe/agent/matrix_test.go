@@ -153,11 +153,18 @@ type scenario struct {
 	inject    func(t *testing.T, ff *fabricFleet) (undo func())
 }
 
-// names reports whether a verdict's candidates hold component c.
+// names reports whether a verdict's candidates hold component c. The link
+// between A and B ("link A<->B") is named by either of its ways too: a
+// packet lost from A to B is a probe of A->B or an answer to B->A, and
+// which shows first is chance.
 func names(verdict, c string) bool {
 	_, list, _ := strings.Cut(verdict, ": ")
+	alt := map[string]bool{c: true}
+	if a, b, ok := strings.Cut(strings.TrimPrefix(c, "link "), "<->"); ok && strings.HasPrefix(c, "link ") {
+		alt["link "+a+"->"+b], alt["link "+b+"->"+a] = true, true
+	}
 	for _, cand := range strings.Split(list, ", ") {
-		if cand == c || strings.HasPrefix(cand, c+" (") {
+		if alt[cand] || strings.HasPrefix(cand, c+" (") {
 			return true
 		}
 	}
@@ -299,6 +306,9 @@ func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 			sc.fp++
 			wrong = append(wrong, v)
 		}
+	}
+	if dir := os.Getenv(screenshotEnv); dir != "" && at > 0 {
+		ff.screenshot(t, filepath.Join(dir, "probe-fault-"+slug(s.name)+".png"))
 	}
 	if at == 0 {
 		t.Errorf("%s: not named within 30 s (want %v); verdicts seen: %v", s.name, s.want, keys(seen))
@@ -493,5 +503,44 @@ func (ff *fabricFleet) checkDSCP(t *testing.T) {
 	t.Logf("h0's probes on the wire: %d to its group, %d of them DSCP 26 ECT(0); %d to others, %d of them DSCP 10 ECT(0)", c["intra"], c["intra26"], c["cross"], c["cross10"])
 	if c["intra"] < 20 || c["cross"] < 20 || c["intra26"] != c["intra"] || c["cross10"] != c["cross"] {
 		t.Errorf("probes' DSCP on the wire: %v", c)
+	}
+}
+
+// screenshotEnv names a directory where the matrix leaves a screenshot of
+// the page (headless Chromium, served by h1) during each fault.
+const screenshotEnv = "GOROCE_PROBE_SCREENSHOTS"
+
+func slug(s string) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(s) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	return strings.TrimRight(b.String(), "-")
+}
+
+// screenshot renders h1's page in headless Chromium, in the spine's
+// namespace, to png.
+func (ff *fabricFleet) screenshot(t *testing.T, png string) {
+	bin, err := exec.LookPath("chromium")
+	if err != nil {
+		t.Logf("no screenshot: chromium not installed")
+		return
+	}
+	args := []string{"netns", "exec", ff.f.Spine.Name, bin, "--headless", "--no-sandbox", "--disable-gpu",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--force-device-scale-factor=1", "--hide-scrollbars",
+		"--user-data-dir=" + filepath.Join(ff.dir, "chromium"), "--window-size=1400,1300", "--virtual-time-budget=5000",
+		"--screenshot=" + png, fmt.Sprintf("http://%s:9478/", ff.f.Addrs[1])}
+	cmd := exec.Command("ip", args...)
+	cmd.Env = append(os.Environ(), "HOME="+ff.dir)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("chromium: %v: %s", err, out)
 	}
 }
