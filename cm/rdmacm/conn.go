@@ -31,11 +31,11 @@ type DialOptions struct {
 	PrivateData []byte
 	// TrafficClass is the IP ToS of the connection.
 	TrafficClass uint8
-	// RetryRefused, when above 0, is how long Dial keeps asking (every
-	// RefusedPause) while the peer refuses for want of a listener (REJ
-	// 8), for a client that may start before its server listens. 0: a
-	// refusal ends the dial, unless the peer was unreachable a moment
-	// before (see RefusedPause).
+	// RetryRefused, when above 0, is how long Dial keeps asking (its REQ
+	// again, RefusedResend after each refusal) while the peer refuses for
+	// want of a listener (REJ 8), for a client that may start before its
+	// server listens. 0: a refusal ends the dial, unless the peer was
+	// unreachable a moment before (see RefusedGrace).
 	RetryRefused time.Duration
 	// ACKTimeout, when not 0, is this side's QP's local ACK timeout code
 	// (4.096 µs x 2^ACKTimeout), as rdma_set_option's
@@ -476,22 +476,10 @@ func (mg *Manager) Dial(ctx context.Context, address string, qp verbs.QP, opts D
 		local: netip.AddrPortFrom(mg.dev.Addr().Unmap(), sport)}
 	d.probe = openProbe(d.local.Addr(), ap.Addr())
 	defer d.close()
-	for {
-		if err := d.request(); err != nil {
-			return nil, fmt.Errorf("rdmacm: dial %v: %w", ap, err)
-		}
-		c, again, err := d.wait(ctx)
-		if !again {
-			return c, err
-		}
-		t := time.NewTimer(RefusedPause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
+	if err := d.request(); err != nil {
+		return nil, fmt.Errorf("rdmacm: dial %v: %w", ap, err)
 	}
+	return d.wait(ctx)
 }
 
 // UnreachableGrace is how long Dial keeps resending its REQ (on the
@@ -501,16 +489,16 @@ func (mg *Manager) Dial(ctx context.Context, address string, qp verbs.QP, opts D
 // table refuses (ENETUNREACH, EHOSTUNREACH) ends it at once.
 const UnreachableGrace = 600 * time.Millisecond
 
-// RefusedPause is how long Dial waits before it asks again when a peer
-// that was unreachable a moment ago (an ICMP error came back) now refuses
-// for want of a listener (REJ 8): its device has opened and its listener
-// is likely a moment away. It asks again so until a second has passed
-// since the dial began; a peer refusing from the first REQ on fails the
-// dial at once.
-const RefusedPause = 10 * time.Millisecond
+// RefusedGrace is how long after its start a dial whose peer was
+// unreachable a moment ago (an ICMP error came back) takes a refusal for
+// want of a listener (REJ 8) as "not yet": the peer's device has just
+// opened and its listener is likely a moment away, so the REQ is sent
+// again (MachineConfig's RefusedResend later, as the same connection). A
+// peer refusing from the first REQ on fails the dial at once, unless
+// DialOptions.RetryRefused says to ask again for longer.
+const RefusedGrace = time.Second
 
-// dialing is one Dial: the REQs it sent (one connection of the machine
-// each time it asks again) and what their probe said.
+// dialing is one Dial: its connection, and what the probe of its REQs said.
 type dialing struct {
 	mg      *Manager
 	ap      netip.AddrPort
@@ -520,7 +508,6 @@ type dialing struct {
 	start   time.Time
 	probe   *pathProbe
 	c       *Conn
-	ids     []uint32
 	pathErr *PathError // the last the probe reported
 }
 
@@ -532,14 +519,13 @@ func (d *dialing) request() error {
 			QPN: d.qp.Num(), PSN: mg.m.RandomPSN(), ResponderResources: depth(opts.ResponderResources),
 			InitiatorDepth: depth(opts.InitiatorDepth), RetryCount: retries(opts.RetryCount),
 			RNRRetryCount: retries(opts.RNRRetryCount), SrcPort: d.local.Port(), PrivateData: opts.PrivateData,
-			TrafficClass: opts.TrafficClass})
+			TrafficClass: opts.TrafficClass, RefusedUntil: now + int64(opts.RetryRefused)})
 		if err != nil {
 			return err
 		}
 		d.c = newConn(mg, id, d.qp, d.local, d.ap, nil)
 		d.c.ackTimeout = min(opts.ACKTimeout, 31)
 		mg.conns[id] = d.c
-		d.ids = append(d.ids, id)
 		if d.probe != nil {
 			mg.probes[id] = d.probe
 		}
@@ -547,8 +533,8 @@ func (d *dialing) request() error {
 	})
 }
 
-// wait waits for the answer to the REQ; again says to ask again.
-func (d *dialing) wait(ctx context.Context) (c *Conn, again bool, err error) {
+// wait waits for the answer to the REQ.
+func (d *dialing) wait(ctx context.Context) (*Conn, error) {
 	c, ap := d.c, d.ap
 	var probeErrs <-chan error
 	if d.probe != nil {
@@ -561,35 +547,35 @@ func (d *dialing) wait(ctx context.Context) (c *Conn, again bool, err error) {
 			if pe == nil {
 				continue
 			}
+			if d.pathErr == nil { // the peer may be opening: a refusal is "not yet" for a while
+				until := d.mg.now() + int64(RefusedGrace-time.Since(d.start))
+				_ = d.mg.call(func(int64) error { d.mg.m.RetryRefused(c.id, until); return nil })
+			}
 			d.pathErr = pe
 			if pe.immediate() || time.Since(d.start) >= UnreachableGrace {
 				c.abandon()
-				return nil, false, fmt.Errorf("rdmacm: dial %v: %w", ap, pe)
+				return nil, fmt.Errorf("rdmacm: dial %v: %w", ap, pe)
 			}
 		case ev := <-c.events:
 			switch ev.Kind {
 			case EvReply:
 				if err := c.ready(ev.REP); err != nil {
-					return nil, false, err
+					return nil, err
 				}
-				return c, false, nil
+				return c, nil
 			case EvRejected:
-				if since := time.Since(d.start); ev.Reason == ib.RejInvalidServiceID &&
-					(d.pathErr != nil && since < time.Second || since < d.opts.RetryRefused) {
-					return nil, true, nil // the peer's device just opened: its listener may be a moment away
-				}
-				return nil, false, fmt.Errorf("rdmacm: dial %v: %w", ap, &RejectError{Reason: ev.Reason, PrivateData: ev.PrivateData})
+				return nil, fmt.Errorf("rdmacm: dial %v: %w", ap, &RejectError{Reason: ev.Reason, PrivateData: ev.PrivateData})
 			case EvTimeout:
 				if d.pathErr != nil {
-					return nil, false, fmt.Errorf("rdmacm: dial %v: no answer to the REQ: %w (%w)", ap, d.pathErr, ErrTimedOut)
+					return nil, fmt.Errorf("rdmacm: dial %v: no answer to the REQ: %w (%w)", ap, d.pathErr, ErrTimedOut)
 				}
-				return nil, false, fmt.Errorf("rdmacm: dial %v: no answer to the REQ: %w (%w)", ap, ErrUnreachable, ErrTimedOut)
+				return nil, fmt.Errorf("rdmacm: dial %v: no answer to the REQ: %w (%w)", ap, ErrUnreachable, ErrTimedOut)
 			}
 		case <-c.done:
-			return nil, false, c.Err()
+			return nil, c.Err()
 		case <-ctx.Done():
 			c.abandon()
-			return nil, false, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 }
@@ -599,11 +585,11 @@ func (d *dialing) close() {
 	if d.probe == nil {
 		return
 	}
-	d.mg.mu.Lock()
-	for _, id := range d.ids {
-		delete(d.mg.probes, id)
+	if d.c != nil {
+		d.mg.mu.Lock()
+		delete(d.mg.probes, d.c.id)
+		d.mg.mu.Unlock()
 	}
-	d.mg.mu.Unlock()
 	d.probe.close()
 }
 

@@ -55,9 +55,9 @@
 // 50, 100, 200 ms and then every 200 ms until Linux's first resend
 // (MachineConfig.QuickRetry), so a server that comes up a moment after the
 // dial is found a moment later; a server that was unreachable and now
-// refuses is asked again for a second (RefusedPause, and
-// DialOptions.RetryRefused for a client that may start before its
-// server's listener).
+// refuses is asked again, as the same connection, for a second
+// (RefusedGrace, and DialOptions.RetryRefused for a client that may start
+// before its server's listener).
 //
 // A device needs a QP 1 for this (the Device interface): the soft
 // provider's devices have one. On the ibverbs provider the kernel owns QP 1

@@ -155,10 +155,13 @@ type Stats struct {
 	Resent   uint64 // resends on timeout
 	// QuickResent counts the resends of Resent on the QuickRetry schedule.
 	QuickResent uint64
-	Malformed   uint64 // not CM MADs, or not parsable
-	Unmatched   uint64 // messages for no connection, or whose IDs or sender do not match it
-	Duplicates  uint64 // duplicate REQ, REP, RTU, DREQ
-	Rejects     uint64 // REJs sent
+	// RefusedResends counts the REJs (reason 8) that a connection retrying
+	// refusals took as "not yet" (ConnectParams.RefusedUntil).
+	RefusedResends uint64
+	Malformed      uint64 // not CM MADs, or not parsable
+	Unmatched      uint64 // messages for no connection, or whose IDs or sender do not match it
+	Duplicates     uint64 // duplicate REQ, REP, RTU, DREQ
+	Rejects        uint64 // REJs sent
 	// StaleRejects counts the REJs of Rejects that answer a REQ for a
 	// connection in time-wait (reason 10, stale connection), as Linux's
 	// CM does: a duplicate REQ, resent while its REP was on its way,
@@ -198,6 +201,7 @@ type conn struct {
 	retries  int
 	quick    int64 // the next quick REQ resend interval (QuickRetry), 0 when over
 	quickEnd int64 // when the quick resends end
+	refused  int64 // ConnectParams.RefusedUntil
 	expires  int64 // time-wait end
 	listener uint32
 }
@@ -345,7 +349,16 @@ type ConnectParams struct {
 	PrivateData        []byte // the application's, at most 56 bytes
 	TrafficClass       uint8
 	HopLimit           uint8 // default 64
+	// RefusedUntil, when after the time, keeps the connection when a REJ
+	// for want of a listener (reason 8) answers its REQ before then: the
+	// REQ is sent again RefusedResend later, with the same comm ID (see
+	// RetryRefused).
+	RefusedUntil int64
 }
+
+// RefusedResend is how long after a REJ 8 a connection that retries
+// refusals (ConnectParams.RefusedUntil) sends its REQ again.
+const RefusedResend = int64(10e6)
 
 // MaxREQPrivate is the most private data an application puts in an
 // rdma_cm REQ.
@@ -363,7 +376,7 @@ func (m *Machine) Connect(now int64, p ConnectParams) (uint32, error) {
 	if p.HopLimit == 0 {
 		p.HopLimit = 64
 	}
-	c := &conn{id: m.newID(), active: true, peer: p.Peer, localQPN: p.QPN, state: StateREQSent}
+	c := &conn{id: m.newID(), active: true, peer: p.Peer, localQPN: p.QPN, state: StateREQSent, refused: p.RefusedUntil}
 	c.tid = uint64(2)<<32 | uint64(c.id)
 	dport := uint16(p.ServiceID)
 	c.req = ib.REQ{LocalCommID: c.id, ServiceID: p.ServiceID, LocalCAGUID: m.cfg.GUID, LocalQPN: p.QPN,
@@ -509,6 +522,14 @@ func (m *Machine) Disconnect(now int64, id uint32) error {
 		}
 		m.forget(c)
 		return nil
+	}
+}
+
+// RetryRefused moves a connection's ConnectParams.RefusedUntil to until
+// when that is later.
+func (m *Machine) RetryRefused(id uint32, until int64) {
+	if c := m.conns[id]; c != nil && c.active {
+		c.refused = max(c.refused, until)
 	}
 }
 
@@ -723,6 +744,18 @@ func (m *Machine) onREJ(now int64, r *ib.REJ, from netip.Addr) {
 	c := m.conns[r.RemoteCommID]
 	if c == nil || c.peer != from || (c.remoteID != 0 && r.LocalCommID != 0 && c.remoteID != r.LocalCommID) {
 		m.stats.Unmatched++
+		return
+	}
+	if c.state == StateREQSent && r.Reason == ib.RejInvalidServiceID && now < c.refused {
+		// The peer's device is up, its listener not yet: ask again, as
+		// the same connection (a REQ of it still on its way may find the
+		// listener, whose REP must find the connection).
+		m.stats.RefusedResends++
+		c.timerAt = now + RefusedResend
+		if c.quick == 0 {
+			c.quick = RefusedResend // then resent on the quick schedule
+			c.quickEnd = now + c.interval
+		}
 		return
 	}
 	switch c.state {

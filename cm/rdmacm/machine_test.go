@@ -675,3 +675,38 @@ func TestPrivateDataLength(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedUntil: a connection with RefusedUntil takes a REJ 8 before
+// then as "not yet" and sends the same REQ (same comm ID) RefusedResend
+// later, so that the listener that comes meanwhile answers it; after
+// RefusedUntil a REJ 8 ends it.
+func TestRefusedUntil(t *testing.T) {
+	w := newWorld(t)
+	start := w.now
+	id, err := w.a.Connect(w.now, ConnectParams{Peer: addrB, ServiceID: testService, QPN: 0x19, RefusedUntil: w.now + 100e6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pump() // REJ 8 from B: no listener
+	w.none(w.evA)
+	if s := w.a.Stats(); s.RefusedResends != 1 || w.a.State(id) != StateREQSent {
+		t.Fatalf("after the first REJ 8: %+v, %v", s, w.a.State(id))
+	}
+	w.advance() // the REQ again, 10 ms later: refused again
+	if d := w.now - start; d != RefusedResend {
+		t.Fatalf("the REQ was sent again %v after the REJ, want %v", d, RefusedResend)
+	}
+	w.listen()
+	w.advance()
+	req := w.take(&w.evB, EvRequest)
+	if req.REQ.LocalCommID != id {
+		t.Fatalf("the listener got comm ID %#x, want the connection's %#x", req.REQ.LocalCommID, id)
+	}
+	// After RefusedUntil, a refusal ends the connection.
+	w = newWorld(t)
+	id, _ = w.a.Connect(w.now, ConnectParams{Peer: addrB, ServiceID: testService, QPN: 0x19, RefusedUntil: w.now})
+	w.pump()
+	if ev := w.take(&w.evA, EvRejected); ev.ID != id || ev.Reason != ib.RejInvalidServiceID {
+		t.Fatalf("%+v", ev)
+	}
+}
