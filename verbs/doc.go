@@ -28,7 +28,19 @@
 //     min_rnr_timer 12, the smaller MTU of the two sides), each
 //     overridable in ConnectOptions; ConnectUD does the same for UD.
 //   - PollWait returns completions of a CQ, waiting on its channel without
-//     spinning: the poll, arm, poll, wait cycle.
+//     spinning: the poll, arm, poll, wait cycle; it returns the CQ's fatal
+//     error (CQ.Err: ErrCQOverrun, ErrDestroyed) instead of waiting on.
+//   - PostSendContext and PostRecvContext wait for room in a full queue
+//     under a context, beside the non-blocking PostSend and PostRecv.
+//
+// # Errors
+//
+// A failed completion is an error where Go programs look: WC.Err returns
+// nil or one sentinel per status (ErrRemoteAccess, ErrRetryExceeded,
+// ErrFlushed, ...), each a *StatusError, without allocating. Posts refuse
+// what would only kill the connection at the peer, naming the field
+// (CheckSendWRs: the zero SendWR, an RDMA or atomic request without an
+// RKey), with errors matching ErrInvalidWR.
 //
 // Example_operations and ExamplePollWait are complete programs; package
 // verbs/rdmatest gives tests two connected devices in one line.
