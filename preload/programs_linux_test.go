@@ -128,6 +128,7 @@ type program struct {
 	client []string
 	want   string // in the client's output
 	cm     bool   // rdma_cm: no TCP listener to wait for
+	plain  bool   // not through the library (goroce's own commands); LOCAL is the side's address
 }
 
 // perfLine is a line of perftest's results for 100 iterations.
@@ -136,14 +137,14 @@ const perfLine = `(?m)^\s*\d+\s+100\s+\d+\.\d+\s+\d+\.\d+`
 func programs() []program {
 	pp := func(name string, extra ...string) program {
 		a := append([]string{"-g", "1", "-n", "100"}, extra...)
-		return program{name, a, append(append([]string{}, a...), "ADDR"), `100 iters in`, false}
+		return program{name: name, server: a, client: append(append([]string{}, a...), "ADDR"), want: `100 iters in`}
 	}
 	perf := func(name string, cm bool) program {
 		a := []string{"-x", "1", "-n", "100"}
 		if cm {
 			a = append(a, "-R")
 		}
-		return program{name, a, append(append([]string{}, a...), "ADDR"), perfLine, cm}
+		return program{name: name, server: a, client: append(append([]string{}, a...), "ADDR"), want: perfLine, cm: cm}
 	}
 	ps := []program{pp("ibv_rc_pingpong"), pp("ibv_ud_pingpong", "-s", "512"), pp("ibv_srq_pingpong")}
 	for _, cm := range []bool{false, true} {
@@ -151,7 +152,7 @@ func programs() []program {
 			ps = append(ps, perf(n, cm))
 		}
 	}
-	return append(ps, program{"rping", []string{"-s", "-a", "ADDR", "-C", "10", "-v"}, []string{"-c", "-a", "ADDR", "-C", "10", "-v"}, `(?m)^ping data: rdma-ping-9: `, true})
+	return append(ps, program{name: "rping", server: []string{"-s", "-a", "ADDR", "-C", "10", "-v"}, client: []string{"-c", "-a", "ADDR", "-C", "10", "-v"}, want: `(?m)^ping data: rdma-ping-9: `, cm: true})
 }
 
 // TestProgramsNetns runs Debian's unmodified programs between two processes
@@ -185,6 +186,16 @@ func TestProgramsNetns(t *testing.T) {
 	}
 }
 
+// subst puts the server's address (pair.A's) for ADDR and the side's own
+// for LOCAL.
+func subst(pair *netns.Pair, args []string, local string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = strings.ReplaceAll(strings.ReplaceAll(a, "ADDR", pair.AddrA.String()), "LOCAL", local)
+	}
+	return out
+}
+
 // between runs p's server in pair.A and its client in pair.B as nobody.
 func between(t *testing.T, pair *netns.Pair, l string, p program) (string, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -193,19 +204,15 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 		// The library goes to the program alone (env after setpriv): in
 		// ip and setpriv, which change user IDs, it has no business.
 		env := preload.Env(nil, preload.Options{Addrs: []string{addr}, Path: "udp", Lib: l})
+		if p.plain {
+			env = nil
+		}
 		a := append([]string{"netns", "exec", ns.Name, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "env"}, env...)
-		a = append(append(a, p.name), args...)
+		a = append(append(a, p.name), subst(pair, args, addr)...)
 		return exec.CommandContext(ctx, "ip", a...)
 	}
-	subst := func(args []string) []string {
-		out := make([]string, len(args))
-		for i, a := range args {
-			out[i] = strings.ReplaceAll(a, "ADDR", pair.AddrA.String())
-		}
-		return out
-	}
 	var srvOut, cliOut strings.Builder
-	srv := cmd(pair.A, pair.AddrA.String(), subst(p.server))
+	srv := cmd(pair.A, pair.AddrA.String(), p.server)
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
 		return "", "", err
@@ -222,7 +229,7 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 		<-done
 		return srvOut.String(), "", err
 	}
-	cli := cmd(pair.B, pair.AddrB.String(), subst(p.client))
+	cli := cmd(pair.B, pair.AddrB.String(), p.client)
 	cli.Stdout, cli.Stderr = &cliOut, &cliOut
 	cerr := cli.Run()
 	serr := <-done
