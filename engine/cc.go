@@ -60,37 +60,34 @@ func ParseCCMode(s string) (CCMode, bool) {
 // well-behaved flow rather than many greedy ones.
 //
 // The window follows TCP's congestion control (RFC 5681): it starts at
-// initWindow packets, grows by the packets acknowledged while below
+// Config.Window packets, grows by the packets acknowledged while below
 // ssthresh (slow start) and by one packet a window's worth of ACKs above it
-// (congestion avoidance), and falls to half of itself on a loss (a PSN
-// sequence NAK: the receiver saw a gap; or a timeout) that the round trips
-// show a queue behind (onLoss: other losses are taken for random ones), at
-// most once a round trip (RFC 5681 section 3.2: one cut per window of
-// data). Under CCECN a CNP cuts it as
+// (congestion avoidance), and falls to lossBeta of itself on a loss (a PSN
+// sequence NAK: the receiver saw a gap; or a timeout), at most once a round
+// trip (RFC 5681 section 3.2: one cut per window of data). lossBeta is
+// CUBIC's 0.7 rather than Reno's halving: a soft device's round trip holds
+// the scheduling of its host, often longer than a switch's queue drains,
+// and four devices halving into a 64 KB bottleneck queue kept it idle
+// (260 against 300 Mbit/s of 500). Under CCECN a CNP cuts it as
 // DCQCN's reaction point cuts its rate (Zhu et al., "Congestion Control for
 // Large-Scale RDMA Deployments", SIGCOMM 2015, section 3.1): by alpha/2,
 // alpha an estimate of how often the path is congested, raised by g on
 // every CNP and decayed by the factor 1-g every alphaInterval without one,
 // starting at 1 (a first CNP halves); the increase is the window's AIMD.
 //
-// With Config.TargetDelay set, once a loss or a CNP has shown the path
-// congested, the window also answers the queue the path's round trips
-// show, as Swift does (Kumar et al., "Swift: Delay is Simple and Effective
-// for Congestion Control in the Datacenter", SIGCOMM 2020, section 3.1): a
-// standing round trip more than TargetDelay above the least measured cuts
-// the window by swiftBeta x (rtt-target)/rtt, at most swiftMaxMDF, once a
-// round trip or delayCutInterval; below it the window grows as above. A
-// drop-tail queue otherwise fills until it drops, and every packet behind
-// it waits for the whole queue: through a 500 Mbit/s bottleneck with a 64
-// KB queue a 64-byte ping beside the load took 10 to 26 times its idle
-// p99, against 3 to 6 with the response on (simulated: 1,060 µs against
-// 620). It is off by default: a soft device's round trip holds its hosts'
-// scheduling, which no window cures, and on a busy host the response took
-// that for a queue (a lossy soak over io_uring ran 5 times slower, 16 QPs
-// between two namespaces fell from 891 to 64 MB/s in one run). Where
-// senders start together into a standing queue, each takes the round trip
-// it first saw for the least (Vegas's latecomer problem), and the queue
-// settles at the highest target rather than TargetDelay.
+// Once a loss or a CNP has shown the path congested, the window also
+// answers the queue the path's round trips show, as Swift does (Kumar et
+// al., "Swift: Delay is Simple and Effective for Congestion Control in the
+// Datacenter", SIGCOMM 2020, section 3.1): a round trip more than
+// Config.TargetDelay above the least measured cuts the window by
+// swiftBeta x (rtt-target)/rtt, at most swiftMaxMDF and once a round trip;
+// below it the window grows as above. A drop-tail queue otherwise fills
+// until it drops, and every packet behind it waits for the whole queue:
+// through a 500 Mbit/s bottleneck with a 64 KB queue a 64-byte ping
+// beside the load took 26 times its idle p99. The response waits for a
+// first loss or CNP because a soft device's round trip holds its host's
+// scheduling, which no window cures: on a clean path it would only cost
+// goodput.
 //
 // The window bounds the packets (PSNs: a READ counts its response packets)
 // that all the path's QPs have sent and not seen acknowledged, inflight,
@@ -132,21 +129,21 @@ type ccPath struct {
 const (
 	minWindow     = 2        // the least a path's window falls to
 	initWindow    = 32       // a path's first window
-	lossBeta      = 0.5      // the window after a congestion loss, a share of before (RFC 5681's halving)
+	lossBeta      = 0.7      // the window after a loss, a share of before (CUBIC's beta, RFC 9438 section 4.6)
 	maxWindowX    = 16       // the window grows to at most this many times Config.Window
 	initSSThreshX = 2        // slow start ends at this many times Config.Window
 	ccGain        = 1.0 / 16 // DCQCN's g (the paper's 1/256 with its 55 µs alpha timer reacts over 14 ms; 1/16 over 0.9 ms)
 	alphaInterval = 55_000   // ns: DCQCN's alpha update period
-	// SuggestedTargetDelay is a Config.TargetDelay for the delay response:
-	// a 64 KB queue at 500 Mbit/s is 1 ms; 100 µs keeps it a tenth of
-	// that where the hosts' own jitter stays below it.
-	SuggestedTargetDelay = 100_000
-	swiftBeta            = 0.8            // Swift's beta
-	swiftMaxMDF          = 0.5            // Swift's max_mdf: a delay cut keeps at least half the window
-	minRTTWindow         = 10_000_000_000 // ns: the least round trip is the least of the last 10 s (BBR's min_rtt filter)
-	minStandWindow       = 50_000         // ns: the least a standing round trip's bucket spans
-	congestionQueue      = 50_000         // ns: the least standing queue that makes a loss congestion (onLoss)
-	delayCutInterval     = 1_000_000      // ns: the least time between two delay cuts (onDelay)
+	// DefaultTargetDelay is Config.TargetDelay's default: a 64 KB queue at
+	// 500 Mbit/s is 1 ms; 100 µs keeps a ping's round trip within about
+	// twice its idle one while the host's own jitter (tens of µs) rarely
+	// reaches it.
+	DefaultTargetDelay = 100_000
+	swiftBeta          = 0.8            // Swift's beta
+	swiftMaxMDF        = 0.5            // Swift's max_mdf: a delay cut keeps at least half the window
+	minRTTWindow       = 10_000_000_000 // ns: the least round trip is the least of the last 10 s (BBR's min_rtt filter)
+	minStandWindow     = 50_000         // ns: the least a standing round trip's bucket spans
+	delayCutInterval   = 1_000_000      // ns: the least time between two delay cuts (onDelay)
 )
 
 // newPath returns a path's initial state for an engine with window w: a
@@ -339,25 +336,21 @@ func (e *Engine) cutPath(p *ccPath, now int64, f float64) {
 	e.stats.CongestionCuts++
 }
 
-// onLoss reacts to a PSN sequence NAK or a timeout. A loss while the round
-// trips show a queue (the standing round trip at least congestionQueue
-// above the least) is congestion: the window falls to lossBeta of it, at
-// most once a round trip. Any loss arms the delay response
-// (Config.TargetDelay): a sender that came late into a standing queue
-// takes it for its least round trip and shows none (see ccPath).
-// A loss with no queue to show is taken for a random one (a lossy link, a
-// corrupted packet) and cuts nothing: TCP Veno tells the two apart so (Fu
-// and Liew, "TCP Veno", IEEE JSAC 21(2), 2003; it cuts a random loss by a
-// fifth), and BBR takes no loss for congestion (Cardwell et al., ACM Queue
-// 14(5), 2016). Cutting on every loss made 16 QPs on a pipe that drops 5%
-// at random 3 to 5 times slower than with no control (a few packets of
-// window, each loss at its tail waiting for a probe); cutting a random
-// loss by a fifth, 3 times. A bottleneck whose full queue drains in less
-// than congestionQueue shows no queue: its losses cut nothing, and ECN
-// (CNPs, as RoCE networks mark) is what slows its senders.
+// onLoss reacts to a PSN sequence NAK or a timeout. It arms the delay
+// response (a loss may be a queue's), and a loss while the round trips
+// show a queue (the standing round trip at least TargetDelay above the
+// least) is congestion: the window falls to lossBeta of it. A loss with no
+// queue to show is taken for a random one (a lossy link, a corrupted
+// packet) and cuts nothing: TCP Veno tells the two apart so (Fu and Liew,
+// "TCP Veno", IEEE JSAC 21(2), 2003), cutting a random loss by a fifth;
+// BBR takes no loss for congestion (Cardwell et al., ACM Queue 14(5),
+// 2016). Cutting by a fifth kept 16 QPs on a pipe dropping 5% at random to
+// a few packets: 23 s for 20,000 operations against 7 s with no control;
+// cutting nothing, 8 s. With the delay response off (a negative
+// TargetDelay) every loss cuts.
 func (e *Engine) onLoss(p *ccPath, now int64) {
 	p.queued = true
-	if e.queueShown(p) && p.cutDue(now, e.cfg.CNPInterval) {
+	if (e.cfg.TargetDelay < 0 || e.queueShown(p)) && p.cutDue(now, e.cfg.CNPInterval) {
 		e.cutPath(p, now, lossBeta)
 	}
 }
@@ -377,9 +370,9 @@ func (p *ccPath) standing() int64 {
 }
 
 // queueShown reports whether the path's standing round trip is
-// congestionQueue, or TargetDelay if more, above its least.
+// TargetDelay or more above its least.
 func (e *Engine) queueShown(p *ccPath) bool {
-	return p.minRTT != 0 && p.standing()-p.minRTT >= max(e.cfg.TargetDelay, congestionQueue)
+	return e.cfg.TargetDelay >= 0 && p.minRTT != 0 && p.standing()-p.minRTT >= e.cfg.TargetDelay
 }
 
 // onDelay reacts to the round trip (Swift's decrease, see ccPath) once a
@@ -393,7 +386,7 @@ func (e *Engine) queueShown(p *ccPath) bool {
 func (e *Engine) onDelay(p *ccPath, now int64) {
 	target := p.minRTT + e.cfg.TargetDelay
 	rtt := p.standing()
-	if !p.queued || e.cfg.TargetDelay <= 0 || rtt <= target || !p.cutDue(now, delayCutInterval) {
+	if !p.queued || e.cfg.TargetDelay < 0 || rtt <= target || !p.cutDue(now, delayCutInterval) {
 		return
 	}
 	e.cutPath(p, now, max(1-swiftBeta*float64(rtt-target)/float64(rtt), 1-swiftMaxMDF))

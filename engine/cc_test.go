@@ -438,7 +438,7 @@ func stand(p *ccPath, at, rtt int64) {
 	}
 }
 
-// TestDelayCut, with the delay response on: a loss with no queue to show (the standing round trip near
+// TestDelayCut: a loss with no queue to show (the standing round trip near
 // the least) is taken for a random one: no cut, but the delay response
 // arms; a loss with a queue to show cuts by lossBeta and arms
 // it; then a smoothed round trip more than TargetDelay above the least
@@ -447,11 +447,10 @@ func stand(p *ccPath, at, rtt int64) {
 func TestDelayCut(t *testing.T) {
 	l := newLinkCC(t, CCECN)
 	e := l.a
-	e.cfg.TargetDelay = SuggestedTargetDelay
 	p := newPath(netip.MustParseAddr("10.0.0.2"), 512)
 	const base = 50_000
 	p.sample(1, base)
-	stand(p, 300_000, base+10*SuggestedTargetDelay)
+	stand(p, 300_000, base+10*DefaultTargetDelay)
 	e.onDelay(p, 500_000)
 	if e.stats.DelayCuts != 0 {
 		t.Fatal("a delay cut on a path that never lost a packet or had a CNP")
@@ -462,59 +461,27 @@ func TestDelayCut(t *testing.T) {
 	if !p.queued || p.cwnd != w || e.stats.CongestionCuts != 0 {
 		t.Fatalf("a loss with no queue: window %.1f -> %.1f, delay response armed %v; want no cut, armed", w, p.cwnd, p.queued)
 	}
-	stand(p, 2_000_000, base+10*SuggestedTargetDelay) // a standing queue
+	stand(p, 2_000_000, base+10*DefaultTargetDelay) // a standing queue
 	w = p.cwnd
 	e.onLoss(p, 5_000_000)
 	if !p.queued || p.cwnd != w*lossBeta {
 		t.Fatalf("a loss with a queue: window %.1f -> %.1f, armed %v; want x%.1f, armed", w, p.cwnd, p.queued, lossBeta)
 	}
 	w = p.cwnd
-	stand(p, 6_000_000, base+SuggestedTargetDelay)
+	stand(p, 6_000_000, base+DefaultTargetDelay)
 	e.onDelay(p, 7_000_000)
 	if e.stats.DelayCuts != 0 || p.cwnd != w {
 		t.Fatalf("a round trip at the target cut the window %.1f -> %.1f", w, p.cwnd)
 	}
-	srtt := int64(base + 3*SuggestedTargetDelay)
+	srtt := int64(base + 3*DefaultTargetDelay)
 	stand(p, 7_000_000, srtt)
 	e.onDelay(p, 8_000_000)
-	want := max(w*(1-swiftBeta*float64(srtt-base-SuggestedTargetDelay)/float64(srtt)), w*(1-swiftMaxMDF))
+	want := max(w*(1-swiftBeta*float64(srtt-base-DefaultTargetDelay)/float64(srtt)), w*(1-swiftMaxMDF))
 	if e.stats.DelayCuts != 1 || p.cwnd != want {
 		t.Fatalf("after a round trip of %d ns: %d delay cuts, window %.2f, want 1 and %.2f", srtt, e.stats.DelayCuts, p.cwnd, want)
 	}
 	e.onDelay(p, 8_000_000+p.srtt/2)
 	if e.stats.DelayCuts != 1 {
 		t.Fatal("two delay cuts within a round trip")
-	}
-}
-
-// TestLossClassified, with the delay response off (the default): a loss
-// with no standing queue (a random one) cuts nothing and a loss behind a
-// standing queue of congestionQueue or more halves the window; no delay
-// cut follows either.
-func TestLossClassified(t *testing.T) {
-	l := newLinkCC(t, CCECN)
-	e := l.a
-	p := newPath(netip.MustParseAddr("10.0.0.2"), 512)
-	const base = 40_000
-	stand(p, 1, base)
-	w := p.cwnd
-	e.onLoss(p, 1_000_000)
-	if p.cwnd != w || e.stats.CongestionCuts != 0 {
-		t.Fatalf("a random loss cut the window %.1f -> %.1f", w, p.cwnd)
-	}
-	stand(p, 2_000_000, base+congestionQueue-1)
-	e.onLoss(p, 3_000_000)
-	if p.cwnd != w {
-		t.Fatalf("a loss behind a queue shorter than congestionQueue cut the window %.1f -> %.1f", w, p.cwnd)
-	}
-	stand(p, 4_000_000, base+congestionQueue)
-	e.onLoss(p, 5_000_000)
-	if p.cwnd != w*lossBeta || e.stats.CongestionCuts != 1 {
-		t.Fatalf("a loss behind a standing queue: window %.1f -> %.1f, %d cuts; want x%.1f, 1", w, p.cwnd, e.stats.CongestionCuts, lossBeta)
-	}
-	stand(p, 6_000_000, base+10*congestionQueue)
-	e.onDelay(p, 8_000_000)
-	if e.stats.DelayCuts != 0 {
-		t.Fatal("a delay cut with the delay response off")
 	}
 }

@@ -48,14 +48,10 @@ type Config struct {
 	// CNPInterval is the least time (ns) between two CNPs a QP sends
 	// (default DefaultCNPInterval), as RoCE NICs rate-limit them.
 	CNPInterval int64
-	// TargetDelay, when positive, turns on the delay response of the
-	// congestion control (ccPath, after Swift): a path's standing round
-	// trip may rise this far (ns) above the least it measured before its
-	// window falls, and a loss with no such queue to show cuts nothing.
-	// SuggestedTargetDelay (100 µs) keeps a drop-tail bottleneck's queue
-	// short, but a soft device's round trip holds its hosts' scheduling:
-	// on a busy host the response takes the host's delays for a queue.
-	// 0 (the default): off, every loss cuts the window.
+	// TargetDelay is how far (ns) above the least round trip it measured a
+	// path's standing round trip may rise before the window falls (ccPath's
+	// delay response, after Swift; default DefaultTargetDelay; negative: no
+	// delay response, and every loss cuts the window).
 	TargetDelay int64
 	// AckEvery sets AckReq on at least every n-th packet a QP sends; the
 	// last packet of a message asks too when it ends a burst of posts, is
@@ -205,6 +201,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.CNPInterval <= 0 {
 		cfg.CNPInterval = DefaultCNPInterval
+	}
+	if cfg.TargetDelay == 0 {
+		cfg.TargetDelay = DefaultTargetDelay
 	}
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 64
