@@ -15,16 +15,33 @@ import (
 // libibverbs' errno: the program must report every check passed, and not
 // die of a signal.
 func TestMisuse(t *testing.T) {
-	l := lib(t)
-	bin := filepath.Join(t.TempDir(), "misuse")
-	if out, err := exec.Command("gcc", "-Wall", "-o", bin, "testdata/misuse.c", "-libverbs").CombinedOutput(); err != nil {
-		testenv.Skipf(t, testenv.CPrograms, "cannot build testdata/misuse.c against libibverbs: %v\n%s", err, out)
-	}
-	out, err := run(t, preload.Options{Addrs: []string{"127.0.34.3"}, Path: "udp", Lib: l}, bin)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	out := runC(t, "misuse.c", "127.0.34.3")
 	if !regexp.MustCompile(`(?m)^ok \d+$`).MatchString(out) {
 		t.Errorf("misuse.c:\n%s", out)
 	}
+}
+
+// TestThreads runs testdata/threads.c: four threads of one process, one
+// context and PD, each with its own completion channel, CQ and UD QP,
+// sending to themselves and sleeping on their channels at once.
+func TestThreads(t *testing.T) {
+	out := runC(t, "threads.c", "127.0.34.4")
+	if !regexp.MustCompile(`(?m)^ok 4 threads x 300 messages$`).MatchString(out) {
+		t.Errorf("threads.c:\n%s", out)
+	}
+}
+
+// runC builds testdata/src against libibverbs and runs it on the library
+// with a device on addr; it fails t if the program fails (or dies).
+func runC(t *testing.T, src, addr string) string {
+	l := lib(t)
+	bin := filepath.Join(t.TempDir(), "prog")
+	if out, err := exec.Command("gcc", "-Wall", "-O2", "-pthread", "-o", bin, filepath.Join("testdata", src), "-libverbs").CombinedOutput(); err != nil {
+		testenv.Skipf(t, testenv.CPrograms, "cannot build testdata/%s against libibverbs: %v\n%s", src, err, out)
+	}
+	out, err := run(t, preload.Options{Addrs: []string{addr}, Path: "udp", Lib: l}, bin)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", src, err, out)
+	}
+	return out
 }
