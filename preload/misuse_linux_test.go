@@ -45,3 +45,12 @@ func runC(t *testing.T, src, addr string) string {
 	}
 	return out
 }
+
+// TestFork runs testdata/fork.c: a program forks and its child execs while
+// its verbs objects live; the parent's MR and QP work before and after.
+func TestFork(t *testing.T) {
+	out := runC(t, "fork.c", "127.0.34.5")
+	if !regexp.MustCompile(`(?m)^ok$`).MatchString(out) {
+		t.Errorf("fork.c:\n%s", out)
+	}
+}
