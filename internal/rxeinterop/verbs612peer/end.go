@@ -18,6 +18,7 @@ type end struct {
 	pd       verbs.PD
 	scq, rcq verbs.CQ
 	x, y, u  verbs.QP
+	z        verbs.QP // RC, for FLUSH only: its failure leaves x and y alone
 	mr       verbs.MR
 	buf      []byte
 	mw       verbs.MW
@@ -47,7 +48,7 @@ func newEnd(ctx verbs.Context, gidx int) (*end, error) {
 		return nil, fmt.Errorf("RegMR: %w", err)
 	}
 	qa := &verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, QPType: verbs.QPTRC, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
-	for _, q := range []*verbs.QP{&e.x, &e.y} {
+	for _, q := range []*verbs.QP{&e.x, &e.y, &e.z} {
 		if *q, err = e.pd.CreateQP(qa); err != nil {
 			return nil, fmt.Errorf("CreateQP RC: %w", err)
 		}
@@ -96,7 +97,7 @@ func (e *end) connect(t *info) error {
 	for _, c := range []struct {
 		qp  verbs.QP
 		dst uint32
-	}{{e.x, t.X}, {e.y, t.Y}} {
+	}{{e.x, t.X}, {e.y, t.Y}, {e.z, t.Z}} {
 		steps := []struct {
 			a verbs.QPAttr
 			m verbs.QPAttrMask
@@ -127,7 +128,7 @@ func (e *end) connect(t *info) error {
 		}
 	}
 	if e.flushMR != nil {
-		if err := e.mine().Modify(&verbs.QPAttr{State: verbs.QPSRTS, AccessFlags: rc | verbs.AccessFlushGlobal}, verbs.AttrState|verbs.AttrAccessFlags); err != nil {
+		if err := e.z.Modify(&verbs.QPAttr{State: verbs.QPSRTS, AccessFlags: rc | verbs.AccessFlushGlobal}, verbs.AttrState|verbs.AttrAccessFlags); err != nil {
 			fmt.Println("no FLUSH access on the QP:", err)
 			e.flushMR = nil
 		}
@@ -262,8 +263,8 @@ func (e *end) writeInvalidated(t *info) error {
 }
 
 // flush sends FLUSHes of global visibility to the peer's FLUSH region, a
-// range and the whole region, when the peer has one and this end can post
-// them.
+// range and the whole region, on QP z, when the peer has one and this end
+// can post them.
 func (e *end) flush(t *info) error {
 	if t.FlushKey == 0 {
 		fmt.Println("SKIP flush: the peer has no FLUSH region")
@@ -273,16 +274,18 @@ func (e *end) flush(t *info) error {
 		{WRID: 8, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RemoteAddr: t.FlushAddr, RKey: t.FlushKey, FlushLen: 256, FlushType: verbs.FlushGlobal},
 		{WRID: 9, Opcode: verbs.WRFlush, Flags: verbs.SendSignaled, RKey: t.FlushKey, FlushType: verbs.FlushGlobal, FlushLevel: verbs.FlushMR},
 	}
-	if _, err := e.theirs().PostSend(wrs[:1]); errors.Is(err, verbs.ErrNotSupported) {
+	if _, err := e.z.PostSend(wrs[:1]); errors.Is(err, verbs.ErrNotSupported) {
 		fmt.Println("SKIP flush: this end cannot post FLUSH:", err)
 		return nil
 	} else if err != nil {
 		return err
 	}
-	if _, err := e.wait(e.scq, 1); err != nil {
+	if w, err := e.wait(e.scq, 1); err != nil {
 		return err
+	} else if w[0].Status != verbs.WCSuccess {
+		return fmt.Errorf("FLUSH of a range: %v (vendor error %#x)", w[0].Status, w[0].VendorErr)
 	}
-	wcs, err := e.post(e.theirs(), wrs[1:], verbs.WCSuccess)
+	wcs, err := e.post(e.z, wrs[1:], verbs.WCSuccess)
 	if err == nil && wcs[0].Opcode != verbs.WCFlush {
 		err = fmt.Errorf("completion opcode %v", wcs[0].Opcode)
 	}
