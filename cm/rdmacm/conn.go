@@ -485,7 +485,7 @@ func (mg *Manager) Dial(ctx context.Context, address string, qp verbs.QP, opts D
 // UnreachableGrace is how long Dial keeps resending its REQ (on the
 // QuickRetry schedule) while ICMP errors say the peer cannot be reached,
 // in case its device is just opening: the first error after it ends the
-// dial (about 750 ms with the default schedule). A send the local routing
+// dial (about 650 ms with the default schedule). A send the local routing
 // table refuses (ENETUNREACH, EHOSTUNREACH) ends it at once.
 const UnreachableGrace = 600 * time.Millisecond
 

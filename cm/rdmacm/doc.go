@@ -50,9 +50,9 @@
 // not; a dial's REQs leave from a socket of its own (on Linux, in the
 // calling thread's network namespace), so that a send the routing table
 // refuses fails the dial at once and ICMP errors (a host with no RoCE
-// device) fail it within about 750 ms (UnreachableGrace), as a *PathError
+// device) fail it within about 650 ms (UnreachableGrace), as a *PathError
 // matching ErrUnreachable and the errno; the first REQ is resent after
-// 50, 100, 200 ms and then every 200 ms until Linux's first resend
+// 50 and 100 ms and then every 100 ms until Linux's first resend
 // (MachineConfig.QuickRetry), so a server that comes up a moment after the
 // dial is found a moment later; a server that was unreachable and now
 // refuses is asked again, as the same connection, for a second

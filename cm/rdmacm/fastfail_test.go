@@ -112,13 +112,18 @@ func TestDialNoRoute(t *testing.T) {
 
 // TestDialBeforeListener: a server whose device and listener come up 300
 // ms after the dial is found by the REQ's quick resends, without Linux's
-// 6.4 s stall: 100 dials (10 at a time), none over 1 s.
+// 6.4 s stall: 100 dials (5 at a time), none over 1 s, each connected
+// within 300 ms of its server's listener. A server that, on a machine too
+// busy, bound its socket only after UnreachableGrace was absent that long:
+// its dial may end in an ICMP error, as it should, and its run does not
+// count; the test skips when fewer than half the runs count.
 func TestDialBeforeListener(t *testing.T) {
-	const lanes, rounds = 10, 10
+	const lanes, rounds = 5, 20
 	var mu sync.Mutex
-	var worst time.Duration
+	var worst, worstAfter time.Duration
+	counted, late := 0, 0
 	var wg sync.WaitGroup
-	errs := make(chan error, lanes)
+	errs := make(chan error, lanes*rounds)
 	for lane := 0; lane < lanes; lane++ {
 		cli := newDev(t, fmt.Sprintf("127.0.23.%d", lane+1))
 		srvAddr := fmt.Sprintf("127.0.24.%d", lane+1)
@@ -126,13 +131,17 @@ func TestDialBeforeListener(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for r := 0; r < rounds; r++ {
-				d, err := dialBeforeListener(t, cli, srvAddr, 7300+r)
-				if err != nil {
-					errs <- fmt.Errorf("lane %d round %d: %w", lane, r, err)
-					return
-				}
+				run, err := dialBeforeListener(t, cli, srvAddr, 7300+r)
 				mu.Lock()
-				worst = max(worst, d)
+				switch {
+				case run.bound > rdmacm.UnreachableGrace:
+					late++
+				case err != nil:
+					errs <- fmt.Errorf("lane %d round %d (server bound at %v, listening at %v): %w", lane, r, run.bound, run.listening, err)
+				default:
+					counted++
+					worst, worstAfter = max(worst, run.dial), max(worstAfter, run.dial-run.listening)
+				}
 				mu.Unlock()
 			}
 		}()
@@ -142,19 +151,31 @@ func TestDialBeforeListener(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("%d dials, the slowest connected after %v", lanes*rounds, worst)
-	if worst > time.Second {
-		t.Errorf("a dial took %v, want none over 1 s", worst)
+	t.Logf("%d dials counted (%d servers up too late), the slowest connected after %v, at most %v after its listener",
+		counted, late, worst, worstAfter)
+	if counted < lanes*rounds/2 {
+		t.Skipf("the machine is too busy: %d of %d servers took longer than %v to bind their socket", late, lanes*rounds, rdmacm.UnreachableGrace)
+	}
+	if worst > time.Second || worstAfter > 300*time.Millisecond {
+		t.Errorf("a dial took %v (%v after its listener), want none over 1 s (300 ms)", worst, worstAfter)
 	}
 }
 
-func dialBeforeListener(t *testing.T, cli *soft.Device, srvAddr string, port int) (time.Duration, error) {
+// dialRun is one dial of TestDialBeforeListener: how long it took, and when
+// its server's socket was bound and its listener listening, from the dial's
+// start.
+type dialRun struct{ dial, bound, listening time.Duration }
+
+func dialBeforeListener(t *testing.T, cli *soft.Device, srvAddr string, port int) (dialRun, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	var run dialRun
 	srvErr := make(chan error, 1)
+	start := time.Now()
 	serve := func() error { // as a server process would, 300 ms late
 		time.Sleep(300 * time.Millisecond)
 		c, err := udp.Listen(netip.MustParseAddr(srvAddr), udp.Options{})
+		run.bound = time.Since(start)
 		if err != nil {
 			return err
 		}
@@ -165,6 +186,7 @@ func dialBeforeListener(t *testing.T, cli *soft.Device, srvAddr string, port int
 		}
 		defer srv.Close()
 		l, err := rdmacm.Listen(ctx, srv, fmt.Sprintf(":%d", port))
+		run.listening = time.Since(start)
 		if err != nil {
 			return err
 		}
@@ -181,17 +203,17 @@ func dialBeforeListener(t *testing.T, cli *soft.Device, srvAddr string, port int
 		}
 		return err
 	}
-	go func() { srvErr <- serve() }()
 	a := newSideNoCleanup(cli)
 	defer a.close()
-	start := time.Now()
+	go func() { srvErr <- serve() }()
 	conn, err := rdmacm.Dial(ctx, cli, fmt.Sprintf("%s:%d", srvAddr, port), a.qp, rdmacm.DialOptions{})
-	d := time.Since(start)
+	run.dial = time.Since(start)
 	if err != nil {
 		cancel()
-		<-srvErr
-		return d, err
+		<-srvErr // run's times are the server's: read them after it ends
+		return run, err
 	}
 	conn.Close()
-	return d, <-srvErr
+	err = <-srvErr
+	return run, err
 }

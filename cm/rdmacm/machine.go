@@ -40,7 +40,7 @@ type MachineConfig struct {
 	// nanoseconds (default 2 s).
 	TimeWait int64
 	// QuickRetry, when above 0, is the first resend interval of a REQ, in
-	// nanoseconds, doubled at each resend up to 4 x QuickRetry, for as
+	// nanoseconds, doubled at each resend up to 2 x QuickRetry, for as
 	// long as the usual interval (2 x PacketLifeTime + ResponseTimeout,
 	// 6.4 s with the defaults); then the MaxRetries resends go on as
 	// Linux's do. A REQ sent before its peer's device or listener was up
@@ -863,13 +863,13 @@ func (m *Machine) sendRaw(to netip.Addr, id uint32, mad [ib.MADSize]byte) {
 }
 
 // quickResend resends a REQ on the QuickRetry schedule, which doubles up
-// to 4 x QuickRetry, until the usual interval has passed since the REQ;
+// to 2 x QuickRetry, until the usual interval has passed since the REQ;
 // the usual resends follow.
 func (m *Machine) quickResend(now int64, c *conn) {
 	m.stats.Resent++
 	m.stats.QuickResent++
 	m.sendRaw(c.peer, c.id, c.last)
-	c.quick = min(2*c.quick, 4*m.cfg.QuickRetry)
+	c.quick = min(2*c.quick, 2*m.cfg.QuickRetry)
 	if c.timerAt = now + c.quick; c.timerAt >= c.quickEnd {
 		c.quick, c.timerAt = 0, c.quickEnd
 	}

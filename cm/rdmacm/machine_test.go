@@ -582,8 +582,9 @@ func TestForged(t *testing.T) {
 	}
 }
 
-// TestQuickREQRetries: with QuickRetry a REQ is resent after 50, 100, 200,
-// 200 ms ... for the usual interval, then MaxRetries times as Linux resends;
+// TestQuickREQRetries: with QuickRetry a REQ is resent at 50, 150, 250 ms
+// ... (every 100 ms) for the usual interval, then MaxRetries times as Linux
+// resends;
 // a listener that comes up 300 ms after the dial gets the REQ resent at
 // 350 ms; an MRA ends the quick resends.
 func TestQuickREQRetries(t *testing.T) {
@@ -601,7 +602,7 @@ func TestQuickREQRetries(t *testing.T) {
 	interval := 2*ib.TimeoutNanos(18) + ib.TimeoutNanos(20)
 	var want []int64
 	at := int64(0)
-	for d := q; at+d < interval; d = min(2*d, 4*q) {
+	for d := q; at+d < interval; d = min(2*d, 2*q) {
 		at += d
 		want = append(want, at)
 	}

@@ -117,7 +117,7 @@ func Attach(dev Device, cfg MachineConfig) *Manager {
 }
 
 // DefaultQuickRetry is a Manager's MachineConfig.QuickRetry when none is
-// given: a REQ is resent after 50, 100, 200 ms and so on, so that a peer
+// given: a REQ is resent after 50 ms, then every 100 ms, so that a peer
 // that opens its device or listener a moment after the dial is found
 // within about twice that moment.
 const DefaultQuickRetry = int64(50 * time.Millisecond)

@@ -24,6 +24,9 @@ type PathError struct {
 
 func (e *PathError) Error() string {
 	why := "cannot send to it"
+	if !e.ICMP && e.Err == syscall.ECONNREFUSED {
+		why = "ICMP port unreachable (told on a later send): no RoCE device there (nothing on UDP port 4791)"
+	}
 	if e.ICMP {
 		why = fmt.Sprintf("ICMP type %d code %d from %v", e.ICMPType, e.ICMPCode, e.From)
 		if e.ICMPType == 3 && e.ICMPCode == 3 {
