@@ -100,9 +100,11 @@ func ipv6Netns(t *testing.T, v6 bool, pathA, pathB string) {
 	e2eFill(ra.buf[:size], 1)
 	_, err := qb.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: rb.sge(0, size)}})
 	e2eMust(t, err)
+	// The WRITE before the SEND: B's receive completion, which the test
+	// polls, then follows the WRITE's placement on B's side too.
 	_, err = qa.PostSend([]verbs.SendWR{
-		{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: ra.sge(0, size)},
 		{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: ra.sge(0, size), RemoteAddr: rb.mr.Addr() + size, RKey: rb.mr.RKey()},
+		{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SGList: ra.sge(0, size)},
 		{WRID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SGList: ra.sge(size, size), RemoteAddr: rb.mr.Addr() + size, RKey: rb.mr.RKey()},
 	})
 	e2eMust(t, err)
