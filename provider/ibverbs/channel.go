@@ -21,8 +21,9 @@ type CompChannel struct {
 	life sync.RWMutex // guards ch: Wait's tries hold it for reading
 	ch   *C.struct_ibv_comp_channel
 	f    *os.File
-	mu   sync.Mutex // guards cqs
-	cqs  map[*C.struct_ibv_cq]*CQ
+	mu    sync.Mutex // guards cqs and woken
+	cqs   map[*C.struct_ibv_cq]*CQ
+	woken []*CQ // CQs destroyed or failed, for waiters (wake)
 }
 
 // CreateCompChannel creates a completion channel (ibv_create_comp_channel).
@@ -70,7 +71,11 @@ func (c *CompChannel) Wait(ctx context.Context) (verbs.CQ, error) {
 		return nil, c.errDestroyed()
 	}
 	var cq *C.struct_ibv_cq
+	var woken *CQ
 	err := waitReadable(ctx, f, func() (bool, error) {
+		if woken = c.takeWoken(); woken != nil {
+			return true, nil
+		}
 		c.life.RLock()
 		defer c.life.RUnlock()
 		if c.ch == nil {
@@ -93,6 +98,9 @@ func (c *CompChannel) Wait(ctx context.Context) (verbs.CQ, error) {
 			return nil, c.errDestroyed()
 		}
 		return nil, err
+	}
+	if woken != nil {
+		return woken, nil
 	}
 	c.mu.Lock()
 	q := c.cqs[cq]

@@ -215,6 +215,9 @@ func (q *CQ) Destroy() error {
 	}
 	q.forget()
 	q.ctx.untrack(q)
+	if q.ch != nil {
+		q.ch.wake(q) // a PollWait on q returns its error
+	}
 	return nil
 }
 

@@ -79,6 +79,9 @@ func (c *Context) GetAsyncEvent(ctx context.Context) (verbs.AsyncEvent, error) {
 		if q := c.cqs[(*C.struct_ibv_cq)(elem)]; q != nil {
 			q.failed.Store(true)
 			ev.CQ = q
+			if q.ch != nil {
+				go q.ch.wake(q) // off c.mu: a PollWait on q returns its error
+			}
 		}
 	case verbs.EventSRQErr, verbs.EventSRQLimitReached:
 		if s := c.srqs[(*C.struct_ibv_srq)(elem)]; s != nil {
