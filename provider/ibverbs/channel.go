@@ -17,10 +17,10 @@ import (
 
 // CompChannel is a completion channel (struct ibv_comp_channel).
 type CompChannel struct {
-	ctx  *Context
-	life sync.RWMutex // guards ch: Wait's tries hold it for reading
-	ch   *C.struct_ibv_comp_channel
-	f    *os.File
+	ctx   *Context
+	life  sync.RWMutex // guards ch: Wait's tries hold it for reading
+	ch    *C.struct_ibv_comp_channel
+	f     *os.File
 	mu    sync.Mutex // guards cqs and woken
 	cqs   map[*C.struct_ibv_cq]*CQ
 	woken []*CQ // CQs destroyed or failed, for waiters (wake)
