@@ -3,11 +3,11 @@ package verbs
 import "fmt"
 
 // NeedsRKey reports whether the opcode reaches remote memory (RDMA WRITE,
-// WRITE with immediate, READ, the atomics) and so needs a SendWR's RKey
-// and RemoteAddr.
+// WRITE with immediate, READ, the atomics, ATOMIC_WRITE, FLUSH) and so
+// needs a SendWR's RKey.
 func (o WROpcode) NeedsRKey() bool {
 	switch o {
-	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd:
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpAndSwp, WRAtomicFetchAndAdd, WRAtomicWrite, WRFlush:
 		return true
 	}
 	return false

@@ -114,6 +114,8 @@ func TestZeroSendWRRefused(t *testing.T) {
 		{"read", verbs.SendWR{Opcode: verbs.WRRDMARead, SGList: p.A.SGE(0, 8), RemoteAddr: raddr}, []string{"RDMA_READ", "RKey"}},
 		{"cas", verbs.SendWR{Opcode: verbs.WRAtomicCmpAndSwp, SGList: p.A.SGE(0, 8), RemoteAddr: raddr}, []string{"ATOMIC_CMP_AND_SWP", "RKey"}},
 		{"faa", verbs.SendWR{Opcode: verbs.WRAtomicFetchAndAdd, SGList: p.A.SGE(0, 8), RemoteAddr: raddr}, []string{"ATOMIC_FETCH_AND_ADD", "RKey"}},
+		{"atomic write", verbs.SendWR{Opcode: verbs.WRAtomicWrite, SGList: p.A.SGE(0, 8), RemoteAddr: raddr}, []string{"ATOMIC_WRITE", "RKey"}},
+		{"flush", verbs.SendWR{Opcode: verbs.WRFlush, RemoteAddr: raddr, FlushLen: 8}, []string{"FLUSH", "RKey"}},
 	}
 	good := verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SGList: p.A.SGE(0, 8), RemoteAddr: raddr, RKey: rkey}
 	for _, c := range cases {
