@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -51,7 +52,7 @@ func lib(t *testing.T) string {
 		}
 		os.Chmod(libDir, 0o755)
 		libPath = filepath.Join(libDir, preload.LibName)
-		out, err := exec.Command("go", preload.BuildArgs(libPath)...).CombinedOutput()
+		out, err := exec.Command(goTool(), preload.BuildArgs(libPath)...).CombinedOutput()
 		if err != nil {
 			libErr = fmt.Errorf("go %v: %v\n%s", preload.BuildArgs(libPath), err, out)
 		}
@@ -281,4 +282,17 @@ func waitCM(ctx context.Context, ns *netns.NS, exited func() bool) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// goTool is the go command of the toolchain running the test.
+func goTool() string {
+	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
+		return p
+	}
+	return "go"
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

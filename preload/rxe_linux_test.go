@@ -116,7 +116,9 @@ func TestRxeVM(t *testing.T) {
 				hcmd = retrySh + hcmd
 			}
 			cmd := exec.Command("flock", append(args, gcmd, hcmd)...)
-			cmd.Env = append(os.Environ(), "RXE_VM_BUILD="+build)
+			// A namespace of its own, as internal/rxeinterop's: the guest's
+			// bridge and tap live in it, beside any other guest.
+			cmd.Env = append(os.Environ(), "RXE_VM_BUILD="+build, fmt.Sprintf("NS=rxevm-preload%d", os.Getpid()))
 			out, err := cmd.CombinedOutput()
 			t.Logf("run-peer.sh:\n%s", lastLines(string(out), 60))
 			if err != nil {

@@ -26,7 +26,7 @@ func TestShimTable(t *testing.T) {
 	need(t, "ib_write_bw", "ib_send_lat")
 	l := lib(t)
 	bin := filepath.Join(libDir, "goroce")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/goroce/goroce/cmd/goroce").CombinedOutput(); err != nil {
+	if out, err := exec.Command(goTool(), "build", "-o", bin, "github.com/goroce/goroce/cmd/goroce").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	pair := netns.NewPair(t, netns.Options{})

@@ -73,7 +73,7 @@ func TestRunIbvDevices(t *testing.T) {
 		testenv.Skip(t, testenv.CPrograms, "libibverbs-dev is not installed")
 	}
 	lib := filepath.Join(t.TempDir(), preload.LibName)
-	if b, err := exec.Command("go", preload.BuildArgs(lib)...).CombinedOutput(); err != nil {
+	if b, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), preload.BuildArgs(lib)...).CombinedOutput(); err != nil {
 		t.Fatalf("building the library: %v\n%s", err, b)
 	}
 	t.Setenv(preload.EnvLib, lib)
