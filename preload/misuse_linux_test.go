@@ -54,3 +54,13 @@ func TestFork(t *testing.T) {
 		t.Errorf("fork.c:\n%s", out)
 	}
 }
+
+// TestWRAPI runs testdata/wrapi.c: the extended QP's ibv_wr_* calls (a
+// batch of two sends, one inline from unregistered memory), what
+// ibv_create_qp_ex refuses, and ibv_qp_to_qp_ex of a plain QP.
+func TestWRAPI(t *testing.T) {
+	out := runC(t, "wrapi.c", "127.0.34.6")
+	if !regexp.MustCompile(`(?m)^ok$`).MatchString(out) {
+		t.Errorf("wrapi.c:\n%s", out)
+	}
+}

@@ -205,6 +205,9 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 		// The library goes to the program alone (env after setpriv): in
 		// ip and setpriv, which change user IDs, it has no business.
 		env := preload.Env(nil, preload.Options{Addrs: []string{addr}, Path: "udp", Lib: l})
+		if p.cm {
+			env = append(env, "GOROCE_DEBUG=1") // says when it listens
+		}
 		if p.plain {
 			env = nil
 		}
@@ -212,7 +215,8 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 		a = append(append(a, p.name), subst(pair, args, addr)...)
 		return exec.CommandContext(ctx, "ip", a...)
 	}
-	var srvOut, cliOut strings.Builder
+	var srvOut lockedBuffer
+	var cliOut strings.Builder
 	srv := cmd(pair.A, pair.AddrA.String(), p.server)
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
@@ -223,7 +227,7 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 	exited := func() bool { return len(done) > 0 }
 	ready := func() error { return waitListen(ctx, pair.A, 18515, exited) }
 	if p.cm {
-		ready = func() error { return waitCM(ctx, pair.A, exited) }
+		ready = func() error { return waitCM(ctx, &srvOut, exited) }
 	}
 	if err := ready(); err != nil {
 		srv.Process.Kill()
@@ -263,25 +267,38 @@ func waitListen(ctx context.Context, ns *netns.NS, port int, exited func() bool)
 	}
 }
 
-// waitCM waits until the server's soft device is open (its UDP port 4791
-// bound in ns), and a moment more for its rdma_listen, which follows
-// rdma_bind_addr at once.
-func waitCM(ctx context.Context, ns *netns.NS, exited func() bool) error {
-	for {
-		out, err := ns.Exec("cat", "/proc/net/udp", "/proc/net/udp6")
-		if err == nil && strings.Contains(string(out), ":12B7 ") {
-			time.Sleep(300 * time.Millisecond)
-			return nil
-		}
+// waitCM waits until the rdma_cm server says it listens (the library's
+// GOROCE_DEBUG line): a dial before is refused (REJ 8), as Linux's would be.
+func waitCM(ctx context.Context, out *lockedBuffer, exited func() bool) error {
+	for !strings.Contains(out.String(), "rdma_listen: listening on") {
 		if exited() {
-			return fmt.Errorf("the server exited before its device opened")
+			return fmt.Errorf("the server exited before it listened")
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no device bound UDP port 4791: %w", ctx.Err())
+			return fmt.Errorf("the server did not listen: %w", ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	return nil
+}
+
+// lockedBuffer is a buffer a command writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // goTool is the go command of the toolchain running the test.

@@ -12,8 +12,10 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os"
 	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/goroce/goroce/cm/rdmacm"
@@ -334,6 +336,7 @@ func gr_listen(c *C.struct_rdma_cm_id) C.int {
 	id.listener = l
 	id.mu.Unlock()
 	go id.accepts(l)
+	debug("rdma_listen: listening on %v", l.Addr())
 	return 0
 }
 
@@ -441,7 +444,7 @@ func gr_connect(c *C.struct_rdma_cm_id, pdata unsafe.Pointer, plen, rr, depth, r
 	opts := rdmacm.DialOptions{
 		ResponderResources: orNone(int(rr)), InitiatorDepth: orNone(int(depth)),
 		RetryCount: int(retry), RNRRetryCount: int(rnr), PrivateData: gobytes(pdata, plen),
-		TrafficClass: id.tos, ACKTimeout: id.ack,
+		TrafficClass: id.tos, ACKTimeout: id.ack, RetryRefused: retryRefused(),
 	}
 	qp := id.qp
 	go func() {
@@ -453,6 +456,20 @@ func gr_connect(c *C.struct_rdma_cm_id, pdata unsafe.Pointer, plen, rr, depth, r
 		id.established(conn, int(rr), int(depth))
 	}()
 	return 0
+}
+
+// retryRefused is how long rdma_connect keeps dialing a peer that refuses
+// for want of a listener (REJ 8) before it says REJECTED: GOROCE_CM_RETRY
+// (a duration; 0 dials once, as Linux's rdma_cm), default 1s. Programs that
+// connect twice in a row (perftest -R: a connection for the exchange, then
+// the test's) otherwise race their server's second rdma_listen.
+func retryRefused() time.Duration {
+	if v := os.Getenv("GOROCE_CM_RETRY"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return time.Second
 }
 
 // orNone maps rdma_conn_param's 0 (none) to DialOptions' "ask 0".

@@ -201,12 +201,11 @@ func gr_open_device(p *C.struct_ibv_device, out **C.struct_ibv_context) C.int {
 		return C.int(errno(err))
 	}
 	d.refs++
-	c := (*C.struct_ibv_context)(C.calloc(1, C.sizeof_struct_ibv_context))
+	c := C.gr_new_context() // inside a struct verbs_context
 	c.device = p
 	c.cmd_fd = -1
 	c.async_fd = C.int(ev.fd)
 	c.num_comp_vectors = 1
-	C.gr_init_context(c)
 	g := &gctx{c: c, dev: d, v: v, ev: ev}
 	put(unsafe.Pointer(c), g)
 	go g.asyncEvents()
@@ -232,7 +231,7 @@ func gr_close_device(c *C.struct_ibv_context) C.int {
 		d.dev = nil
 	}
 	d.mu.Unlock()
-	retire(unsafe.Pointer(c))
+	retire(C.gr_context_base(c))
 	return 0
 }
 

@@ -62,7 +62,7 @@ func gr_create_qp(p *C.struct_ibv_pd, a *C.struct_ibv_qp_init_attr, out **C.stru
 	if err != nil {
 		return fail(err)
 	}
-	q := (*C.struct_ibv_qp)(C.calloc(1, C.sizeof_struct_ibv_qp_ex))
+	q := (*C.struct_ibv_qp)(C.calloc(1, C.sizeof_struct_gr_qpx))
 	q.context = p.context
 	q.qp_context = a.qp_context
 	q.pd = p
@@ -108,6 +108,7 @@ func gr_destroy_qp(q *C.struct_ibv_qp) C.int {
 	}
 	byQP.Delete(o.v)
 	del(unsafe.Pointer(q))
+	C.gr_qpx_free(q)
 	retire(unsafe.Pointer(q))
 	return 0
 }

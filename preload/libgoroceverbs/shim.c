@@ -19,22 +19,38 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int gr_c_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 static int post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 static int poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 static int req_notify_cq(struct ibv_cq *cq, int solicited_only);
 
-void gr_init_context(struct ibv_context *ctx)
+struct ibv_qp *gr_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a); // qpx.c
+
+// gr_new_context makes a context inside a struct verbs_context, as
+// libibverbs' providers do, so that the inline calls of verbs.h find the
+// extended ops they look for: create_qp_ex (the ibv_wr_* API); the others
+// left NULL make those calls fall back to the exported functions or say
+// EOPNOTSUPP.
+struct ibv_context *gr_new_context(void)
 {
+	struct verbs_context *v = calloc(1, sizeof *v);
+	if (!v)
+		return NULL;
+	v->sz = sizeof *v;
+	v->create_qp_ex = gr_create_qp_ex;
+	struct ibv_context *ctx = &v->context;
 	ctx->ops.poll_cq = poll_cq;
 	ctx->ops.req_notify_cq = req_notify_cq;
-	ctx->ops.post_send = post_send;
+	ctx->ops.post_send = gr_c_post_send;
 	ctx->ops.post_recv = post_recv;
 	ctx->ops.post_srq_recv = post_srq_recv;
 	pthread_mutex_init(&ctx->mutex, NULL);
-	ctx->abi_compat = NULL; // not a verbs_context: the extended inline calls fall back or say EOPNOTSUPP
+	ctx->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	return ctx;
 }
+
+void *gr_context_base(struct ibv_context *ctx) { return verbs_get_ctx(ctx); }
 
 // ret_ptr: NULL with errno, or p.
 static void *ret_ptr(int e, void *p)
@@ -254,7 +270,6 @@ EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *
 	return ret_ptr(e, qp);
 }
 
-EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) { return ret_ptr(EOPNOTSUPP, NULL); }
 
 EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) { return gr_modify_qp(qp, a, mask); }
 
@@ -332,7 +347,7 @@ EXPORT int ibv_fork_init(void) { return 0; }
 
 EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 
-static int post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+int gr_c_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
 	struct gr_swr b[GR_BATCH];
 	while (wr) {

@@ -53,6 +53,16 @@ struct gr_async {
 
 #define GR_BATCH 64
 
-void gr_init_context(struct ibv_context *ctx);
+// A QP's structure: the struct ibv_qp_ex programs see, and the work
+// requests the ibv_wr_* calls build (qpx.c) for a QP of ibv_create_qp_ex.
+struct gr_wr_builder;
+struct gr_qpx {
+	struct ibv_qp_ex ex;
+	struct gr_wr_builder *b;
+};
+
+struct ibv_context *gr_new_context(void);
+void *gr_context_base(struct ibv_context *ctx);
+void gr_qpx_free(struct ibv_qp *qp);
 
 #endif
