@@ -5,7 +5,6 @@ package rdmacm_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -31,22 +30,9 @@ import (
 func TestIPv6DialListen(t *testing.T) {
 	netns.Require(t)
 	p := netns.NewPair(t, netns.Options{})
-	n := p.Prefix.Addr().As4()
-	a6 := netip.MustParseAddr(fmt.Sprintf("fd75:%x::1", n[2]))
-	b6 := a6.Next()
-	for _, e := range []struct {
-		ns         *netns.NS
-		addr, peer netip.Addr
-		mac        net.HardwareAddr
-	}{{p.A, a6, b6, p.MACB}, {p.B, b6, a6, p.MACA}} {
-		for _, c := range [][]string{
-			{"ip", "addr", "add", netip.PrefixFrom(e.addr, 64).String(), "dev", netns.LinkName, "nodad"},
-			{"ip", "neigh", "replace", e.peer.String(), "lladdr", e.mac.String(), "dev", netns.LinkName, "nud", "permanent"},
-		} {
-			if out, err := e.ns.Exec(c...); err != nil {
-				t.Fatalf("%v: %v: %s", c, err, out)
-			}
-		}
+	a6, b6, err := p.AddIPv6()
+	if err != nil {
+		t.Fatal(err)
 	}
 	// The device is made in its namespace: its GID table lists the
 	// addresses of the interface there.

@@ -4,7 +4,6 @@ package soft
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -15,27 +14,12 @@ import (
 	"github.com/goroce/goroce/wire"
 )
 
-// ipv6Addrs gives the veth ends of a pair the IPv6 addresses fd76:N::1 and
-// fd76:N::2 (/64, no duplicate address detection) and permanent neighbour
-// entries for each other, and returns them (A's, B's).
+// ipv6Addrs is netns.Pair.AddIPv6, failing t on an error.
 func ipv6Addrs(t testing.TB, p *netns.Pair) (a, b netip.Addr) {
 	t.Helper()
-	n := p.Prefix.Addr().As4()
-	a = netip.MustParseAddr(fmt.Sprintf("fd76:%x::1", n[2]))
-	b = a.Next()
-	for _, end := range []struct {
-		ns         *netns.NS
-		addr, peer netip.Addr
-		peerMAC    net.HardwareAddr
-	}{{p.A, a, b, p.MACB}, {p.B, b, a, p.MACA}} {
-		for _, c := range [][]string{
-			{"ip", "addr", "add", netip.PrefixFrom(end.addr, 64).String(), "dev", netns.LinkName, "nodad"},
-			{"ip", "neigh", "replace", end.peer.String(), "lladdr", end.peerMAC.String(), "dev", netns.LinkName, "nud", "permanent"},
-		} {
-			if out, err := end.ns.Exec(c...); err != nil {
-				t.Fatalf("%v: %v: %s", c, err, out)
-			}
-		}
+	a, b, err := p.AddIPv6()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return a, b
 }
