@@ -176,7 +176,9 @@ type REP struct {
 	PrivateData        [REPPrivateSize]byte
 	// PrivateLen is goroce's extension in the reserved byte 15: 1 + how
 	// many bytes of PrivateData the sender's application gave; 0: not
-	// said (see REQ.PrivateLen).
+	// said (see REQ.PrivateLen). Linux's ib_cm does not ignore this byte
+	// (a REP with it set gets a REJ 28 from rdma_rxe's rdma_cm): send it
+	// only to a peer whose REQ set REQ.PrivateLen.
 	PrivateLen uint8
 }
 

@@ -435,7 +435,13 @@ func (m *Machine) Accept(now int64, id uint32, p AcceptParams) error {
 		ResponderResources: p.ResponderResources, InitiatorDepth: p.InitiatorDepth, TargetACKDelay: 15,
 		RNRRetryCount: p.RNRRetryCount & 7, LocalCAGUID: m.cfg.GUID}
 	copy(c.rep.PrivateData[:], p.PrivateData)
-	c.rep.PrivateLen = uint8(1 + len(p.PrivateData))
+	// Only to a peer whose REQ said its length too: Linux's ib_cm does not
+	// ignore REP byte 15 (rdma_rxe's rping, ib_write_bw -R answered a REP
+	// with it set by a REJ 28), so a peer that may be Linux gets the
+	// byte as IBA reserves it, 0.
+	if c.req.PrivateLen != 0 {
+		c.rep.PrivateLen = uint8(1 + len(p.PrivateData))
+	}
 	c.state = StateREPSent
 	m.sendTimed(now, c, &c.rep, ib.TimeoutNanos(c.req.LocalCMResponseTimeout)+2*ib.TimeoutNanos(m.cfg.PacketLifeTime))
 	c.retries = min(int(c.req.MaxCMRetries), m.cfg.MaxRetries)

@@ -25,6 +25,7 @@ type world struct {
 	evB    []Event
 	wire   []Event // sends not yet delivered, in order
 	drop   func(from netip.Addr, attr ib.AttrID) bool
+	mangle func(from netip.Addr, mad []byte) // changes a MAD on the wire
 	sentBy map[netip.Addr][]ib.AttrID
 }
 
@@ -57,6 +58,9 @@ func (w *world) pump() {
 					continue
 				}
 				ev.From = side.from
+				if w.mangle != nil {
+					w.mangle(side.from, ev.MAD[:])
+				}
 				w.wire = append(w.wire, ev)
 			}
 		}
@@ -668,6 +672,31 @@ func TestPrivateDataLength(t *testing.T) {
 		if got := ib.Private(reply.REP.PrivateData[:], reply.REP.PrivateLen); len(got) != len(rep) {
 			t.Errorf("REP: %d bytes sent, %d received", len(rep), len(got))
 		}
+	}
+	// A REQ that does not say (Linux's) gets a REP whose reserved byte 15
+	// is 0, as IBA has it: Linux's rdma_cm refuses a REP with it set.
+	w := newWorld(t)
+	w.listen()
+	var rep15 []byte
+	w.mangle = func(from netip.Addr, mad []byte) {
+		switch h, _ := ib.ParseMADHeader(mad); h.AttrID {
+		case ib.AttrREQ:
+			mad[ib.HeaderSize+4] = 0
+		case ib.AttrREP:
+			rep15 = append(rep15, mad[ib.HeaderSize+15])
+		}
+	}
+	if _, err := w.a.Connect(w.now, ConnectParams{Peer: addrB, ServiceID: testService, QPN: 0x19, PrivateData: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	w.pump()
+	req := w.take(&w.evB, EvRequest)
+	if err := w.b.Accept(w.now, req.ID, AcceptParams{QPN: 0x21, PrivateData: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	w.pump()
+	if len(rep15) != 1 || rep15[0] != 0 {
+		t.Errorf("REP byte 15 to a peer that did not say its length: %v, want [0]", rep15)
 	}
 	for _, plen := range []uint8{0, 1, ib.CMAHeaderSize} { // not said; too few for the header
 		r := ib.REQ{PrivateLen: plen}
