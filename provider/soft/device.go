@@ -429,12 +429,21 @@ func (d *Device) input(pkts []packetio.Packet) {
 			left--
 		}
 		d.eng.InputPacket(now, p.Buf, p.Addr, p.Port, &rx)
+		if i&(midFlush-1) == midFlush-1 && !d.opts.Busy && i+1 < len(pkts) {
+			d.flush(now)
+		}
 	}
 	if !d.opts.Busy {
 		d.flush(now)
 	}
 	d.mu.Unlock()
 }
+
+// midFlush: a batch of received packets (up to 32 GRO buffers of 16 to 64
+// packets each: a whole window) sends what its first midFlush packets
+// called for (their ACK) before it takes in the rest, so that the
+// requester's window reopens while the batch is processed.
+const midFlush = 64
 
 // rxDrops tells the engine when the packet path dropped received packets
 // since the last look (engine.Engine.NoteRxDrops): the host cannot keep up,

@@ -266,6 +266,7 @@ func loadJain(qps []*loadQP, elapsed time.Duration) float64 {
 // loadCost is the growth of the counters of a set of devices.
 type loadCost struct {
 	tx, resent, timeouts, probes, naks uint64
+	peerTx                             uint64 // sent by all but the first device: the ACKs of a one-way load
 	cuts, cnpsRx, cnpsTx, marked       uint64
 	overruns                           uint64 // completions lost to a full CQ (a harness defect)
 }
@@ -285,6 +286,9 @@ func loadCostSince(devs []*Device, before []engine.Stats) loadCost {
 	for i, d := range devs {
 		s, b := d.Stats(), before[i]
 		c.tx += s.TxPackets - b.TxPackets
+		if i > 0 {
+			c.peerTx += s.TxPackets - b.TxPackets
+		}
 		c.resent += s.Retransmits - b.Retransmits
 		c.timeouts += s.Timeouts - b.Timeouts
 		c.probes += s.TailProbes - b.TailProbes

@@ -63,8 +63,9 @@ type loadManyResult struct {
 }
 
 func (r loadManyResult) String() string {
-	return fmt.Sprintf("%-18s %9.0f MB/s %9.2f s  resent %6d of %8d packets (%5.2f%%), %4d timeouts, %4d probes, %4d NAKs, %5d window cuts, %d in error",
-		r.name, r.goodput/1e6, r.run.elapsed.Seconds(), r.cost.resent, r.cost.tx, 100*r.cost.share(), r.cost.timeouts, r.cost.probes, r.cost.naks, r.cost.cuts, r.run.errs)
+	data := r.cost.tx - r.cost.peerTx
+	return fmt.Sprintf("%-18s %9.0f MB/s %9.2f s  resent %6d of %8d packets (%5.2f%%), %.3f ACKs a packet, %4d timeouts, %4d probes, %4d NAKs, %5d window cuts, %d in error",
+		r.name, r.goodput/1e6, r.run.elapsed.Seconds(), r.cost.resent, r.cost.tx, 100*r.cost.share(), float64(r.cost.peerTx)/float64(max(data, 1)), r.cost.timeouts, r.cost.probes, r.cost.naks, r.cost.cuts, r.run.errs)
 }
 
 // TestLoadManyQPs: N RC QPs (N = 1, 8, 16, 64) each WRITE W times 64 KiB
