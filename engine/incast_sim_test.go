@@ -109,6 +109,7 @@ type simResult struct {
 	elapsed   int64
 	pingP99   int64 // ns: the 64-byte ping-pong's p99 round trip under load
 	pingIdle  int64 // ns: its round trip with no load
+	maxMinRTT int64 // ns: the greatest of the senders' least round trips
 	cuts      uint64
 	delayCuts uint64
 	cnps      uint64
@@ -200,6 +201,9 @@ func simIncast(t *testing.T, m CCMode, wrs int, mark bool) simResult {
 		r.timeouts += s.Timeouts - before[i].Timeouts
 		r.probes += s.TailProbes - before[i].TailProbes
 		r.naks += s.NAKsReceived - before[i].NAKsReceived
+	}
+	for h := range simSenders {
+		r.maxMinRTT = max(r.maxMinRTT, qps[h*simPerHost].a.qp.Congestion().MinRTT)
 	}
 	rs := recv.Stats()
 	r.dups, r.oos = rs.Duplicates, rs.OutOfSequence
@@ -399,6 +403,13 @@ func TestSimIncast(t *testing.T) {
 			}
 			if share := float64(r.resent) / float64(r.sent); share > c.resent {
 				t.Errorf("resent %.2f%% of the packets, want at most %.0f%%", 100*share, 100*c.resent)
+			}
+			// Each sender's least round trip is the path's, not its queue's:
+			// the first packet on an idle path asks for its ACK (before, the
+			// senders first timed packets behind their first windows, 500
+			// µs and more, and held the queue that high).
+			if r.maxMinRTT > 4*r.pingIdle {
+				t.Errorf("a sender's least round trip %d µs, want at most 4x the idle ping's %d µs", r.maxMinRTT/1000, r.pingIdle/1000)
 			}
 			// A loss-only control fills it (p99 65 KB).
 			if r.qP99 > simQueue*7/8 {

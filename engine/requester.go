@@ -167,9 +167,14 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 			h.Imm, h.IETH = wr.Imm, wr.InvalidateRKey
 			h.SE = wr.Flags&verbs.SendSolicited != 0
 		}
-		// AckReq: see askLast.
+		// AckReq: see askLast and ccPath.closes; and the first packet on
+		// a path with nothing in flight asks, so that the path's least
+		// round trip is timed on a packet no window of its own queues
+		// behind (senders that start together timed their first packets
+		// behind their first windows, took that queue for the path's
+		// delay, and held the bottleneck's queue that high).
 		r.unasked++
-		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s) || qp.path != nil && qp.path.closes(qp.e.rrRun); h.AckReq {
+		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s) || qp.path != nil && (qp.path.closes(qp.e.rrRun) || qp.path.timeIdle()); h.AckReq {
 			r.unasked = 0
 		}
 		if payload > 0 {
