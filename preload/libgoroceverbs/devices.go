@@ -329,3 +329,20 @@ func gr_ifindex(c *C.struct_ibv_context) C.uint32_t {
 	}
 	return C.uint32_t(ifindexOf(g.dev.opts.Addr))
 }
+
+// gr_dev_file says which device's character file /dev/infiniband/<name>
+// is: 1 + its index, or 0 for none (devfile.c).
+//
+//export gr_dev_file
+func gr_dev_file(name *C.char) C.int {
+	ds, err := configured()
+	if err != nil {
+		return 0
+	}
+	for i, d := range ds {
+		if C.strcmp(name, &d.c.dev_name[0]) == 0 {
+			return C.int(i + 1)
+		}
+	}
+	return 0
+}

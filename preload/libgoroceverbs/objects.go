@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"context"
+	"net/netip"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -58,6 +59,7 @@ type gcq struct {
 	ch  *gchan
 	mu  sync.Mutex
 	wc  []verbs.WC
+	l3  C.uint8_t // the sl of a UD receive: its L3 header's type (l3Type)
 }
 
 func (o *gpd) owner() *gctx   { return o.ctx }
@@ -248,7 +250,7 @@ func gr_create_cq(c *C.struct_ibv_context, cqe C.int, cqctx unsafe.Pointer, ch *
 	q.channel = ch
 	q.cq_context = cqctx
 	q.cqe = cqe
-	o := &gcq{c: q, ctx: g, v: v, ch: och, wc: make([]verbs.WC, C.GR_BATCH)}
+	o := &gcq{c: q, ctx: g, v: v, ch: och, wc: make([]verbs.WC, C.GR_BATCH), l3: l3Type(g.dev.opts.Addr)}
 	byCQ.Store(v, o)
 	put(unsafe.Pointer(q), o)
 	*out = q
@@ -268,6 +270,19 @@ func gr_destroy_cq(q *C.struct_ibv_cq) C.int {
 	del(unsafe.Pointer(q))
 	retire(unsafe.Pointer(q))
 	return 0
+}
+
+// l3Type is what a UD receive's sl says of the packet, as RoCE NICs report
+// it (Annex 17 A17.4.5.1 has the completion say whether a RoCE v2 packet
+// was IPv4 or IPv6; ConnectX puts the L3 header's type in sl, and UCX reads
+// it there to find the destination address in the receive's first 40
+// bytes): 2 for IPv4 (whose header fills the second half), 1 for IPv6. A
+// RoCE v2 packet has no SL of its own to report.
+func l3Type(addr string) C.uint8_t {
+	if a, err := netip.ParseAddr(addr); err == nil && a.Unmap().Is4() {
+		return 2
+	}
+	return 1
 }
 
 // gr_poll_cq polls up to n (at most GR_BATCH) completions into out.
@@ -290,6 +305,9 @@ func gr_poll_cq(q *C.struct_ibv_cq, n C.int, out *C.struct_gr_wc) C.int {
 			invalidated_rkey: C.uint32_t(w.InvalidatedRKey), qp_num: C.uint32_t(w.QPNum), src_qp: C.uint32_t(w.SrcQP),
 			wc_flags: C.uint32_t(w.Flags), pkey_index: C.uint16_t(w.PKeyIndex), slid: C.uint16_t(w.SLID),
 			sl: C.uint8_t(w.SL), dlid_path_bits: C.uint8_t(w.DLIDPathBits),
+		}
+		if w.Flags&verbs.WCFlagGRH != 0 {
+			dst[i].sl = o.l3
 		}
 	}
 	return C.int(k)

@@ -27,6 +27,13 @@ type gqp struct {
 	sge []verbs.SGE
 	rw  []verbs.RecvWR
 	rge []verbs.SGE
+
+	// Inline data is copied here before it is posted (the engine takes
+	// inline data from registered memory; a program's need not be):
+	// GR_BATCH slots of inlMax bytes, allocated at the first inline post.
+	inlMax int
+	inl    []byte
+	inlMR  verbs.MR
 }
 
 func (o *gqp) owner() *gctx { return o.ctx }
@@ -72,10 +79,11 @@ func gr_create_qp(p *C.struct_ibv_pd, a *C.struct_ibv_qp_init_attr, out **C.stru
 	q.qp_num = C.uint32_t(v.Num())
 	q.state = C.IBV_QPS_RESET
 	q.qp_type = a.qp_type
+	g := &gqp{c: q, ctx: o.ctx, v: v, sw: make([]verbs.SendWR, 0, C.GR_BATCH), rw: make([]verbs.RecvWR, 0, C.GR_BATCH)}
 	if at, err := v.Query(); err == nil {
 		fillCap(&a.cap, at.Cap, init.Cap)
+		g.inlMax = int(a.cap.max_inline_data)
 	}
-	g := &gqp{c: q, ctx: o.ctx, v: v, sw: make([]verbs.SendWR, 0, C.GR_BATCH), rw: make([]verbs.RecvWR, 0, C.GR_BATCH)}
 	byQP.Store(v, g)
 	put(unsafe.Pointer(q), g)
 	*out = q
@@ -109,6 +117,7 @@ func gr_destroy_qp(q *C.struct_ibv_qp) C.int {
 	byQP.Delete(o.v)
 	del(unsafe.Pointer(q))
 	C.gr_qpx_free(q)
+	o.freeInline()
 	retire(unsafe.Pointer(q))
 	return 0
 }
@@ -197,8 +206,16 @@ func gr_post_send(q *C.struct_ibv_qp, wrs *C.struct_gr_swr, n C.int, errOut *C.i
 			return o.postSome(i, errOut, syscall.EINVAL)
 		}
 		s0 := len(o.sge)
-		for _, g := range unsafe.Slice(w.sg_list, int(w.num_sge)) {
-			o.sge = append(o.sge, verbs.SGE{Addr: uint64(g.addr), Length: uint32(g.length), LKey: uint32(g.lkey)})
+		if w.send_flags&C.IBV_SEND_INLINE != 0 && w.num_sge > 0 {
+			g, e := o.stageInline(i, unsafe.Slice(w.sg_list, int(w.num_sge)))
+			if e != 0 {
+				return o.postSome(i, errOut, e)
+			}
+			o.sge = append(o.sge, g)
+		} else {
+			for _, g := range unsafe.Slice(w.sg_list, int(w.num_sge)) {
+				o.sge = append(o.sge, verbs.SGE{Addr: uint64(g.addr), Length: uint32(g.length), LKey: uint32(g.lkey)})
+			}
 		}
 		wr := verbs.SendWR{
 			WRID: uint64(w.wr_id), Opcode: verbs.WROpcode(w.opcode), Flags: verbs.SendFlags(w.send_flags),
@@ -214,9 +231,92 @@ func gr_post_send(q *C.struct_ibv_qp, wrs *C.struct_gr_swr, n C.int, errOut *C.i
 			wr.AH = ah.v
 		}
 		wr.SGList = o.sge[s0:len(o.sge):len(o.sge)]
+		zeroLengthWrite(&wr)
 		o.sw = append(o.sw, wr)
 	}
 	return o.postSome(len(in), errOut, 0)
+}
+
+// zeroLengthRKey is the key a zero-length RDMA WRITE posted with none is
+// sent with. C programs post such a WRITE to fence or flush a QP (UCX's RC
+// transport does, with RKey 0); it reaches no memory, and a responder checks
+// no key for it (InfiniBand C9-88; Linux rdma_rxe and goroce skip the check),
+// but the verbs package refuses a remote operation without a key.
+const zeroLengthRKey = 0xffffffff
+
+func zeroLengthWrite(wr *verbs.SendWR) {
+	if wr.RKey != 0 || (wr.Opcode != verbs.WRRDMAWrite && wr.Opcode != verbs.WRRDMAWriteWithImm) {
+		return
+	}
+	for _, g := range wr.SGList {
+		if g.Length != 0 {
+			return
+		}
+	}
+	wr.RKey = zeroLengthRKey
+}
+
+// stageInline copies the inline data of the batch's i-th request into its
+// slot of the QP's inline buffer and returns the one SGE that names it, as
+// a NIC copies inline data into its WQE: the program's buffers need no key.
+func (o *gqp) stageInline(i int, sges []C.struct_ibv_sge) (verbs.SGE, syscall.Errno) {
+	n := 0
+	for _, g := range sges {
+		n += int(g.length)
+	}
+	if n > o.inlMax {
+		debug("ibv_post_send on QP %d: %d bytes inline, max_inline_data is %d", o.c.qp_num, n, o.inlMax)
+		return verbs.SGE{}, syscall.EINVAL
+	}
+	if o.inl == nil {
+		if e := o.allocInline(); e != 0 {
+			return verbs.SGE{}, e
+		}
+	}
+	slot := o.inl[i*o.inlMax : (i+1)*o.inlMax]
+	off := 0
+	for _, g := range sges {
+		if g.length == 0 {
+			continue
+		}
+		if g.addr == 0 {
+			return verbs.SGE{}, syscall.EINVAL
+		}
+		off += copy(slot[off:], unsafe.Slice((*byte)(C.gr_ptr(g.addr)), int(g.length)))
+	}
+	return verbs.SGE{Addr: uint64(uintptr(unsafe.Pointer(&slot[0]))), Length: uint32(n), LKey: o.inlMR.LKey()}, 0
+}
+
+// allocInline makes the QP's inline buffer, in C memory registered with its PD.
+func (o *gqp) allocInline() syscall.Errno {
+	pd := get[gpd](unsafe.Pointer(o.c.pd))
+	if pd == nil || o.inlMax <= 0 {
+		return syscall.EINVAL
+	}
+	size := C.GR_BATCH * o.inlMax
+	p := C.calloc(1, C.size_t(size))
+	if p == nil {
+		return syscall.ENOMEM
+	}
+	buf := unsafe.Slice((*byte)(p), size)
+	mr, err := pd.v.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		C.free(p)
+		return syscall.Errno(fail(err))
+	}
+	o.inl, o.inlMR = buf, mr
+	return 0
+}
+
+func (o *gqp) freeInline() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.inl == nil {
+		return
+	}
+	o.inlMR.Dereg()
+	C.free(unsafe.Pointer(&o.inl[0]))
+	o.inl = nil
 }
 
 // postSome posts the first k requests made ready; e is why the one after
@@ -228,6 +328,7 @@ func (o *gqp) postSome(k int, errOut *C.int, e syscall.Errno) C.int {
 	}
 	switch {
 	case err != nil:
+		debug("ibv_post_send on QP %d: %v", o.c.qp_num, err)
 		*errOut = fail(err)
 	case e != 0:
 		*errOut = C.int(e)

@@ -61,6 +61,9 @@ struct gr_qpx {
 	struct gr_wr_builder *b;
 };
 
+// gr_ptr is the program's address a as a pointer (an SGE's addr).
+static inline void *gr_ptr(uint64_t a) { return (void *)(uintptr_t)a; }
+
 struct ibv_context *gr_new_context(void);
 void *gr_context_base(struct ibv_context *ctx);
 void gr_qpx_free(struct ibv_qp *qp);
