@@ -127,9 +127,11 @@ type program struct {
 	name   string
 	server []string
 	client []string
-	want   string // in the client's output
-	cm     bool   // rdma_cm: no TCP listener to wait for
-	plain  bool   // not through the library (goroce's own commands); LOCAL is the side's address
+	want   string   // in the client's output
+	cm     bool     // rdma_cm: no TCP listener to wait for
+	plain  bool     // not through the library (goroce's own commands); LOCAL is the side's address
+	env    []string // more environment; LOCAL is the side's address
+	port   int      // the server's TCP port (default 18515, perftest's)
 }
 
 // perfLine is a line of perftest's results for 100 iterations.
@@ -211,6 +213,9 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 		if p.plain {
 			env = nil
 		}
+		for _, e := range p.env {
+			env = append(env, strings.ReplaceAll(e, "LOCAL", addr))
+		}
 		a := append([]string{"netns", "exec", ns.Name, "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", "env"}, env...)
 		a = append(append(a, p.name), subst(pair, args, addr)...)
 		return exec.CommandContext(ctx, "ip", a...)
@@ -225,7 +230,11 @@ func between(t *testing.T, pair *netns.Pair, l string, p program) (string, strin
 	done := make(chan error, 1)
 	go func() { done <- srv.Wait() }()
 	exited := func() bool { return len(done) > 0 }
-	ready := func() error { return waitListen(ctx, pair.A, 18515, exited) }
+	port := 18515
+	if p.port != 0 {
+		port = p.port
+	}
+	ready := func() error { return waitListen(ctx, pair.A, port, exited) }
 	if p.cm {
 		ready = func() error { return waitCM(ctx, &srvOut, exited) }
 	}
