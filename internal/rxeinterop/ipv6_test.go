@@ -85,10 +85,7 @@ func TestIPv6Rxe(t *testing.T) {
 		h.checkCapture(t, r.pcap)
 		checkIPv6Capture(t, h, r.pcap)
 	})
-	// Not yet: a Linux rping client over IPv6 answers goroce's REP with a
-	// REJ (reason 28, its rdma_cm failing to move its QP to RTR/RTS:
-	// RDMA_CM_EVENT_CONNECT_ERROR, status -1), where over IPv4 it
-	// connects; see docs/ipv6.md.
+	// A Linux rping client over IPv6 towards goroce's server: TestIPv6RpingRxe.
 }
 
 // checkIPv6Bench is checkBench, and both reports' GIDs the IPv6 ones (fd99
