@@ -79,12 +79,6 @@ func TestRxeVM(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var guest, host []string
 			progs := rxePrograms
-			if hostServer {
-				// Not yet: rdma_rxe's rdma_cm, dialing the library's
-				// listener, refuses its REP (REJ 28, consumer-defined: Linux's
-				// cma_rep_recv could not move its QP to RTR/RTS with it).
-				progs = progs[:4]
-			}
 			for _, p := range progs {
 				gdev, hdev := "-d rxe0", "-d soft0"
 				if p.name == "rping" {
