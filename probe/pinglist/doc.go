@@ -42,6 +42,27 @@
 //	static:
 //	  - {addr: 10.0.9.1, name: storage-1, group: storage, rate: 2}
 //
+// # Several rails
+//
+// A node with several addresses or RNICs (rails) lists them instead of
+// addr:
+//
+//	settings:
+//	  rail_pairs: same     # same (default): a rail probes the peers' rails of its name; all: every rail
+//	nodes:
+//	  - name: host-a1
+//	    rails:
+//	      - {addr: 10.0.1.1, group: tor-a-r0, device: mlx5_0, gid_index: 3}
+//	      - {addr: 10.1.1.1, group: tor-a-r1, device: mlx5_1}
+//
+// Each rail is a [Node] of its own, named "<node>/<rail>" (rails are named
+// rail0, rail1, ... unless they say name:), in its own group (its ToR;
+// the node's group when it gives none), with the device and GID index its
+// probes use. A rail never probes a rail of its own host; with rail_pairs
+// same it probes only the rails of the same name (and nodes of one
+// address), as a rail-optimised fabric routes. The agent of a multi-rail
+// node runs a prober and responder on every rail.
+//
 // Durations take Go's syntax (1s, 500ms). Every field may be left out;
 // unknown fields and classes are errors. A node's name and address must be
 // unique over nodes and static targets; a node's group may be left out

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -89,7 +90,18 @@ type Settings struct {
 	// ResponderQPs is the number of UD QPs each responder opens (default
 	// 1); several help fabrics that hash on the destination QPN.
 	ResponderQPs int
+	// RailPairs says which rails of multi-rail nodes probe each other:
+	// RailPairsSame (the default) pairs a rail only with the peers' rails
+	// of the same name, as rail-optimised fabrics route; RailPairsAll
+	// pairs every rail with every other node's every rail.
+	RailPairs string
 }
+
+// Values of Settings.RailPairs.
+const (
+	RailPairsSame = "same"
+	RailPairsAll  = "all"
+)
 
 // Class is the configuration of one class of targets.
 type Class struct {
@@ -121,7 +133,28 @@ type Node struct {
 	// Group is its group, the ToR it hangs under ("" for nodes the file
 	// puts in no group; they form one group together).
 	Group string
+	// Host and Rail are set on the rails of a multi-rail node: each rail
+	// is a Node of its own, named "<host>/<rail>", with its own address
+	// and group (its ToR), on the RDMA device Device (its GID index
+	// GIDIndex) when the file names one. A node of one address has
+	// neither (HostName is its Name).
+	Host     string
+	Rail     string
+	Device   string
+	GIDIndex int
 }
+
+// HostName is the host the node is on: Host for a rail, Name otherwise.
+func (n Node) HostName() string {
+	if n.Host != "" {
+		return n.Host
+	}
+	return n.Name
+}
+
+// RailSep separates a multi-rail node's name from its rail's in the rail's
+// Node.Name ("host-a1/rail1"). Node names may not contain it.
+const RailSep = "/"
 
 // Target is one peer a node probes, and how often.
 type Target struct {
@@ -172,6 +205,7 @@ type file struct {
 		HTTPPort     int           `yaml:"http_port"`
 		Window       time.Duration `yaml:"window"`
 		ResponderQPs int           `yaml:"responder_qps"`
+		RailPairs    string        `yaml:"rail_pairs"`
 		MaxPairs     int           `yaml:"max_pairs"`
 		PairHist     bool          `yaml:"pair_histograms"`
 		SLA          struct {
@@ -195,9 +229,18 @@ type fileClass struct {
 }
 
 type fileNode struct {
-	Name  string `yaml:"name"`
-	Addr  string `yaml:"addr"`
-	Group string `yaml:"group"`
+	Name  string     `yaml:"name"`
+	Addr  string     `yaml:"addr"`
+	Group string     `yaml:"group"`
+	Rails []fileRail `yaml:"rails"`
+}
+
+type fileRail struct {
+	Name     string `yaml:"name"`
+	Addr     string `yaml:"addr"`
+	Group    string `yaml:"group"`
+	Device   string `yaml:"device"`
+	GIDIndex int    `yaml:"gid_index"`
 }
 
 type fileStatic struct {
@@ -252,6 +295,10 @@ func build(f *file) (*List, error) {
 	s.ResponderQPs = orInt(fs.ResponderQPs, DefaultResponderQPs)
 	s.MaxPairs = orInt(fs.MaxPairs, DefaultMaxPairs)
 	s.PairHistograms = fs.PairHist
+	s.RailPairs = fs.RailPairs
+	if s.RailPairs == "" {
+		s.RailPairs = RailPairsSame
+	}
 	s.MaxLoss = DefaultMaxLoss
 	if fs.SLA.MaxLoss != nil {
 		s.MaxLoss = *fs.SLA.MaxLoss
@@ -279,6 +326,8 @@ func build(f *file) (*List, error) {
 		return nil, invalid("settings.sla.max_p99_rtt %v is negative", s.MaxP99RTT)
 	case s.MinProbes < 1:
 		return nil, invalid("settings.sla.min_probes %d is not positive", s.MinProbes)
+	case s.RailPairs != RailPairsSame && s.RailPairs != RailPairsAll:
+		return nil, invalid("settings.rail_pairs %q is not %s or %s", s.RailPairs, RailPairsSame, RailPairsAll)
 	case fs.Labels < 0 || fs.Labels > MaxLabels:
 		return nil, invalid("settings.labels %d is not in [0, %d]", fs.Labels, MaxLabels)
 	}
@@ -346,19 +395,24 @@ func build(f *file) (*List, error) {
 		if fn.Name == "" {
 			return nil, invalid("nodes[%d]: no name", i)
 		}
-		a, err := parseAddr(fn.Addr)
-		if err != nil {
-			return nil, invalid("node %q: %v", fn.Name, err)
+		if strings.Contains(fn.Name, RailSep) {
+			return nil, invalid("node %q: a name may not contain %q (it separates a node's rails)", fn.Name, RailSep)
 		}
 		if j, dup := names[fn.Name]; dup {
 			return nil, invalid("node %q: duplicate name (also nodes[%d])", fn.Name, j)
 		}
-		if j, dup := l.byAddr[a]; dup {
-			return nil, invalid("node %q: duplicate address %s (also node %q)", fn.Name, a, l.Nodes[j].Name)
-		}
 		names[fn.Name] = i
-		l.byAddr[a] = int32(len(l.Nodes))
-		l.Nodes = append(l.Nodes, Node{Name: fn.Name, Addr: a, Group: fn.Group})
+		rails, err := nodeRails(fn)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range rails {
+			if j, dup := l.byAddr[n.Addr]; dup {
+				return nil, invalid("node %q: duplicate address %s (also node %q)", n.Name, n.Addr, l.Nodes[j].Name)
+			}
+			l.byAddr[n.Addr] = int32(len(l.Nodes))
+			l.Nodes = append(l.Nodes, n)
+		}
 	}
 	staticAddrs := make(map[netip.Addr]bool, len(f.Static))
 	for i, fs := range f.Static {
@@ -373,8 +427,8 @@ func build(f *file) (*List, error) {
 		if _, dup := l.byAddr[a]; dup || staticAddrs[a] {
 			return nil, invalid("static target %q: duplicate address %s", name, a)
 		}
-		if _, dup := names[name]; dup {
-			return nil, invalid("static target %q: duplicate name", name)
+		if _, dup := names[name]; dup || strings.Contains(name, RailSep) {
+			return nil, invalid("static target %q: duplicate name, or one with %q", name, RailSep)
 		}
 		staticAddrs[a] = true
 		names[name] = -1
@@ -415,6 +469,46 @@ func build(f *file) (*List, error) {
 	}
 	l.groupNames, l.groupNodes = gn, gm
 	return l, nil
+}
+
+// nodeRails returns the Nodes of one node of the file: itself, or one a
+// rail when it lists rails.
+func nodeRails(fn fileNode) ([]Node, error) {
+	if len(fn.Rails) == 0 {
+		a, err := parseAddr(fn.Addr)
+		if err != nil {
+			return nil, invalid("node %q: %v", fn.Name, err)
+		}
+		return []Node{{Name: fn.Name, Addr: a, Group: fn.Group}}, nil
+	}
+	if fn.Addr != "" {
+		return nil, invalid("node %q: give its addresses in rails, not addr", fn.Name)
+	}
+	out := make([]Node, 0, len(fn.Rails))
+	seen := make(map[string]bool, len(fn.Rails))
+	for k, r := range fn.Rails {
+		name := r.Name
+		if name == "" {
+			name = fmt.Sprintf("rail%d", k)
+		}
+		if strings.Contains(name, RailSep) || seen[name] {
+			return nil, invalid("node %q: rails[%d]: bad or duplicate rail name %q", fn.Name, k, name)
+		}
+		seen[name] = true
+		a, err := parseAddr(r.Addr)
+		if err != nil {
+			return nil, invalid("node %q: rail %q: %v", fn.Name, name, err)
+		}
+		if r.GIDIndex < 0 || r.GIDIndex > 255 {
+			return nil, invalid("node %q: rail %q: gid_index %d is not in [0, 255]", fn.Name, name, r.GIDIndex)
+		}
+		g := r.Group
+		if g == "" {
+			g = fn.Group
+		}
+		out = append(out, Node{Name: fn.Name + RailSep + name, Addr: a, Group: g, Host: fn.Name, Rail: name, Device: r.Device, GIDIndex: r.GIDIndex})
+	}
+	return out, nil
 }
 
 func orInt(v, def int) int {
@@ -458,6 +552,18 @@ func (l *List) Self(addr netip.Addr) (Node, bool) {
 		return Node{}, false
 	}
 	return l.Nodes[i], true
+}
+
+// Rails returns the nodes of host: its rails in file order, or the node
+// itself when it has one address.
+func (l *List) Rails(host string) []Node {
+	var out []Node
+	for _, n := range l.Nodes {
+		if n.HostName() == host {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // Node returns the node named name.

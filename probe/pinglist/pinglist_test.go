@@ -23,7 +23,7 @@ func TestParseExample(t *testing.T) {
 	want := Settings{
 		Timeout: time.Second, Paths: 16, Probability: 0.99, Labels: 115, HTTPPort: 9478,
 		Window: 30 * time.Second, MaxLoss: 0.01, MaxP99RTT: 5 * time.Millisecond, MinProbes: 20,
-		MaxPairs: 256, ResponderQPs: 1,
+		MaxPairs: 256, ResponderQPs: 1, RailPairs: RailPairsSame,
 	}
 	if s != want {
 		t.Errorf("settings\n got %+v\nwant %+v", s, want)

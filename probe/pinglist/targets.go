@@ -41,7 +41,9 @@ func (l *List) Targets(self Node) []Target {
 	if c := l.Classes[ClassToRMesh]; c.Enabled && member {
 		start := len(out)
 		for _, i := range l.groupNodes[gi] {
-			add(l.Nodes[i], ClassToRMesh, c.Rate)
+			if l.pairs(self, l.Nodes[i]) {
+				add(l.Nodes[i], ClassToRMesh, c.Rate)
+			}
 		}
 		sortByName(out[start:])
 	}
@@ -61,6 +63,19 @@ func (l *List) Targets(self Node) []Target {
 	}
 	capClasses(out, l.Classes)
 	return out
+}
+
+// pairs reports whether self probes n at all: never a rail of its own
+// host; with RailPairsSame, only the rails of n's host named as self's (a
+// node of one address pairs with every rail).
+func (l *List) pairs(self, n Node) bool {
+	if n.HostName() == self.HostName() {
+		return false
+	}
+	if l.Settings.RailPairs == RailPairsAll || self.Rail == "" || n.Rail == "" {
+		return true
+	}
+	return self.Rail == n.Rail
 }
 
 type netip4or6 = [16]byte
@@ -100,11 +115,25 @@ func (l *List) interToR(self Node, gi int32, c Class) []int32 {
 	if ng < 2 || c.Sample == 0 {
 		return nil
 	}
+	// eligible[g]: the members of group g self pairs with (all of them
+	// in a fleet without rails); groups with none are left out.
+	eligible := make([][]int32, ng)
 	others := make([]int32, 0, ng-1)
 	for g := range l.groupNames {
-		if int32(g) != gi {
+		if int32(g) == gi {
+			continue
+		}
+		for _, i := range l.groupNodes[g] {
+			if l.pairs(self, l.Nodes[i]) {
+				eligible[g] = append(eligible[g], i)
+			}
+		}
+		if len(eligible[g]) > 0 {
 			others = append(others, int32(g))
 		}
+	}
+	if len(others) == 0 {
+		return nil
 	}
 	own := l.groupNames[gi]
 	gh := make([]uint64, ng)
@@ -128,7 +157,7 @@ func (l *List) interToR(self Node, gi int32, c Class) []int32 {
 	}
 	total := 0
 	for _, g := range others {
-		total += len(l.groupNodes[g])
+		total += len(eligible[g])
 	}
 	want := min(c.Sample, total)
 	// taken[g]: how many members of group g self has already chosen.
@@ -137,7 +166,7 @@ func (l *List) interToR(self Node, gi int32, c Class) []int32 {
 	var out []int32
 	for slot := pos * c.Sample; len(out) < want; slot++ {
 		g := others[slot%len(others)]
-		members := l.groupNodes[g]
+		members := eligible[g]
 		if taken[g] >= len(members) {
 			continue
 		}
