@@ -14,7 +14,24 @@ import (
 const (
 	KindUplink = "uplink"
 	KindSpine  = "spine"
+	// KindRail is one rail of a multi-rail host (its NIC and its link to
+	// its ToR): the paths with an end at the rail's address, named
+	// "<host>/<rail>" as the pinglist names it. The host's KindHost
+	// suspect is then all its rails' paths together.
+	KindRail = "rail"
 )
+
+// RailSep separates a host's name from its rail's (pinglist.RailSep).
+const RailSep = "/"
+
+// HostOf is the host of a path end: the part of name before RailSep, or
+// name when it is not a rail.
+func HostOf(name string) string {
+	if i := strings.Index(name, RailSep); i >= 0 {
+		return name[:i]
+	}
+	return name
+}
 
 // Directions of a host suspect: a host that only receives badly, only
 // sends badly, or both.
@@ -180,7 +197,7 @@ func (s suspect) covers(p *PathStat) bool {
 	switch s.kind {
 	case KindLink:
 		return s.name == LinkName(p.Src, p.Dst) || s.name == PairName(p.Src, p.Dst)
-	case KindHost:
+	case KindRail:
 		switch s.dir {
 		case DirSend:
 			return p.Src == s.name
@@ -188,6 +205,15 @@ func (s suspect) covers(p *PathStat) bool {
 			return p.Dst == s.name
 		}
 		return p.Src == s.name || p.Dst == s.name
+	case KindHost:
+		src, dst := HostOf(p.Src), HostOf(p.Dst)
+		switch s.dir {
+		case DirSend:
+			return src == s.name
+		case DirReceive:
+			return dst == s.name
+		}
+		return src == s.name || dst == s.name
 	case KindGroup:
 		return p.SrcGroup == s.name || p.DstGroup == s.name
 	case KindUplink:
@@ -202,9 +228,15 @@ func (s suspect) covers(p *PathStat) bool {
 func suspectsOf(p *PathStat, out []suspect) []suspect {
 	out = append(out[:0],
 		suspect{KindLink, LinkName(p.Src, p.Dst), ""}, suspect{KindLink, PairName(p.Src, p.Dst), ""},
-		suspect{KindHost, p.Src, DirSend}, suspect{KindHost, p.Src, DirBoth},
-		suspect{KindHost, p.Dst, DirReceive}, suspect{KindHost, p.Dst, DirBoth},
+		suspect{KindHost, HostOf(p.Src), DirSend}, suspect{KindHost, HostOf(p.Src), DirBoth},
+		suspect{KindHost, HostOf(p.Dst), DirReceive}, suspect{KindHost, HostOf(p.Dst), DirBoth},
 		suspect{KindGroup, p.SrcGroup, ""})
+	if HostOf(p.Src) != p.Src {
+		out = append(out, suspect{KindRail, p.Src, DirSend}, suspect{KindRail, p.Src, DirBoth})
+	}
+	if HostOf(p.Dst) != p.Dst {
+		out = append(out, suspect{KindRail, p.Dst, DirReceive}, suspect{KindRail, p.Dst, DirBoth})
+	}
 	if p.SrcGroup != p.DstGroup {
 		out = append(out, suspect{KindGroup, p.DstGroup, ""},
 			suspect{KindUplink, p.SrcGroup, ""}, suspect{KindUplink, p.DstGroup, ""},
@@ -225,8 +257,10 @@ func rank(k string) int {
 		return 2
 	case KindHost:
 		return 3
+	case KindRail:
+		return 4
 	}
-	return 4
+	return 5
 }
 
 // tally is a candidate's pooled counts over the unexplained paths.
@@ -450,7 +484,7 @@ func oneHost(sus []Suspect, ties []suspect) ([]Suspect, []suspect) {
 		return sus, ties
 	}
 	for i := 1; i < len(sus); i++ {
-		if sus[i].Kind == KindHost && sus[0].Kind == KindHost && sus[i].Name == sus[0].Name {
+		if (sus[0].Kind == KindHost || sus[0].Kind == KindRail) && sus[i].Kind == sus[0].Kind && sus[i].Name == sus[0].Name {
 			if sus[i].Direction == DirBoth {
 				sus[0].Direction = DirBoth
 			}
