@@ -139,6 +139,7 @@ type Engine struct {
 	rr     int   // round-robin cursor over active
 	stats  Stats
 	nextPD uint32
+	mcast  map[netip.Addr][]*QP // UD QPs attached to each multicast group (mcast.go)
 	pkt    wire.Packet
 	hdr    wire.Header
 
@@ -265,6 +266,11 @@ type RxInfo struct {
 	// experienced): a router on the way was congested. Under CCECN the
 	// receiving QP answers with a CNP (at most one a Config.CNPInterval).
 	CE bool
+	// Dst is the packet's destination address when the packet path tells
+	// it (packetio.Packet.Local): a multicast group's packets are checked
+	// (the ICRC covers the destination) and delivered by it. A unicast or
+	// unknown one is the engine's own address.
+	Dst netip.Addr
 }
 
 // Input processes one received transport packet (a UDP payload) that came
@@ -318,6 +324,14 @@ func (e *Engine) input(now int64, b []byte, from netip.Addr, fromPort uint16, rx
 	}
 	if bth.DestQP() == GSIQPN {
 		e.gsiInput(now, p, err, from, fromPort)
+		return
+	}
+	if rx.Dst.IsMulticast() {
+		if bth.DestQP() == McastQPN {
+			e.mcastInput(now, p, err, from, rx.Dst)
+		} else {
+			e.stats.UnknownQPDrops++
+		}
 		return
 	}
 	qp := e.qp(bth.DestQP())
@@ -376,8 +390,12 @@ func (e *Engine) checkICRC(b []byte, from netip.Addr, fromPort uint16, rx *RxInf
 	var cerr error
 	var ctr *uint64
 	s := e.rxFlows.get(from, fromPort)
+	dst := e.cfg.Local
+	if rx.Dst.IsMulticast() { // a group's packet: its ICRC covers the group's address
+		s, dst = nil, rx.Dst.Unmap()
+	}
 	if s == nil {
-		fl := wire.Flow{Src: from, Dst: e.cfg.Local, SrcPort: fromPort}
+		fl := wire.Flow{Src: from, Dst: dst, SrcPort: fromPort}
 		rid, rdf, err := fl.CheckDatagramICRC(b)
 		if cerr = err; err == nil && rx.SeenIPv4 && from.Is4() && (rid != rx.IPv4ID || rdf != rx.IPv4DF) {
 			cerr = wire.ErrICRC

@@ -56,13 +56,13 @@ func (e *Engine) checkFamily(a *verbs.QPAttr, mask verbs.QPAttrMask) error {
 // header, both as the sender's socket would have built them for n bytes of
 // transport packet (what the packet path does not report: TTL 64, traffic
 // class and flow label 0).
-func (e *Engine) fillGRH(grh *[40]byte, from netip.Addr, n int) {
-	from = from.Unmap()
+func (e *Engine) fillGRH(grh *[40]byte, from, to netip.Addr, n int) {
+	from, to = from.Unmap(), to.Unmap()
 	if !e.cfg.Local.Is4() {
 		binary.BigEndian.PutUint32(grh[0:], 6<<28)
 		binary.BigEndian.PutUint16(grh[4:], uint16(wire.UDPLen+n))
 		grh[6], grh[7] = wire.IPProtocolUDP, 64
-		src, dst := from.As16(), e.cfg.Local.As16()
+		src, dst := from.As16(), to.As16()
 		copy(grh[8:], src[:])
 		copy(grh[24:], dst[:])
 		return
@@ -72,7 +72,7 @@ func (e *Engine) fillGRH(grh *[40]byte, from netip.Addr, n int) {
 	binary.BigEndian.PutUint16(ip[2:], uint16(wire.IPv4UDPLen+n))
 	binary.BigEndian.PutUint16(ip[6:], 0x4000)
 	ip[8], ip[9] = 64, wire.IPProtocolUDP
-	src, dst := from.As4(), e.cfg.Local.As4()
+	src, dst := from.As4(), to.As4()
 	copy(ip[12:], src[:])
 	copy(ip[16:], dst[:])
 	wire.IPv4(ip).SetChecksum()

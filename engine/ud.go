@@ -11,6 +11,12 @@ import (
 // area filled with the sender's IPv4 header in its last 20 bytes, or over
 // IPv6 with its IPv6 header (fillGRH).
 func (qp *QP) udReceive(now int64, p *wire.Packet, from netip.Addr) {
+	qp.udReceiveTo(now, p, from, qp.e.cfg.Local)
+}
+
+// udReceiveTo is udReceive of a packet sent to dst (the device's address,
+// or a multicast group the QP is attached to).
+func (qp *QP) udReceiveTo(now int64, p *wire.Packet, from, dst netip.Addr) {
 	_ = now
 	d := p.DETH()
 	if qp.state < verbs.QPSRTR || qp.state == verbs.QPSErr {
@@ -28,7 +34,7 @@ func (qp *QP) udReceive(now int64, p *wire.Packet, from netip.Addr) {
 	}
 	var grh [40]byte
 	pl := p.Payload()
-	qp.e.fillGRH(&grh, from, len(p.Buf))
+	qp.e.fillGRH(&grh, from, dst, len(p.Buf))
 	wc := verbs.WC{WRID: s.wrid, Status: verbs.WCSuccess, Opcode: verbs.WCRecv, ByteLen: uint32(40 + len(pl)),
 		QPNum: uint32(qp.num), SrcQP: uint32(d.SrcQP()), Flags: verbs.WCFlagGRH}
 	if im := p.ImmDt(); im != nil {

@@ -103,6 +103,8 @@ type Conn struct {
 
 	closed atomic.Bool
 	ctr    packetio.Counters
+
+	mc mcastSet // multicast groups joined (mcast_linux.go)
 }
 
 var (
@@ -248,6 +250,11 @@ func (c *Conn) initTx(batch int) {
 func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
+	}
+	if c.mc.ready.Load() { // datagrams of a multicast group first
+		if pk := c.mc.take(); len(pk) > 0 {
+			return pk, nil
+		}
 	}
 	deadline = c.wait.Begin(deadline)
 	for {
@@ -705,6 +712,7 @@ func (c *Conn) Close() error {
 		return packetio.ErrClosed
 	}
 	err := c.closeFiles()
+	c.mc.close()
 	c.portsMu.Lock()
 	c.ports.close()
 	c.portsMu.Unlock()

@@ -422,7 +422,7 @@ func (d *Device) input(pkts []packetio.Packet) {
 				left, at = 4, 0
 			}
 		}
-		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime, GROSeg: p.GROSeg, CE: p.TOS&3 == 3}
+		rx := engine.RxInfo{IPv4ID: p.IPv4ID, IPv4DF: p.IPv4DF, SeenIPv4: p.HasIPv4ID, Time: p.RxTime, GROSeg: p.GROSeg, CE: p.TOS&3 == 3, Dst: p.Local}
 		if left > 0 {
 			rx.ICRCDiff, rx.ICRCDiffKnown = diff[at], true
 			at++

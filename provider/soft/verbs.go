@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync/atomic"
 
@@ -544,6 +545,7 @@ type QP struct {
 	// refused one of its packets (see QP.Err).
 	txErr atomic.Pointer[error]
 	cork  corkHint
+	mcast []netip.Addr // multicast groups attached (mcast.go); guarded by d.mu
 }
 
 // Err returns why the device moved the QP to ERROR itself, or nil: a
@@ -673,6 +675,7 @@ func (q *QP) destroyLocked(force bool) error {
 		return nil
 	}
 	q.dead.Store(true)
+	q.detachAll()
 	q.qp.Destroy()
 	delete(q.d.async.qps, q.qp)
 	if q.pd != nil {
