@@ -76,6 +76,9 @@ func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, web webF
 	if err := web.peers(&o); err != nil {
 		return err
 	}
+	if rails := nodeRails(config, self); len(rails) > 1 {
+		return probeRails(sc, devName, rails, o, jsonl)
+	}
 	if _, ok := devinfo.OpenHW(devName); ok && sc.Addr == "" {
 		return errors.New("-d " + devName + ": give this node's address (as the pinglist lists it) with --addr")
 	}
@@ -89,7 +92,7 @@ func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, web webF
 	}
 	var jw io.Writer
 	if jsonl != "" {
-		f, err := os.OpenFile(jsonl, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		f, err := openJSONL(jsonl)
 		if err != nil {
 			return err
 		}
@@ -102,6 +105,11 @@ func probeAgent(sc devinfo.Soft, devName, config, listen, jsonl string, web webF
 		return err
 	}
 	return a.RunUntilSignal(context.Background())
+}
+
+// openJSONL opens the JSON-lines probe log for appending.
+func openJSONL(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 }
 
 // webFlags are goroce probe agent's HTTP security flags.

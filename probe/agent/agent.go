@@ -260,7 +260,13 @@ func New(o Options) (*Agent, error) {
 		peerSet:    make(chan map[netip.Addr]*peer, 1),
 		rediscover: make(chan *peer, 64),
 	}
-	if err := a.registerOwn(o.Registry); err != nil {
+	// A rail of a multi-rail node labels every series of its own with
+	// its rail.
+	var reg prometheus.Registerer = o.Registry
+	if cfg.self.Rail != "" {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"rail": cfg.self.Rail}, o.Registry)
+	}
+	if err := a.registerOwn(reg); err != nil {
 		return nil, err
 	}
 	s := cfg.list.Settings
@@ -269,19 +275,19 @@ func New(o Options) (*Agent, error) {
 		Source: cfg.self.Name, SourceGroup: cfg.self.Group,
 		Window: s.Window, MaxLoss: lossThreshold(s.MaxLoss), MaxP99: s.MaxP99RTT, MinProbes: s.MinProbes,
 	})
-	a.metrics, err = metrics.New(o.Registry, metrics.Options{MaxPairs: s.MaxPairs, PairHistograms: s.PairHistograms, Source: cfg.self.Name, SourceGroup: cfg.self.Group})
+	a.metrics, err = metrics.New(reg, metrics.Options{MaxPairs: s.MaxPairs, PairHistograms: s.PairHistograms, Source: cfg.self.Name, SourceGroup: cfg.self.Group})
 	if err != nil {
 		return nil, fmt.Errorf("agent: metrics: %w", err)
 	}
 	if o.JSONL != nil {
 		a.jsonl = make(chan probe.Result, jsonlQueue)
 	}
-	a.responder, err = probe.NewResponder(o.Device, probe.ResponderOptions{QPs: s.ResponderQPs,
+	a.responder, err = probe.NewResponder(o.Device, probe.ResponderOptions{QPs: s.ResponderQPs, GIDIndex: cfg.self.GIDIndex,
 		TrafficClass: uint8(cfg.list.Classes[pinglist.ClassToRMesh].DSCP << 2)})
 	if err != nil {
 		return nil, fmt.Errorf("agent: responder: %w", err)
 	}
-	a.prober, err = probe.NewProber(o.Device, probe.ProberOptions{Timeout: s.Timeout, OnResult: a.onResult,
+	a.prober, err = probe.NewProber(o.Device, probe.ProberOptions{Timeout: s.Timeout, OnResult: a.onResult, GIDIndex: cfg.self.GIDIndex,
 		TrafficClass: func(class string) uint8 { return a.cfg.Load().tc[class] }})
 	if err != nil {
 		a.responder.Close()
