@@ -203,22 +203,32 @@ func joinFD(fd int, group netip.Addr, local netip.AddrPort, ifi *net.Interface) 
 	return unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, mr)
 }
 
-// interfaceOf returns the interface holding a.
+// interfaceOf returns the interface holding a: the one with a itself, else
+// the one whose prefix holds it (127.0.12.1 on lo's 127.0.0.0/8).
 func interfaceOf(a netip.Addr) (*net.Interface, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil, err
 	}
+	var within *net.Interface
 	for i := range ifs {
 		addrs, err := ifs[i].Addrs()
 		if err != nil {
 			continue
 		}
 		for _, x := range addrs {
-			if p, err := netip.ParsePrefix(x.String()); err == nil && p.Addr().Unmap() == a {
+			p, err := netip.ParsePrefix(x.String())
+			switch {
+			case err != nil:
+			case p.Addr().Unmap() == a:
 				return &ifs[i], nil
+			case within == nil && p.Masked().Contains(a):
+				within = &ifs[i]
 			}
 		}
+	}
+	if within != nil {
+		return within, nil
 	}
 	return nil, fmt.Errorf("no interface holds %v", a)
 }

@@ -25,6 +25,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
 	"testing"
 	"time"
@@ -55,6 +56,11 @@ type Env struct {
 	// call), reaching each other as A and B do, cleaned up at the end of
 	// the test. Without it those tests skip.
 	Fresh func(t *testing.T) Fresh
+	// McastGroup, when set, is an IP multicast group that A's UD sends
+	// reach B through (a multicast route, the group joined on B's
+	// interface by attaching): the multicast test then checks delivery
+	// too, not only attach and detach.
+	McastGroup netip.Addr
 }
 
 func needFresh(f func(*testing.T, *Env)) func(*testing.T, *Env) {
@@ -93,6 +99,7 @@ func Run(t *testing.T, env Env) {
 		{"RC/SRQ", testSRQ},
 		{"RC/RemoteAccessError", testRemoteAccessError},
 		{"UD", testUD},
+		{"UD/Mcast", testMcast},
 		{"Events", testEvents},
 		{"QPStates", testQPStates},
 		{"AsyncEvents", testAsyncEvents},
