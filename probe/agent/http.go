@@ -62,6 +62,10 @@ type FleetNode struct {
 	Name  string `json:"name"`
 	Group string `json:"group"`
 	Addr  string `json:"addr"`
+	// Host and Rail are a rail's (a node of several rails is one
+	// FleetNode a rail, named "<host>/<rail>").
+	Host string `json:"host,omitempty"`
+	Rail string `json:"rail,omitempty"`
 	// OK says its paths were fetched; Error why not.
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
@@ -210,7 +214,7 @@ func (a *Agent) Fleet(ctx context.Context) FleetDoc {
 	sem := make(chan struct{}, a.opts.FleetWorkers)
 	var wg sync.WaitGroup
 	for i, n := range c.list.Nodes {
-		doc.Nodes[i] = FleetNode{Name: n.Name, Group: n.Group, Addr: n.Addr.String()}
+		doc.Nodes[i] = FleetNode{Name: n.Name, Group: n.Group, Addr: n.Addr.String(), Host: n.Host, Rail: n.Rail}
 		if n.Addr == a.opts.Self {
 			per[i] = a.Paths()
 			doc.Nodes[i].OK = true

@@ -202,6 +202,24 @@ func TestMultiRail(t *testing.T) {
 	if at == 0 {
 		t.Fatalf("rail h1/rail0 not named within 30 s; verdicts: %v", keys(seen))
 	}
+	if d := os.Getenv(screenshotEnv); d != "" {
+		(&fabricFleet{f: rf.f, dir: dir}).screenshot(t, filepath.Join(d, "probe-fault-rail-link-loss-5.png"))
+	}
+	// The fleet document (the page's) gives every rail its host and rail.
+	var fleet struct {
+		Nodes []struct{ Name, Host, Rail string }
+	}
+	if err := json.Unmarshal(getBody(t, rf.client, fmt.Sprintf("http://%s:9478/probe/v1/fleet", rf.rails[0])), &fleet); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range fleet.Nodes {
+		if n.Name != n.Host+"/"+n.Rail {
+			t.Errorf("fleet node %+v: want host and rail", n)
+		}
+	}
+	if len(fleet.Nodes) != 6 {
+		t.Errorf("fleet of %d nodes, want 6 rails", len(fleet.Nodes))
+	}
 	t.Logf("named in %v: %v", at.Round(time.Second), keys(seen))
 	for v := range seen {
 		if v != "loss: rail h1/rail0" && !strings.HasPrefix(v, "loss: rail h1/rail0 (") {
