@@ -1,0 +1,98 @@
+package rxeinterop
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/internal/testenv"
+)
+
+// mcastGroup is the IPv4 multicast group of TestMcastRxe, and mcastN the
+// messages each way.
+const (
+	mcastGroup = "239.1.1.1"
+	mcastN     = 5
+)
+
+// TestMcastRxe meets rdma-core's mckey on rdma_rxe (rdma_join_multicast:
+// rdma_cm joins the IP group and attaches its UD QP to the GID
+// ::ffff:239.1.1.1) with a soft device's UD QP attached to the same group
+// (mcastpeer, verbs AttachMcast), each as sender and as receiver: 5 SENDs
+// with immediate data to QPN 0xFFFFFF and rdma_cm's Q_Key, all received;
+// the captures pass the wire checker. Both sides route 239.0.0.0/8 to the
+// link.
+func TestMcastRxe(t *testing.T) {
+	h := newHarness(t)
+	peer := filepath.Join(t.TempDir(), "mcastpeer")
+	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", peer,
+		"github.com/goroce/goroce/internal/rxeinterop/mcastpeer").CombinedOutput(); err != nil {
+		t.Fatalf("go build mcastpeer: %v\n%s", err, out)
+	}
+	h.startPeer("mcast-setup", "ip route replace 239.0.0.0/8 dev eth0 && ip route", "ip route replace 239.0.0.0/8 dev br0 && ip route")
+	if r := h.peerResult(t); r.guestRC != 0 || r.hostErr != nil {
+		t.Fatalf("multicast routes: guest %d, host %v\n%s\n%s", r.guestRC, r.hostErr, r.guestOut, r.hostOut)
+	}
+	recv := []string{peer, "-addr", hostIP, "-group", mcastGroup, "-recv", "-n", fmt.Sprint(mcastN), "-timeout", "60s"}
+	send := []string{peer, "-addr", hostIP, "-group", mcastGroup, "-send", "-n", fmt.Sprint(mcastN), "-timeout", "30s"}
+	mckey := fmt.Sprintf("mckey -m %s -b %s -C %d", mcastGroup, guestIP, mcastN)
+	t.Run("rxe-to-goroce", func(t *testing.T) {
+		pcap := filepath.Join(h.build, "captures", "peer-mcast-rxe-to-goroce.pcap")
+		stop := h.startCapture(t, pcap)
+		host, hostOut, hostDone := h.hostStart(t, recv)
+		defer host()
+		for !strings.Contains(hostOut.String(), "attached") {
+			select {
+			case err := <-hostDone:
+				t.Fatalf("mcastpeer ended (%v):\n%s", err, hostOut.String())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		h.guestJob(t, "mckey-send", 60, mckey+" -s")
+		gout, grc := h.waitJob(t, "mckey-send", 90*time.Second)
+		herr := <-hostDone
+		stop()
+		t.Logf("mckey -s (rc=%d):\n%s\nmcastpeer -recv (%v):\n%s", grc, gout, herr, hostOut.String())
+		if grc != 0 || !strings.Contains(gout, "data transfers complete") || herr != nil || strings.Count(hostOut.String(), "recv ") != mcastN {
+			t.Fatalf("want mckey's %d sends all received by goroce", mcastN)
+		}
+		h.checkCapture(t, pcap)
+	})
+	t.Run("goroce-to-rxe", func(t *testing.T) {
+		pcap := filepath.Join(h.build, "captures", "peer-mcast-goroce-to-rxe.pcap")
+		stop := h.startCapture(t, pcap)
+		// mckey posts its receives before it joins, then waits for them
+		// with no timeout of its own (the job's bounds it).
+		h.guestJob(t, "mckey-recv", 60, mckey)
+		time.Sleep(6 * time.Second)
+		out, err := exec.Command("ip", append([]string{"netns", "exec", h.ns}, send...)...).CombinedOutput()
+		gout, grc := h.waitJob(t, "mckey-recv", 90*time.Second)
+		stop()
+		t.Logf("mcastpeer -send (%v):\n%s\nmckey (rc=%d):\n%s", err, out, grc, gout)
+		if err != nil || grc != 0 || !strings.Contains(gout, "data transfers complete") || !strings.Contains(gout, "return status 0") {
+			t.Fatalf("want goroce's %d sends all received by mckey", mcastN)
+		}
+		h.checkCapture(t, pcap)
+	})
+}
+
+// hostStart starts a command in the harness's namespace; the function
+// returned kills it if it still runs.
+func (h *harness) hostStart(t *testing.T, args []string) (func(), *testenv.Buffer, chan error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", h.ns}, args...)...)
+	out := &testenv.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	return cancel, out, done
+}
