@@ -209,8 +209,15 @@ type Agent struct {
 	httpPort atomic.Int32
 	cfg      atomic.Pointer[config]
 
-	mu    sync.Mutex // serialises reloads; guards peers
+	mu    sync.Mutex // serialises reloads; guards peers and extra
 	peers map[netip.Addr]*peer
+	// extra are the separating targets: pairs the fleet's exporter asks
+	// this node to probe to settle an ambiguous verdict (class
+	// ClassSeparate).
+	extra []pinglist.Target
+	// separating is the exporter's list of separating pairs, served at
+	// SeparatePath.
+	separating atomic.Pointer[SeparateDoc]
 
 	// Channels to the scheduling and discovery goroutines.
 	targetSet  chan struct{}
@@ -335,10 +342,11 @@ func parse(b []byte, path string, self netip.Addr) (*config, error) {
 	for _, n := range l.Nodes {
 		hosts[n.Name] = n.Group
 	}
-	tc := make(map[string]uint8, len(l.Classes))
+	tc := make(map[string]uint8, len(l.Classes)+1)
 	for name, c := range l.Classes {
 		tc[name] = uint8(c.DSCP << 2)
 	}
+	tc[ClassSeparate] = tc[pinglist.ClassInterToR]
 	return &config{
 		tc:      tc,
 		hosts:   hosts,
@@ -358,36 +366,10 @@ func (a *Agent) install(cfg *config) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	old := a.cfg.Load()
-	peers := make(map[netip.Addr]*peer, len(cfg.targets))
-	names := make(map[string]bool, len(cfg.targets))
-	for _, t := range cfg.targets {
-		addr := t.Node.Addr
-		if _, ok := peers[addr]; ok {
-			continue
-		}
-		p := a.peers[addr]
-		if p == nil || p.node != t.Node {
-			p = &peer{node: t.Node}
-		}
-		peers[addr] = p
-		names[t.Node.Name] = true
-	}
-	a.peers = peers
+	a.extra = keepExtra(cfg, a.extra)
 	a.cfg.Store(cfg)
 	a.httpPort.Store(int32(cfg.list.Settings.HTTPPort))
-	a.hist.keep(names)
-	a.targetsGauge.Set(float64(len(cfg.targets)))
-	// The goroutines take the newest set; an older one still queued is
-	// replaced.
-	select {
-	case <-a.peerSet:
-	default:
-	}
-	a.peerSet <- peers
-	select {
-	case a.targetSet <- struct{}{}:
-	default:
-	}
+	a.setPeersLocked(cfg)
 	a.listedGauge.Set(boolValue(cfg.listed))
 	if old == nil || old.self != cfg.self {
 		a.metrics.SetSource(cfg.self.Name, cfg.self.Group)
@@ -407,6 +389,50 @@ func (a *Agent) install(cfg *config) {
 			a.log.Warn("pinglist settings timeout, responder_qps, window, sla and max_pairs take effect at the next start")
 		}
 	}
+}
+
+// setPeersLocked makes the targets of cfg and the separating targets
+// (a.extra) the peers, and hands them to the discovery and scheduling
+// goroutines. a.mu is held.
+func (a *Agent) setPeersLocked(cfg *config) {
+	all := a.targetsLocked(cfg)
+	peers := make(map[netip.Addr]*peer, len(all))
+	names := make(map[string]bool, len(all))
+	for _, t := range all {
+		addr := t.Node.Addr
+		if _, ok := peers[addr]; ok {
+			continue
+		}
+		p := a.peers[addr]
+		if p == nil || p.node != t.Node {
+			p = &peer{node: t.Node}
+		}
+		peers[addr] = p
+		names[t.Node.Name] = true
+	}
+	a.peers = peers
+	a.hist.keep(names)
+	a.targetsGauge.Set(float64(len(cfg.targets)))
+	// The goroutines take the newest set; an older one still queued is
+	// replaced.
+	select {
+	case <-a.peerSet:
+	default:
+	}
+	a.peerSet <- peers
+	select {
+	case a.targetSet <- struct{}{}:
+	default:
+	}
+}
+
+// targetsLocked is what the scheduler probes: cfg's targets and the
+// separating ones. a.mu is held.
+func (a *Agent) targetsLocked(cfg *config) []pinglist.Target {
+	if len(a.extra) == 0 {
+		return cfg.targets
+	}
+	return append(append(make([]pinglist.Target, 0, len(cfg.targets)+len(a.extra)), cfg.targets...), a.extra...)
 }
 
 // Reload reads the pinglist again and installs it. A list that does not
@@ -611,8 +637,9 @@ func (a *Agent) schedule(ctx context.Context) {
 			labels = c.labels
 			a.mu.Lock()
 			peers := a.peers
+			targets := a.targetsLocked(c)
 			a.mu.Unlock()
-			s.replace(time.Now(), c.targets, func(addr netip.Addr) *peer { return peers[addr] })
+			s.replace(time.Now(), targets, func(addr netip.Addr) *peer { return peers[addr] })
 		case <-timer.C:
 			s.due(time.Now(), probeOne)
 		}

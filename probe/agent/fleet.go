@@ -20,18 +20,25 @@ import (
 // suspects was named by the previous view too, so that the first seconds
 // of a fault, when one path's chance losses can pass the test before the
 // whole component's do, export nothing rather than a wrong component.
+//
+// An ambiguous verdict names the host pairs whose probes would settle it:
+// the exporter serves them at SeparatePath, every agent takes those it is
+// the source of as targets of class ClassSeparate (bounded), and the next
+// views judge with their paths too (separatingPairs, setSeparating).
 func (a *Agent) exportFleet(ctx context.Context) {
 	t := time.NewTicker(a.opts.FleetInterval)
 	defer t.Stop()
 	var prev map[string]bool
+	var sep separation
 	for {
 		name, me := a.electExporter(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		a.exporter.Store(&name)
+		var doc FleetDoc
 		if me {
-			doc := a.Fleet(ctx)
+			doc = a.Fleet(ctx)
 			var confirmed []analysis.Verdict
 			now := map[string]bool{}
 			for _, v := range doc.Verdicts {
@@ -50,6 +57,7 @@ func (a *Agent) exportFleet(ctx context.Context) {
 			prev = nil
 			a.metrics.SetFleet(false, nil)
 		}
+		a.setSeparating(a.separatingPairs(ctx, name, me, &sep, &doc))
 		select {
 		case <-ctx.Done():
 			return

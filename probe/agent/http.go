@@ -122,6 +122,9 @@ func (a *Agent) Handler() http.Handler {
 		writeJSONGzip(w, r, a.Fleet(r.Context()))
 	})
 	mux.HandleFunc("GET "+FleetHistoryPath, a.fleetHistory)
+	mux.HandleFunc("GET "+SeparatePath, func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, a.separateDoc())
+	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		b, _ := web.ReadFile("web/index.html")
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
