@@ -64,7 +64,8 @@ func testMcast(t *testing.T, env *Env) {
 		t.Errorf("detach once more: %v, want verbs.ErrInvalidAttr", err)
 	}
 	if !env.McastGroup.IsValid() {
-		t.Skip("Env.McastGroup is not set: no multicast route between the sides; attach and detach checked, not delivery")
+		t.Log("Env.McastGroup is not set (no multicast route between the sides): attach and detach checked, not delivery")
+		return
 	}
 	mcastDeliver(t, env, a, b, qa, qb1, qb2, gid)
 }
