@@ -19,7 +19,7 @@ import (
 )
 
 // buildGoroce builds the goroce command for the test.
-func buildGoroce(t *testing.T) string {
+func buildGoroce(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "goroce")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/goroce/goroce/cmd/goroce").CombinedOutput()
