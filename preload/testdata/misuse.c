@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <infiniband/verbs.h>
 
 static int checks, failures;
@@ -94,6 +96,34 @@ int main(void)
 	struct ibv_recv_wr rwr = {.wr_id = 2, .sg_list = NULL, .num_sge = 1}, *rbad = NULL;
 	RETERR("post_recv(NULL sg_list)", ibv_post_recv(qp, &rwr, &rbad), EINVAL);
 	CHECK("post_recv bad_wr", rbad == &rwr);
+
+	// Inline data is copied by the library (from memory with no key): bad
+	// addresses and too much of it are refused, the request named.
+	char big[512];
+	struct ibv_sge isge[2] = {{.addr = (uintptr_t)buf, .length = 8}, {.addr = 0, .length = 8}};
+	struct ibv_send_wr iwr = {.wr_id = 3, .sg_list = isge, .num_sge = 2, .opcode = IBV_WR_SEND,
+				  .send_flags = IBV_SEND_INLINE}, *ibad = NULL;
+	RETERR("post_send(inline from address 0)", ibv_post_send(qp, &iwr, &ibad), EINVAL);
+	CHECK("post_send(inline from address 0) bad_wr", ibad == &iwr);
+	isge[0] = (struct ibv_sge){.addr = (uintptr_t)big, .length = qa.cap.max_inline_data + 1};
+	iwr.num_sge = 1;
+	ibad = NULL;
+	RETERR("post_send(inline past max_inline_data)", ibv_post_send(qp, &iwr, &ibad), EINVAL);
+	CHECK("post_send(inline past max_inline_data) bad_wr", ibad == &iwr);
+
+	// The devices' /dev/infiniband files (for programs that look, as UCX):
+	// a listed device's is a character device, nothing else is touched.
+	struct stat st;
+	char path[128];
+	snprintf(path, sizeof path, "/dev/infiniband/%s", l[0]->dev_name);
+	CHECK("stat(device file)", stat(path, &st) == 0 && S_ISCHR(st.st_mode));
+	CHECK("access(device file)", access(path, R_OK | W_OK) == 0);
+	NEGERR("stat(another device's file)", stat("/dev/infiniband/uverbs-none", &st), ENOENT);
+	NEGERR("access(another device's file)", access("/dev/infiniband/uverbs-none", F_OK), ENOENT);
+	const char *volatile nullpath = NULL; // the kernel's EFAULT, not a crash
+	NEGERR("stat(NULL)", stat(nullpath, &st), EFAULT);
+	NEGERR("access(NULL)", access(nullpath, F_OK), EFAULT);
+	CHECK("stat(/)", stat("/", &st) == 0 && S_ISDIR(st.st_mode));
 
 	struct ibv_ah_attr ah = {.is_global = 0, .port_num = 1};
 	NULLERR("create_ah(no GRH)", ibv_create_ah(pd, &ah), EINVAL);
