@@ -43,8 +43,16 @@ func (e *PathError) Unwrap() error { return e.Err }
 func (e *PathError) Is(target error) bool { return target == ErrUnreachable }
 
 // immediate reports whether the error came from the send itself (the
-// local routing table), not from the network.
+// local routing table, or a local firewall: EPERM, EACCES), not from the
+// network.
 func (e *PathError) immediate() bool {
 	return !e.ICMP && (e.Err == syscall.ENETUNREACH || e.Err == syscall.EHOSTUNREACH || e.Err == syscall.EACCES ||
 		e.Err == syscall.EPERM || e.Err == syscall.EADDRNOTAVAIL)
+}
+
+// filtered reports whether a local firewall (netfilter) refused the send:
+// EPERM or EACCES. A rule that drops some packets (a random drop, a rate
+// limit) refuses some sends and passes others.
+func (e *PathError) filtered() bool {
+	return !e.ICMP && (e.Err == syscall.EPERM || e.Err == syscall.EACCES)
 }

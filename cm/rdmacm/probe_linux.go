@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -31,14 +32,16 @@ const (
 // unreachable: no RoCE device at the address; host or network
 // unreachable), read from the socket's error queue (IP_RECVERR).
 type pathProbe struct {
-	conn *net.UDPConn
-	raw  syscall.RawConn
-	fl   wire.Flow
-	mu   sync.Mutex // the packet buffer and PSN
-	buf  []byte
-	psn  wire.PSN
-	errs chan error
-	done chan struct{}
+	conn    *net.UDPConn
+	raw     syscall.RawConn
+	fl      wire.Flow
+	mu      sync.Mutex // the packet buffer and PSN
+	buf     []byte
+	psn     wire.PSN
+	errs    chan error
+	done    chan struct{}
+	sent    atomic.Int64 // MADs the kernel took
+	refused atomic.Int64 // MADs the kernel refused
 }
 
 // openProbe opens the probe of a dial from local to peer, or returns nil
@@ -85,9 +88,24 @@ func (p *pathProbe) send(mad []byte) {
 	}
 	p.mu.Unlock()
 	if err != nil {
+		p.refused.Add(1)
 		p.report(&PathError{Peer: p.fl.Dst, Err: unwrapErrno(err)})
+		return
 	}
+	p.sent.Add(1)
 }
+
+// filtering reports whether a local firewall's refusals (PathError.filtered)
+// of the probe's MADs are a drop among sends that pass rather than a rule
+// that refuses them all: the kernel took one, or it refused fewer than
+// filteredRefusals (a rule dropping a third of them at random refuses
+// that many in a row once in 729 dials; a rule refusing all fails the
+// dial within about half a second of quick resends).
+func (p *pathProbe) filtering() bool {
+	return p.sent.Load() > 0 || p.refused.Load() < filteredRefusals
+}
+
+const filteredRefusals = 6
 
 func (p *pathProbe) report(err error) {
 	select {

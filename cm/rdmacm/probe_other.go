@@ -11,3 +11,4 @@ type pathProbe struct{ errs chan error }
 func openProbe(local, peer netip.Addr) *pathProbe { return nil }
 func (p *pathProbe) send(mad []byte)              {}
 func (p *pathProbe) close()                       {}
+func (p *pathProbe) filtering() bool              { return false }
