@@ -17,7 +17,8 @@ import (
 // path: a UD SEND to the QP itself on the first device (post_recv,
 // post_send, poll_cq until both complete), averaged over n messages after a
 // warm-up. The test of this package calls it.
-func allocsPerMessage(n int) (float64, error) {
+// With inline, the SEND is posted IBV_SEND_INLINE (the library copies it).
+func allocsPerMessage(n int, inline bool) (float64, error) {
 	ds, err := configured()
 	if err != nil || len(ds) == 0 {
 		return 0, errors.New("no device")
@@ -35,7 +36,7 @@ func allocsPerMessage(n int) (float64, error) {
 	buf := C.calloc(1, 4096)
 	defer C.free(buf)
 	ia := C.struct_ibv_qp_init_attr{qp_type: C.IBV_QPT_UD}
-	ia.cap = C.struct_ibv_qp_cap{max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1}
+	ia.cap = C.struct_ibv_qp_cap{max_send_wr: 16, max_recv_wr: 16, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64}
 	if gr_alloc_pd(ctx, &pd) != 0 || gr_create_cq(ctx, 64, nil, nil, &cq) != 0 ||
 		gr_reg_mr(pd, buf, 4096, C.uint64_t(uintptr(buf)), C.IBV_ACCESS_LOCAL_WRITE, &mr) != 0 {
 		return 0, errors.New("pd, cq or mr")
@@ -73,15 +74,25 @@ func allocsPerMessage(n int) (float64, error) {
 	defer C.free(unsafe.Pointer(swr))
 	*swr = C.struct_gr_swr{sg_list: &sges[1], num_sge: 1, opcode: C.IBV_WR_SEND, send_flags: C.IBV_SEND_SIGNALED,
 		ah: unsafe.Pointer(ah), remote_qpn: qp.qp_num, remote_qkey: 0x11111111}
+	if inline {
+		swr.send_flags |= C.IBV_SEND_INLINE
+	}
 	wcs := (*C.struct_gr_wc)(C.calloc(4, C.sizeof_struct_gr_wc))
 	defer C.free(unsafe.Pointer(wcs))
+	mem := unsafe.Slice((*byte)(buf), 4096)
+	msg, got := mem[2048:2048+64], mem[40:40+64] // sent; received behind the GRH
+	seq := byte(0)
 	one := func() error {
 		var bad *C.struct_ibv_recv_wr
 		var e C.int
+		seq++
+		for i := range msg {
+			msg[i] = seq + byte(i)
+		}
 		if gr_post_recv(qp, rwr, &bad) != 0 || gr_post_send(qp, swr, 1, &e) != 1 {
 			return errors.New("post")
 		}
-		for got := 0; got < 2; {
+		for n := 0; n < 2; {
 			k := gr_poll_cq(cq, 4, wcs)
 			if k < 0 {
 				return errors.New("poll")
@@ -91,7 +102,10 @@ func allocsPerMessage(n int) (float64, error) {
 					return errors.New("completion in error")
 				}
 			}
-			got += int(k)
+			n += int(k)
+		}
+		if string(got) != string(msg) {
+			return errors.New("the message received is not the one sent")
 		}
 		return nil
 	}

@@ -5,16 +5,19 @@ package main
 import "testing"
 
 // TestHotPathAllocs: the library's post_recv, post_send and poll_cq (with
-// the soft engine under them) allocate nothing per message.
+// the soft engine under them) allocate nothing per message, inline data
+// copied or not.
 func TestHotPathAllocs(t *testing.T) {
 	t.Setenv("GOROCE_ADDR", "127.0.34.11")
 	t.Setenv("GOROCE_PATH", "udp")
-	got, err := allocsPerMessage(2000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%.3f allocations a message", got)
-	if got > 0.05 {
-		t.Errorf("%.3f allocations a message (post_recv, post_send, poll_cq), want none", got)
+	for _, inline := range []bool{false, true} {
+		got, err := allocsPerMessage(2000, inline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("inline %v: %.3f allocations a message", inline, got)
+		if got > 0.05 {
+			t.Errorf("inline %v: %.3f allocations a message (post_recv, post_send, poll_cq), want none", inline, got)
+		}
 	}
 }
