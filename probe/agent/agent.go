@@ -641,7 +641,7 @@ func (a *Agent) schedule(ctx context.Context) {
 			a.mu.Unlock()
 			s.replace(time.Now(), targets, func(addr netip.Addr) *peer { return peers[addr] })
 		case <-timer.C:
-			s.due(time.Now(), probeOne)
+			s.due(time.Now().Add(s.slack), probeOne)
 		}
 		timer.Reset(s.wait(time.Now()))
 	}

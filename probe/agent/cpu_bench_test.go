@@ -20,6 +20,7 @@ import (
 
 	"github.com/goroce/goroce/probe"
 	pl "github.com/goroce/goroce/probe/pinglist"
+	"github.com/goroce/goroce/verbs"
 )
 
 // cpuAddr is node n's address in BenchmarkAgentCPU1000's fleet.
@@ -52,7 +53,10 @@ func procCPU(tb testing.TB, pid int) time.Duration {
 // answers as the fleet's exporter, so the agent is one of the 999 that
 // are not (the exporter's fleet view is BenchmarkFleet1000's). The agent's
 // CPU (user + system, from /proc) is reported as a percentage of one core
-// and per probe (sent or answered). Linux, loopback; run with -benchtime 1x.
+// and per probe (sent or answered), over two runs. With
+// GOROCE_PROBE_CPU_BASELINE set to another goroce binary (an earlier
+// commit's), its agent runs too, in alternating blocks, and cpu/baseline
+// is the ratio. Linux, loopback; run with -benchtime 1x.
 func BenchmarkAgentCPU1000(b *testing.B) {
 	secs := 30
 	if s, err := strconv.Atoi(os.Getenv("GOROCE_PROBE_CPU_SECONDS")); err == nil && s > 0 {
@@ -113,27 +117,72 @@ func BenchmarkAgentCPU1000(b *testing.B) {
 	defer srv.Close()
 	path := filepath.Join(b.TempDir(), "pinglist.yaml")
 	write(b, path, cfg)
-	cmd := exec.Command(bin, "probe", "agent", "--config", path, "--addr", cpuAddr(self).String(),
-		"--listen", netip.AddrPortFrom(cpuAddr(self), uint16(port)).String(), "--path", "udp", "--log-level", "error")
+	pdev := softContext(b, netip.AddrFrom4([4]byte{127, 46, 250, 2}))
+	run := func(bin string) cpuRun {
+		return agentCPU(b, pdev, bin, path, netip.AddrPortFrom(cpuAddr(self), uint16(port)), time.Duration(secs)*time.Second)
+	}
+	baseline := os.Getenv("GOROCE_PROBE_CPU_BASELINE")
+	b.ResetTimer()
+	var now, before cpuRun
+	for k := 0; k < 2; k++ { // alternating blocks, when there is a baseline
+		now = now.add(run(bin))
+		if baseline != "" {
+			before = before.add(run(baseline))
+		}
+	}
+	b.StopTimer()
+	now.report(b, "")
+	b.ReportMetric(float64(len(targets)), "targets")
+	if baseline != "" {
+		before.report(b, "baseline-")
+		b.ReportMetric(now.cpu.Seconds()/now.elapsed.Seconds()/(before.cpu.Seconds()/before.elapsed.Seconds()), "cpu/baseline")
+	}
+}
+
+// cpuRun is what agentCPU measured.
+type cpuRun struct {
+	cpu, elapsed          time.Duration
+	sent, answered, lost float64
+}
+
+func (r cpuRun) add(o cpuRun) cpuRun {
+	return cpuRun{r.cpu + o.cpu, r.elapsed + o.elapsed, r.sent + o.sent, r.answered + o.answered, r.lost + o.lost}
+}
+
+func (r cpuRun) report(b *testing.B, prefix string) {
+	el := r.elapsed.Seconds()
+	b.ReportMetric(100*r.cpu.Seconds()/el, prefix+"cpu-%")
+	b.ReportMetric(r.cpu.Seconds()*1e6/(r.sent+r.answered), prefix+"cpu-µs/probe")
+	b.ReportMetric(r.sent/el, prefix+"sent/s")
+	b.ReportMetric(r.answered/el, prefix+"answered/s")
+	b.ReportMetric(r.lost, prefix+"lost")
+}
+
+// agentCPU runs bin's agent on the pinglist at path (listening on
+// listen), probes it at 550/s from this process, and measures its CPU
+// over d after 10 s of warm-up.
+func agentCPU(b *testing.B, pdev verbs.Context, bin, path string, listen netip.AddrPort, d time.Duration) cpuRun {
+	cmd := exec.Command(bin, "probe", "agent", "--config", path, "--addr", listen.Addr().String(),
+		"--listen", listen.String(), "--path", "udp", "--log-level", "error")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := fmt.Sprintf("http://%s", netip.AddrPortFrom(cpuAddr(self), uint16(port)))
+	base := "http://" + listen.String()
 	var s probe.Self
+	var err error
 	waitFor(b, 20*time.Second, "the agent's responder", func() bool {
 		s, err = probe.FetchSelf(context.Background(), nil, base)
 		return err == nil
 	})
 	peer, _ := s.Peer()
-	pdev := softContext(b, netip.AddrFrom4([4]byte{127, 46, 250, 2}))
-	var answered, lostBack atomic.Uint64
+	var answered, lost atomic.Uint64
 	prober, err := probe.NewProber(pdev, probe.ProberOptions{OnResult: func(r probe.Result) {
 		if r.Outcome == probe.OutcomeOK {
 			answered.Add(1)
 		} else {
-			lostBack.Add(1)
+			lost.Add(1)
 		}
 	}})
 	if err != nil {
@@ -158,24 +207,12 @@ func BenchmarkAgentCPU1000(b *testing.B) {
 			}
 		}
 	}()
-	sent := func() float64 {
-		return scrapeCounter(b, base+"/metrics", "goroce_probe_sent_total")
-	}
+	sent := func() float64 { return scrapeCounter(b, base+"/metrics", "goroce_probe_sent_total") }
 	time.Sleep(10 * time.Second)
-	b.ResetTimer()
-	s0, a0, c0, t0 := sent(), answered.Load(), procCPU(b, cmd.Process.Pid), time.Now()
-	time.Sleep(time.Duration(secs) * time.Second)
-	s1, a1, c1, t1 := sent(), answered.Load(), procCPU(b, cmd.Process.Pid), time.Now()
-	b.StopTimer()
-	el := t1.Sub(t0).Seconds()
-	cpu := (c1 - c0).Seconds()
-	probes := (s1 - s0) + float64(a1-a0) // sent by the agent, and answered by it
-	b.ReportMetric(100*cpu/el, "cpu-%")
-	b.ReportMetric(cpu*1e6/probes, "cpu-µs/probe")
-	b.ReportMetric((s1-s0)/el, "sent/s")
-	b.ReportMetric(float64(a1-a0)/el, "answered/s")
-	b.ReportMetric(float64(len(targets)), "targets")
-	b.ReportMetric(float64(lostBack.Load()), "lost")
+	s0, a0, l0, c0, t0 := sent(), answered.Load(), lost.Load(), procCPU(b, cmd.Process.Pid), time.Now()
+	time.Sleep(d)
+	s1, a1, l1, c1, t1 := sent(), answered.Load(), lost.Load(), procCPU(b, cmd.Process.Pid), time.Now()
+	return cpuRun{cpu: c1 - c0, elapsed: t1.Sub(t0), sent: s1 - s0, answered: float64(a1 - a0), lost: float64(l1 - l0)}
 }
 
 // scrapeCounter sums the samples of counter name in the text exposition

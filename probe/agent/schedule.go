@@ -79,7 +79,17 @@ func phase(k targetKey, iv time.Duration) time.Duration {
 type scheduler struct {
 	h       schedHeap
 	entries map[targetKey]*entry
+	// slack is how early a probe may go with others due: the goroutine
+	// wakes at most once a slack and sends what is due by then, so that
+	// 550 probes/s are a few hundred wakeups, not 550, and their packets
+	// leave and come back in small batches. It is maxSlack, or a quarter
+	// of the shortest interval when that is less (no target sends twice
+	// in one batch).
+	slack time.Duration
 }
+
+// maxSlack bounds the scheduler's slack.
+const maxSlack = 5 * time.Millisecond
 
 // replace installs a new target set at time now: targets that stay keep
 // their entry (position in the label cycle and next time, adjusted to the
@@ -91,7 +101,9 @@ func (s *scheduler) replace(now time.Time, targets []pinglist.Target, peers func
 	}
 	keep := make(map[targetKey]*entry, len(targets))
 	h := make(schedHeap, 0, len(targets))
+	s.slack = maxSlack
 	for _, t := range targets {
+		s.slack = min(s.slack, interval(t.Rate)/4)
 		k := targetKey{t.Node.Addr, t.Class}
 		if _, dup := keep[k]; dup {
 			continue
