@@ -141,7 +141,7 @@ func BenchmarkAgentCPU1000(b *testing.B) {
 
 // cpuRun is what agentCPU measured.
 type cpuRun struct {
-	cpu, elapsed          time.Duration
+	cpu, elapsed         time.Duration
 	sent, answered, lost float64
 }
 
