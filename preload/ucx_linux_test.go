@@ -73,6 +73,8 @@ func TestUCXPerftest(t *testing.T) {
 	tests := []ucxTest{
 		{"tag_lat", []string{"-t", "tag_lat", "-n", "200"}, 200, []string{"RC_SEND_ONLY"}},
 		{"ucp_put_bw", []string{"-t", "ucp_put_bw", "-s", "65536", "-n", "100"}, 100, []string{"RC_RDMA_WRITE_FIRST", "RC_RDMA_WRITE_LAST"}},
+		// 1 MiB tag messages go by rendezvous: the receiver READs them.
+		{"tag_bw_rndv", []string{"-t", "tag_bw", "-s", "1048576", "-n", "20"}, 20, []string{"RC_RDMA_READ_REQUEST"}},
 		{"uct_am_lat", []string{"-t", "am_lat", "-x", "rc_verbs", "-d", "soft0:1", "-n", "200"}, 200, []string{"RC_SEND_ONLY"}},
 	}
 	for _, u := range tests {
