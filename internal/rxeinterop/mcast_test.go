@@ -3,6 +3,7 @@ package rxeinterop
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -26,9 +27,17 @@ const (
 // (mcastpeer, verbs AttachMcast), each as sender and as receiver: 5 SENDs
 // with immediate data to QPN 0xFFFFFF and rdma_cm's Q_Key, all received;
 // the captures pass the wire checker. Both sides route 239.0.0.0/8 to the
-// link.
+// link. And the ibverbs provider's verbstest UD/Mcast on rxe0 in the guest
+// (ibv_attach_mcast and ibv_detach_mcast, and rdma_rxe's refusals).
 func TestMcastRxe(t *testing.T) {
+	requireIbverbsGuest(t, "UD multicast")
 	h := newHarness(t)
+	suite := filepath.Join(t.TempDir(), "ibverbs.test")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "test", "-c", "-tags", "ibverbs", "-o", suite, "github.com/goroce/goroce/provider/ibverbs")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go test -c provider/ibverbs: %v\n%s", err, out)
+	}
 	peer := filepath.Join(t.TempDir(), "mcastpeer")
 	if out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", peer,
 		"github.com/goroce/goroce/internal/rxeinterop/mcastpeer").CombinedOutput(); err != nil {
@@ -78,6 +87,21 @@ func TestMcastRxe(t *testing.T) {
 			t.Fatalf("want goroce's %d sends all received by mckey", mcastN)
 		}
 		h.checkCapture(t, pcap)
+	})
+	t.Run("ibverbs-verbstest", func(t *testing.T) {
+		b, err := os.ReadFile(suite)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(h.share(), "ibverbs.test"), b, 0o755)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.guestJob(t, "ibv-mcast", 100, "/share/ibverbs.test -test.v -test.run TestSuite/UD/Mcast -ibverbs.dev rxe0")
+		out, rc := h.waitJob(t, "ibv-mcast", 120*time.Second)
+		t.Logf("ibverbs.test -test.run TestSuite/UD/Mcast (rc=%d):\n%s", rc, out)
+		if rc != 0 || !strings.Contains(out, "--- PASS: TestSuite/UD/Mcast") {
+			t.Fatalf("verbstest UD/Mcast did not pass on rxe0")
+		}
 	})
 }
 
