@@ -40,7 +40,7 @@ func runProbeAgent(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&web.peerPasswordFile, "peer-password-file", "", "basic auth password of the fetches from peers, read from `file`")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: goroce probe agent --config FILE [-d dev] [--path P] [--addr A] [--listen :9478] [--jsonl FILE]")
-		fmt.Fprintln(stderr, "\nRuns the prober of one node of a fleet: a responder, probes to every target the\npinglist gives this node (found by --addr), and an HTTP server with /metrics,\n/probe/v1/self, /probe/v1/paths, /probe/v1/fleet and a live page at /.\nThe pinglist is reloaded when the file changes and on SIGHUP.\n\nflags:")
+		fmt.Fprintln(stderr, "\nRuns the prober of one node of a fleet: a responder, probes to every target the\npinglist gives this node (found by --addr), and an HTTP server with /metrics,\n/probe/v1/self, /probe/v1/paths, /probe/v1/fleet and a live page at /.\nThe pinglist is reloaded when the file changes and on SIGHUP. A node the\npinglist gives several rails runs all of them, each on its own address.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := cliflag.Parse(fs, args); !ok {
