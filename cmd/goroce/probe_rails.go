@@ -30,8 +30,8 @@ func nodeRails(path string, self netip.Addr) []pinglist.Node {
 }
 
 // probeRails runs one agent a rail of a multi-rail node, each on its
-// rail's device (the rail's device in the pinglist, -d, or the soft device
-// on the rail's address) and serving HTTP on its rail's address (the port
+// rail's device (the rail's device in the pinglist, else -d, else the soft
+// device on the rail's address) and serving HTTP on its rail's address (the port
 // of --listen, or the pinglist's http_port), until a signal ends them all.
 // The rails' JSON-lines logs, when asked for, go to FILE.<rail>.
 func probeRails(sc devinfo.Soft, devName string, rails []pinglist.Node, o agent.Options, jsonl string) error {
@@ -58,7 +58,7 @@ func probeRails(sc devinfo.Soft, devName string, rails []pinglist.Node, o agent.
 		rsc := sc
 		rsc.Addr = r.Addr.String()
 		dev := devName
-		if r.Device != "" && dev == "" {
+		if r.Device != "" {
 			dev = r.Device
 		}
 		j := ""
