@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/mcast"
 	"github.com/goroce/goroce/packetio/internal/pollwait"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
 	"github.com/goroce/goroce/wire"
@@ -104,7 +105,7 @@ type Conn struct {
 	closed atomic.Bool
 	ctr    packetio.Counters
 
-	mc mcastSet // multicast groups joined (mcast_linux.go)
+	mc mcast.Set // multicast groups joined (mcast_linux.go)
 }
 
 var (
@@ -251,8 +252,8 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
 	}
-	if c.mc.ready.Load() { // datagrams of a multicast group first
-		if pk := c.mc.take(); len(pk) > 0 {
+	if c.mc.Ready() { // datagrams of a multicast group first
+		if pk := c.mc.Take(); len(pk) > 0 {
 			return pk, nil
 		}
 	}
@@ -712,7 +713,7 @@ func (c *Conn) Close() error {
 		return packetio.ErrClosed
 	}
 	err := c.closeFiles()
-	c.mc.close()
+	c.mc.Close()
 	c.portsMu.Lock()
 	c.ports.close()
 	c.portsMu.Unlock()

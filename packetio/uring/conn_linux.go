@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/mcast"
 	"github.com/goroce/goroce/packetio/internal/udpsock"
 	"github.com/goroce/goroce/wire"
 )
@@ -158,6 +159,8 @@ type Conn struct {
 	closed     atomic.Bool
 	ctr        packetio.Counters
 	nops       int // NOP completions seen (ring tests)
+
+	mc mcast.Set // multicast groups joined (mcast_linux.go)
 }
 
 var (
@@ -456,6 +459,7 @@ func (c *Conn) Close() error {
 		return packetio.ErrClosed
 	}
 	c.efile.Write(c.one[:])
+	c.mc.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.free(c.drain())

@@ -29,6 +29,11 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 		return nil, packetio.ErrClosed
 	}
 	c.recycle()
+	if c.mc.Ready() { // datagrams of a multicast group first
+		if pk := c.mc.Take(); len(pk) > 0 {
+			return pk, c.flush()
+		}
+	}
 	poll := !deadline.IsZero() && !time.Now().Before(deadline)
 	entered := false
 	for {

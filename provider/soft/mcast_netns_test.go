@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,17 +30,22 @@ const mcastQKey = 0x11111111
 // detaches, only the other receives; after the last detaches, B leaves
 // the IP group and receives nothing. Hostile attaches and detaches fail
 // with verbs.ErrInvalidAttr.
+//
+// On the uring path as on udp (A and B each on one path; afxdp does not
+// join groups).
 func TestMcastNetns(t *testing.T) {
-	for _, v6 := range []bool{false, true} {
-		name := "ipv4"
-		if v6 {
-			name = "ipv6"
+	for _, path := range []string{"udp", "uring"} {
+		for _, v6 := range []bool{false, true} {
+			name := path + "/ipv4"
+			if v6 {
+				name = path + "/ipv6"
+			}
+			t.Run(name, func(t *testing.T) { mcastNetns(t, v6, path) })
 		}
-		t.Run(name, func(t *testing.T) { mcastNetns(t, v6) })
 	}
 }
 
-func mcastNetns(t *testing.T, v6 bool) {
+func mcastNetns(t *testing.T, v6 bool, path string) {
 	p := netns.NewPair(t, netns.Options{})
 	a, b := p.AddrA, p.AddrB
 	group := netip.MustParseAddr("239.1.2.3")
@@ -53,12 +59,15 @@ func mcastNetns(t *testing.T, v6 bool) {
 			}
 		}
 	}
-	da, db := openIn(t, p.A, a, "udp"), openIn(t, p.B, b, "udp")
+	da, db := openIn(t, p.A, a, path), openIn(t, p.B, b, path)
+	if !strings.HasPrefix(da.Path(), path) || !strings.HasPrefix(db.Path(), path) {
+		t.Skipf("the %s path is not available here: devices on %s and %s", path, da.Path(), db.Path())
+	}
 	capt := newWireCapture(t, p.B, netns.LinkName)
 	gid := verbs.GIDFromAddr(group)
 	ra, rb := e2eNewRes(t, da, 1<<16), e2eNewRes(t, db, 1<<16)
-	rcqA := ra.cq(t, 8)
-	ua := ra.qp(t, verbs.QPTUD, ra.cq(t, 8), rcqA, nil, 8)
+	rcqA, scqA := ra.cq(t, 8), ra.cq(t, 8)
+	ua := ra.qp(t, verbs.QPTUD, scqA, rcqA, nil, 8)
 	var ub [3]verbs.QP
 	var rcq [3]verbs.CQ
 	for i := range ub {
@@ -83,6 +92,10 @@ func mcastNetns(t *testing.T, v6 bool) {
 		_, err := ua.PostSend([]verbs.SendWR{{WRID: seed, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 			SGList: ra.sge(0, 256), AH: ah, RemoteQPN: uint32(engine.McastQPN), RemoteQKey: mcastQKey}})
 		e2eMust(t, err)
+		// The send's completion, before the buffer is filled again.
+		if w := e2ePoll(t, "A's send", scqA, 1)[0]; w.Status != verbs.WCSuccess || w.WRID != seed {
+			t.Fatalf("send %d: %+v", seed, w)
+		}
 	}
 	post := func(i int) {
 		_, err := ub[i].PostRecv([]verbs.RecvWR{{WRID: uint64(i), SGList: rb.sge(4096*(i+1), 40+256)}})
