@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goroce/goroce/packetio"
+	"github.com/goroce/goroce/packetio/internal/mcast"
 	"github.com/goroce/goroce/packetio/internal/pollwait"
 	"github.com/goroce/goroce/wire"
 )
@@ -44,6 +45,8 @@ type Conn struct {
 	ifname string
 	ifidx  int
 	mtu    int
+
+	mc mcast.Set // multicast groups joined (mcast_linux.go)
 
 	local     netip.Addr
 	srcMAC    wire.MAC
@@ -576,6 +579,7 @@ func (c *Conn) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return packetio.ErrClosed
 	}
+	c.mc.Close()
 	err := c.f.Close() // waits for a netpoller callback under way
 	for c.inUse.Load() != 0 {
 		time.Sleep(50 * time.Microsecond)

@@ -46,6 +46,9 @@ func newNeighbours(h *netlink.Handle, ifindex int, timeout, ttl time.Duration) *
 // lookup returns the MAC address to send a packet for dst to. now is
 // time.Now().UnixNano().
 func (n *neighbours) lookup(dst netip.Addr, now int64) (wire.MAC, error) {
+	if dst.IsMulticast() { // a group: its MAC address, no neighbour
+		return multicastMAC(dst.Unmap()), nil
+	}
 	if e, ok := n.cache[dst]; ok && now < e.expires {
 		return e.mac, nil
 	}

@@ -18,6 +18,11 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 	if c.closed.Load() {
 		return nil, packetio.ErrClosed
 	}
+	if c.mc.Ready() { // datagrams of a multicast group first
+		if pk := c.mc.Take(); len(pk) > 0 {
+			return pk, nil
+		}
+	}
 	pkts, err := c.receive(deadline)
 	if err == nil {
 		c.refreshDrops(len(pkts))
