@@ -82,7 +82,7 @@ type scheduler struct {
 	// slack is how early a probe may go with others due: the goroutine
 	// wakes at most once a slack and sends what is due by then, so that
 	// 550 probes/s are a few hundred wakeups, not 550, and their packets
-	// leave and come back in small batches. It is maxSlack, or a quarter
+	// leave and come back in small batches. It is maxSlack, or an eighth
 	// of the shortest interval when that is less (no target sends twice
 	// in one batch).
 	slack time.Duration
@@ -103,7 +103,7 @@ func (s *scheduler) replace(now time.Time, targets []pinglist.Target, peers func
 	h := make(schedHeap, 0, len(targets))
 	s.slack = maxSlack
 	for _, t := range targets {
-		s.slack = min(s.slack, interval(t.Rate)/4)
+		s.slack = min(s.slack, interval(t.Rate)/8)
 		k := targetKey{t.Node.Addr, t.Class}
 		if _, dup := keep[k]; dup {
 			continue
