@@ -25,7 +25,10 @@ func (e *end) receive(g netip.Addr) error {
 	wcs, err := e.wait(*count)
 	for _, w := range wcs {
 		grh := e.buf[int(w.WRID)*slot : int(w.WRID)*slot+40]
-		dst := fmt.Sprintf("%d.%d.%d.%d", grh[36], grh[37], grh[38], grh[39])
+		dst := netip.AddrFrom4([4]byte(grh[36:40])).String()
+		if g.Is6() {
+			dst = netip.AddrFrom16([16]byte(grh[24:40])).String()
+		}
 		fmt.Printf("recv %d: %v, %d bytes from QP %#x, imm %#x, GRH to %s\n", w.WRID, w.Status, w.ByteLen, w.SrcQP, w.Imm, dst)
 		if w.Status != verbs.WCSuccess || w.ByteLen != uint32(slot) || w.Flags&verbs.WCFlagWithImm == 0 ||
 			w.Imm != w.SrcQP || dst != g.String() {
