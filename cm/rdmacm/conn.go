@@ -279,6 +279,20 @@ func (r *Request) Reject(privateData []byte) error {
 	})
 }
 
+// Refuse refuses the request as a CM with no listener for it does (REJ
+// reason 8, invalid service ID), so that a dialer that waits for a listener
+// to come (ConnectParams.RefusedUntil) sends it again: for a listener
+// about to close, whose successor may take it. On a Backend it is Reject.
+func (r *Request) Refuse() error {
+	if r.be != nil {
+		return r.be.Reject(nil)
+	}
+	return r.mg.call(func(now int64) error {
+		delete(r.mg.pending, r.id)
+		return r.mg.m.Reject(now, r.id, ib.RejInvalidServiceID, nil)
+	})
+}
+
 // Accept accepts the request with an RC QP (in RESET, or in INIT with
 // receives posted: see InitQP), which it brings to RTS before the REP
 // leaves. It returns when the dialer's RTU came (or its DREQ: then the

@@ -52,7 +52,36 @@ type gcmid struct {
 	parent  *gcmid // of a connection request's id
 	pending int
 	closing bool
-	settle  sync.Once // a request's id: answered, or destroyed
+	settle  sync.Once     // a request's id: answered, or destroyed
+	lclosed chan struct{} // closed with the listener kept for pending requests
+}
+
+// closingListeners holds the listeners of destroyed listening ids that
+// stay open for requests still being answered, by address: each one's
+// channel closes when it closes. A new rdma_listen on the address waits
+// for it (listenWait at most): a program that destroys its listening id
+// as soon as it has called rdma_accept, and listens again at once (perftest
+// -R's server does), would otherwise find the address in use while the
+// accept's REP and RTU are on their way, where Linux's frees it at once.
+var closingListeners sync.Map // netip.AddrPort -> chan struct{}
+
+const listenWait = 2 * time.Second
+
+// waitClosing waits for a listener kept open on a, if there is one, and
+// reports whether it closed.
+func waitClosing(a netip.AddrPort) bool {
+	v, ok := closingListeners.Load(a)
+	if !ok {
+		return false
+	}
+	t := time.NewTimer(listenWait)
+	defer t.Stop()
+	select {
+	case <-v.(chan struct{}):
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // settled says that the request of child was answered or dropped.
@@ -64,13 +93,17 @@ func (id *gcmid) settled() {
 	id.settle.Do(func() {
 		p.mu.Lock()
 		p.pending--
-		l := p.listener
+		l, done := p.listener, p.lclosed
 		last := p.closing && p.pending == 0
 		p.mu.Unlock()
 		if last {
 			p.cancel()
 			if l != nil {
 				l.Close()
+			}
+			if done != nil {
+				closingListeners.CompareAndDelete(l.Addr(), done)
+				close(done)
 			}
 		}
 	})
@@ -183,6 +216,10 @@ func gr_destroy_id(c *C.struct_rdma_cm_id) C.int {
 	l, conn := id.listener, id.conn
 	id.closing = true
 	keep := id.pending > 0
+	if keep && l != nil {
+		id.lclosed = make(chan struct{})
+		closingListeners.Store(l.Addr(), id.lclosed)
+	}
 	id.mu.Unlock()
 	if !keep {
 		id.cancel()
@@ -328,6 +365,9 @@ func gr_listen(c *C.struct_rdma_cm_id) C.int {
 		return einval
 	}
 	l, err := rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
+	if errors.Is(err, rdmacm.ErrAddrInUse) && waitClosing(id.local) {
+		l, err = rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
+	}
 	if err != nil {
 		warn("rdma_listen on %v: %v", id.local, err)
 		return C.int(syscall.EADDRINUSE)
@@ -350,8 +390,11 @@ func (id *gcmid) accepts(l *rdmacm.Listener) {
 		}
 		id.mu.Lock()
 		if id.closing {
+			// Destroyed, kept open for requests being answered: refused
+			// as by no listener (REJ 8), which a dialer waiting for a
+			// listener sends again, to the next one on the address.
 			id.mu.Unlock()
-			r.Reject(nil)
+			r.Refuse()
 			continue
 		}
 		id.pending++
