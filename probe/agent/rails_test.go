@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,7 +133,9 @@ func (rf *railFleet) verdicts() []string {
 // Every rail probes the other hosts' same rail (and nothing across rails);
 // every series carries its rail; 5 % loss on h1's rail-0 link (in its
 // ToR, both ways) is named "rail h1/rail0" within 30 s, and nothing names
-// h1 itself or its rail 1, whose paths stay clean.
+// h1 itself or its rail 1, whose paths stay clean. With
+// GOROCE_PROBE_MATRIX=full, h1's agent is then stalled 6 s (SIGSTOP): both
+// its rails go silent, and the verdict is "host h1".
 func TestMultiRail(t *testing.T) {
 	netns.Require(t)
 	netns.RequireTool(t, "nft")
@@ -146,8 +149,9 @@ func TestMultiRail(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(rf.pinglist()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	procs := make([]*exec.Cmd, 3)
 	for h := 0; h < 3; h++ {
-		startProcess(t, rf.f.Hosts[h], filepath.Join(dir, fmt.Sprintf("h%d.log", h)), "env", "GOMAXPROCS=1", bin, "probe", "agent",
+		procs[h] = startProcess(t, rf.f.Hosts[h], filepath.Join(dir, fmt.Sprintf("h%d.log", h)), "env", "GOMAXPROCS=1", bin, "probe", "agent",
 			"--config", cfg, "--addr", rf.rails[h].String(), "--path", "udp", "--log-level", "warn")
 	}
 	waitFor(t, 60*time.Second, "every rail to complete probes to the other hosts' same rail", func() bool {
@@ -244,6 +248,35 @@ func TestMultiRail(t *testing.T) {
 	for _, p := range paths {
 		if p.Sent < 20 || p.Lost*100 > p.Sent {
 			t.Errorf("h1/rail1 -> %s: %d of %d lost", p.Dst, p.Lost, p.Sent)
+		}
+	}
+	if os.Getenv(matrixEnv) != "full" {
+		return
+	}
+	// The whole host: its agent stalled 6 s (SIGSTOP), both rails go
+	// silent; the verdict is the host, not its rails.
+	if err := rf.f.Fault(rf.f.ToRs[0], "rail", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 40*time.Second, "the rail's verdict to clear", func() bool { return len(rf.verdicts()) == 0 })
+	procs[1].Process.Signal(syscall.SIGSTOP)
+	time.Sleep(6 * time.Second)
+	procs[1].Process.Signal(syscall.SIGCONT)
+	seen = map[string]bool{}
+	named := false
+	for start := time.Now(); time.Since(start) < 30*time.Second && !named; time.Sleep(time.Second) {
+		for _, v := range rf.verdicts() {
+			seen[v] = true
+			named = named || v == "loss: host h1" || strings.HasPrefix(v, "loss: host h1 (")
+		}
+	}
+	t.Logf("h1 stalled 6 s: %v", keys(seen))
+	if !named {
+		t.Errorf("the stalled two-rail host h1 not named: %v", keys(seen))
+	}
+	for v := range seen {
+		if !strings.HasPrefix(v, "loss: host h1") {
+			t.Errorf("a verdict names something else than host h1: %q", v)
 		}
 	}
 }
