@@ -326,6 +326,8 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add(b)
 	f.Add([]byte("nodes: [{name: a, addr: 10.0.0.1}]"))
+	f.Add([]byte(railList))
+	f.Add([]byte("settings: {rail_pairs: all}\n" + railList))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		l, err := Parse(b)
 		if err != nil {
