@@ -3,6 +3,7 @@ package rxeinterop
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/capture"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/wire"
 )
 
 // The multicast groups of TestMcastRxe, and mcastN the messages each way.
@@ -75,7 +78,7 @@ func mcastPair(t *testing.T, h *harness, peer string, v6 bool) {
 	if v6 {
 		group, host, guest, fam = mcastGroup6, hostIP6, guestIP6, "-ipv6"
 	}
-	recv := []string{peer, "-addr", host, "-group", group, "-recv", "-n", fmt.Sprint(mcastN), "-timeout", "60s"}
+	recv := []string{peer, "-addr", host, "-group", group, "-recv", "-n", fmt.Sprint(mcastN), "-timeout", "30s"}
 	send := []string{peer, "-addr", host, "-group", group, "-send", "-n", fmt.Sprint(mcastN), "-timeout", "30s"}
 	mckey := fmt.Sprintf("mckey -m %s -b %s -C %d", group, guest, mcastN)
 	if v6 {
@@ -105,10 +108,26 @@ func mcastPair(t *testing.T, h *harness, peer string, v6 bool) {
 		h.guestJob(t, "mckey-send", 60, mckey+" -s")
 		gout, grc := h.waitJob(t, "mckey-send", 90*time.Second)
 		herr := <-hostDone
+		if herr != nil && strings.Contains(hostOut.String(), "completions after") {
+			herr = nil // mcastpeer's timeout, all it received right: judged by the counts below
+		}
 		stop()
 		t.Logf("mckey -s (rc=%d):\n%s\nmcastpeer -recv (%v):\n%s", grc, gout, herr, hostOut.String())
-		if grc != 0 || !strings.Contains(gout, "data transfers complete") || herr != nil || strings.Count(hostOut.String(), "recv ") != mcastN {
-			t.Fatalf("want mckey's %d sends all received by goroce", mcastN)
+		got := strings.Count(hostOut.String(), "recv ")
+		onWire, err := mcastOnWire(pcap, group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grc != 0 || !strings.Contains(gout, "data transfers complete") {
+			t.Fatalf("mckey -s failed")
+		}
+		if os.Getenv("RXE_VM_KERNEL") == "6.12" && onWire < mcastN && onWire > 0 && got == onWire {
+			// mckey destroys its QP right after posting its unsignaled
+			// sends; 6.12's rdma_rxe, sending from a work queue, drops
+			// those not yet sent (6.1's sends them all).
+			t.Logf("rdma_rxe 6.12 sent %d of mckey's %d sends before mckey destroyed its QP; goroce received all %d", onWire, mcastN, got)
+		} else if herr != nil || got != mcastN || onWire != mcastN {
+			t.Fatalf("want mckey's %d sends all received by goroce: %d received, %d on the wire", mcastN, got, onWire)
 		}
 		h.checkCapture(t, pcap)
 	})
@@ -128,6 +147,33 @@ func mcastPair(t *testing.T, h *harness, peer string, v6 bool) {
 		}
 		h.checkCapture(t, pcap)
 	})
+}
+
+// mcastOnWire counts the capture's RoCEv2 datagrams to group.
+func mcastOnWire(pcap, group string) (int, error) {
+	f, err := os.Open(pcap)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	rd, err := capture.NewReader(f)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var rec capture.Record
+	for {
+		if err := rd.Next(&rec); err == io.EOF {
+			return n, nil
+		} else if err != nil {
+			return n, err
+		}
+		var fr wire.Frame
+		if rec.LinkType == capture.LinkEthernet && wire.ParseFrame(rec.Data, &fr) == nil && fr.L4 != 0 &&
+			fr.UDP().DstPort() == wire.RoCEv2Port && fr.Dst().String() == group {
+			n++
+		}
+	}
 }
 
 // firstLine returns the first line of out holding s.
