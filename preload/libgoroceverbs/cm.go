@@ -67,6 +67,25 @@ var closingListeners sync.Map // netip.AddrPort -> chan struct{}
 
 const listenWait = 2 * time.Second
 
+// recentClose holds when a listening id of this process on a port was last
+// destroyed (uint16 -> time.Time): a new rdma_listen on that port that finds
+// it in use tries again for listenWait, as the listener's close (its
+// manager's Unlisten) may still be on its way when no request kept it open,
+// or the address forms differ (0.0.0.0 and the device's).
+var recentClose sync.Map
+
+// listenAgain reports whether a rdma_listen on a that found the address in
+// use should try again: a listener on its port was destroyed within
+// listenWait. It waits 10 ms first.
+func listenAgain(a netip.AddrPort, since time.Time) bool {
+	v, ok := recentClose.Load(a.Port())
+	if !ok || time.Since(v.(time.Time)) > listenWait || time.Since(since) > listenWait {
+		return false
+	}
+	time.Sleep(10 * time.Millisecond)
+	return true
+}
+
 // waitClosing waits for a listener kept open on a, if there is one, and
 // reports whether it closed.
 func waitClosing(a netip.AddrPort) bool {
@@ -220,6 +239,9 @@ func gr_destroy_id(c *C.struct_rdma_cm_id) C.int {
 		id.lclosed = make(chan struct{})
 		closingListeners.Store(l.Addr(), id.lclosed)
 	}
+	if l != nil {
+		recentClose.Store(l.Addr().Port(), time.Now())
+	}
 	id.mu.Unlock()
 	if !keep {
 		id.cancel()
@@ -364,8 +386,12 @@ func gr_listen(c *C.struct_rdma_cm_id) C.int {
 	if id == nil || id.d == nil {
 		return einval
 	}
+	start := time.Now()
 	l, err := rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
 	if errors.Is(err, rdmacm.ErrAddrInUse) && waitClosing(id.local) {
+		l, err = rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
+	}
+	for errors.Is(err, rdmacm.ErrAddrInUse) && listenAgain(id.local, start) {
 		l, err = rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
 	}
 	if err != nil {
