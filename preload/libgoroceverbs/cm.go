@@ -52,19 +52,16 @@ type gcmid struct {
 	parent  *gcmid // of a connection request's id
 	pending int
 	closing bool
-	settle  sync.Once     // a request's id: answered, or destroyed
-	lclosed chan struct{} // closed with the listener kept for pending requests
+	settle  sync.Once // a request's id: answered, or destroyed
 }
 
-// closingListeners holds the listeners of destroyed listening ids that
-// stay open for requests still being answered, by address: each one's
-// channel closes when it closes. A new rdma_listen on the address waits
-// for it (listenWait at most): a program that destroys its listening id
-// as soon as it has called rdma_accept, and listens again at once (perftest
-// -R's server does), would otherwise find the address in use while the
-// accept's REP and RTU are on their way, where Linux's frees it at once.
-var closingListeners sync.Map // netip.AddrPort -> chan struct{}
-
+// A new rdma_listen on an address in use tries again for listenWait when a
+// listening id on its port was destroyed lately (recentClose): a program
+// that destroys its listening id as soon as it has called rdma_accept, and
+// listens again at once (perftest -R's server does), would otherwise find
+// the address in use while the accept's REP and RTU are on their way (the
+// listener stays open for its pending requests) or the listener's close is
+// still on its way, where Linux's frees it at once.
 const listenWait = 2 * time.Second
 
 // recentClose holds when a listening id of this process on a port was last
@@ -86,23 +83,6 @@ func listenAgain(a netip.AddrPort, since time.Time) bool {
 	return true
 }
 
-// waitClosing waits for a listener kept open on a, if there is one, and
-// reports whether it closed.
-func waitClosing(a netip.AddrPort) bool {
-	v, ok := closingListeners.Load(a)
-	if !ok {
-		return false
-	}
-	t := time.NewTimer(listenWait)
-	defer t.Stop()
-	select {
-	case <-v.(chan struct{}):
-		return true
-	case <-t.C:
-		return false
-	}
-}
-
 // settled says that the request of child was answered or dropped.
 func (id *gcmid) settled() {
 	p := id.parent
@@ -112,17 +92,13 @@ func (id *gcmid) settled() {
 	id.settle.Do(func() {
 		p.mu.Lock()
 		p.pending--
-		l, done := p.listener, p.lclosed
+		l := p.listener
 		last := p.closing && p.pending == 0
 		p.mu.Unlock()
 		if last {
 			p.cancel()
 			if l != nil {
 				l.Close()
-			}
-			if done != nil {
-				closingListeners.CompareAndDelete(l.Addr(), done)
-				close(done)
 			}
 		}
 	})
@@ -235,10 +211,6 @@ func gr_destroy_id(c *C.struct_rdma_cm_id) C.int {
 	l, conn := id.listener, id.conn
 	id.closing = true
 	keep := id.pending > 0
-	if keep && l != nil {
-		id.lclosed = make(chan struct{})
-		closingListeners.Store(l.Addr(), id.lclosed)
-	}
 	if l != nil {
 		recentClose.Store(l.Addr().Port(), time.Now())
 	}
@@ -388,9 +360,6 @@ func gr_listen(c *C.struct_rdma_cm_id) C.int {
 	}
 	start := time.Now()
 	l, err := rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
-	if errors.Is(err, rdmacm.ErrAddrInUse) && waitClosing(id.local) {
-		l, err = rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
-	}
 	for errors.Is(err, rdmacm.ErrAddrInUse) && listenAgain(id.local, start) {
 		l, err = rdmacm.Listen(id.ctx, id.d.dev, id.local.String())
 	}
