@@ -39,8 +39,11 @@ func rpingIbverbs(t *testing.T, h *harness, g string) {
 	})
 	t.Run("soft-client", func(t *testing.T) {
 		label := "rping-ibv-soft-client"
-		h.guestJob(t, label, 110, fmt.Sprintf("%s -s -a %s -v", g, guestIP))
-		time.Sleep(5 * time.Second) // the guest's server listens (an rdma_cm server opens no TCP port)
+		h.guestJob(t, label, 110, fmt.Sprintf("%s -s -a %s -v -d", g, guestIP))
+		// The guest's server says "listening on" once rdma_listen returned
+		// (an rdma_cm server opens no TCP port to wait for; a fixed sleep
+		// lost the race under CI's load and the dial got REJ 8).
+		h.waitJobSays(t, label, "listening on", 60*time.Second)
 		client := []string{h.bin, "rping", "-c", "-a", guestIP, "--addr", hostIP, "--path", "udp", "-v", "-V",
 			"-C", fmt.Sprint(rpingCount), "--timeout", "60s"}
 		host := exec.Command("ip", append([]string{"netns", "exec", h.ns}, client...)...)

@@ -481,6 +481,22 @@ func (h *harness) waitJob(t *testing.T, name string, timeout time.Duration) (str
 	}
 }
 
+// waitJobSays waits until a running guest job's output holds s (the guest
+// writes it to NAME.out.tmp on the shared folder while the job runs, and
+// renames it NAME.out when the job ends).
+func (h *harness) waitJobSays(t *testing.T, name, s string, timeout time.Duration) {
+	jobs := filepath.Join(h.share(), "jobs")
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for _, ext := range []string{".out.tmp", ".out"} {
+			if b, err := os.ReadFile(filepath.Join(jobs, name+ext)); err == nil && strings.Contains(string(b), s) {
+				return
+			}
+		}
+	}
+	out, _ := os.ReadFile(filepath.Join(jobs, name+".out.tmp"))
+	t.Fatalf("guest job %s did not say %q within %v; its output so far:\n%s", name, s, timeout, out)
+}
+
 // startCapture runs tcpdump on the namespace's bridge into file, as the
 // harness's cap_start; the function returned stops it once the file stops
 // growing (cap_stop).
