@@ -91,9 +91,7 @@ func (h *harness) benchArgs(c benchCase, server string) []string {
 // and for WRITE, READ and atomics the server printing exactly the client's
 // report it received) and the capture of each run.
 //
-// One guest serves all ten runs: run-peer.sh boots it and runs the first
-// pair (ib_write_bw server, goroce client) and keeps it up; the other pairs
-// run as jobs on it.
+// The runs are pairs on the package's shared guest (see guest).
 func TestBenchRxe(t *testing.T) {
 	h := newHarness(t)
 	first := benchCases[0]

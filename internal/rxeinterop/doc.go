@@ -1,6 +1,8 @@
 // Package rxeinterop holds interoperability tests of goroce against Linux's
 // rdma_rxe, rdma-core's tools and perftest, run in a qemu guest by the rxe-vm
-// harness (run-peer.sh). It has no code of its own: see rxeinterop_test.go
+// harness (run-peer.sh -k): the package's tests share one guest, which the
+// first test that needs it boots and TestMain stops (a guest of another
+// kernel build, TestVerbs612Rxe's, replaces it). It has no code of its own: see rxeinterop_test.go
 // (pingpong), bench_test.go (perftest), ibverbs_test.go and cnp_test.go
 // (ECN: goroce's CNPs to rdma_rxe, whose packets an nftables rule marks CE;
 // it also needs nft).

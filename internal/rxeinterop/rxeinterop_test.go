@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"github.com/goroce/goroce/internal/testenv"
 	"io"
@@ -41,10 +42,8 @@ const ppPort = 18515
 // and ibv_ud_pingpong on rdma_rxe, each program as server and as client,
 // and checks both reports and the capture of the traffic.
 //
-// One guest serves all four runs: run-peer.sh boots it and runs the first
-// pair (rxe server, goroce client); with -k it then keeps the guest and its
-// namespace up, and the other three pairs run through the harness's job
-// directory (share/jobs), each with its own capture.
+// The runs are pairs on the package's shared guest (see guest), each
+// through the harness's job directory (share/jobs) with its own capture.
 func TestPingpongRxe(t *testing.T) {
 	h := newHarness(t)
 	gcmd := fmt.Sprintf("ibv_rc_pingpong -d rxe0 -g %d -n %d", h.gidx, iters)
@@ -162,12 +161,17 @@ func (h *harness) guestTap(t *testing.T) string {
 	return ""
 }
 
-// harness drives one run-peer.sh guest.
-type harness struct {
-	t      *testing.T
+// guest is one rxe-vm guest kept up by run-peer.sh -k, with its namespace,
+// build directory and goroce binary. The package's tests share it: the first
+// test that needs a guest boots it, the next ones find it up, and TestMain
+// stops it when the tests are done. Booting takes about 40 s under
+// emulation, which each test paid when each booted its own.
+type guest struct {
 	dir    string // the harness directory
+	src    string // the build directory the kernel and initrd come from
+	tmp    string // this guest's own files, removed when it stops
 	build  string // a private build directory (links to the kernel and initrd)
-	ns     string // the harness's namespace, unique to this test
+	ns     string // the harness's namespace, unique to this process
 	bin    string // the goroce binary
 	wcheck string // check-pcap.sh, or ""
 	gidx   int    // rxe0's IPv4-mapped GID index
@@ -178,8 +182,28 @@ type harness struct {
 	peerDone chan struct{}
 	peerErr  error
 	kept     bool
+	bootErr  string // why the boot failed: the tests after the first fail with it at once
+}
 
-	captureIf string // the interface pair captures on (default br0)
+// shared is the package's guest, or nil.
+var shared *guest
+
+// TestMain stops the shared guest after the tests.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	code := m.Run()
+	if shared != nil {
+		shared.stop(func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) })
+	}
+	os.Exit(code)
+}
+
+// harness is one test's handle on the shared guest.
+type harness struct {
+	t *testing.T
+	*guest
+	first     *result // the pair startPeer ran, for peerResult
+	captureIf string  // the interface pair captures on (default br0)
 }
 
 func newHarness(t *testing.T) *harness {
@@ -187,7 +211,8 @@ func newHarness(t *testing.T) *harness {
 }
 
 // newHarnessBuild is newHarness with the guest's kernel and initrd from the
-// build directory src (the harness's own build/ when empty).
+// build directory src (the harness's own build/ when empty). A guest of
+// another build that is up is stopped first: one guest runs at a time.
 func newHarnessBuild(t *testing.T, src string) *harness {
 	dir := os.Getenv("GOROCE_RXE_VM")
 	if dir == "" {
@@ -214,29 +239,81 @@ func newHarnessBuild(t *testing.T, src string) *harness {
 	if src, err = filepath.Abs(src); err != nil {
 		t.Fatal(err)
 	}
-	tmp := t.TempDir()
-	h := &harness{t: t, dir: dir, build: filepath.Join(tmp, "build"), ns: fmt.Sprintf("rxevm-goroce%d", os.Getpid()),
-		bin: filepath.Join(tmp, "goroce"), wcheck: os.Getenv("GOROCE_WIRE_CHECK"), gidx: 1}
-	// A build directory of our own, so that neither the guest's share nor
-	// the captures collide with another user of the harness; the kernel and
-	// initrd are the shared build's.
-	if err := os.MkdirAll(h.build, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	for _, f := range []string{"vmlinuz", "initrd.cpio"} {
 		if _, err := os.Stat(filepath.Join(src, f)); err != nil {
 			testenv.Skipf(t, testenv.RxeVM, "the rxe-vm harness is not built in %s (run build.sh, or set RXE_VM_BUILD): %v", src, err)
 		}
-		if err := os.Symlink(filepath.Join(src, f), filepath.Join(h.build, f)); err != nil {
+	}
+	if shared != nil && shared.src != src {
+		shared.stop(t.Logf)
+		shared = nil
+	}
+	if shared == nil {
+		g, err := newGuest(dir, src)
+		if err != nil {
 			t.Fatal(err)
 		}
+		shared = g
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	out, err := exec.Command(gobin, "build", "-o", h.bin, "github.com/goroce/goroce/cmd/goroce").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	h := &harness{t: t, guest: shared}
+	h.waitIdle(t)
 	return h
+}
+
+// newGuest makes a guest's build directory and goroce binary; startPeer
+// boots it.
+func newGuest(dir, src string) (*guest, error) {
+	tmp, err := os.MkdirTemp("", "rxeinterop-")
+	if err != nil {
+		return nil, err
+	}
+	g := &guest{dir: dir, src: src, tmp: tmp, build: filepath.Join(tmp, "build"), ns: fmt.Sprintf("rxevm-goroce%d", os.Getpid()),
+		bin: filepath.Join(tmp, "goroce"), wcheck: os.Getenv("GOROCE_WIRE_CHECK"), gidx: 1}
+	// A build directory of our own, so that neither the guest's share nor
+	// the captures collide with another user of the harness; the kernel and
+	// initrd are the shared build's.
+	err = os.MkdirAll(g.build, 0o755)
+	for _, f := range []string{"vmlinuz", "initrd.cpio"} {
+		if err == nil {
+			err = os.Symlink(filepath.Join(src, f), filepath.Join(g.build, f))
+		}
+	}
+	if err == nil {
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if out, berr := exec.Command(gobin, "build", "-o", g.bin, "github.com/goroce/goroce/cmd/goroce").CombinedOutput(); berr != nil {
+			err = fmt.Errorf("go build: %v\n%s", berr, out)
+		}
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, err
+	}
+	return g, nil
+}
+
+// waitIdle waits until no job of an earlier test runs in the guest (a
+// failed test can leave its server waiting out its timeout, holding its
+// port).
+func (h *harness) waitIdle(t *testing.T) {
+	if !h.kept {
+		return
+	}
+	jobs := filepath.Join(h.share(), "jobs")
+	for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		running, _ := filepath.Glob(filepath.Join(jobs, "*.run"))
+		busy := running[:0]
+		for _, r := range running {
+			if _, err := os.Stat(strings.TrimSuffix(r, ".run") + ".rc"); err != nil {
+				busy = append(busy, filepath.Base(r))
+			}
+		}
+		if len(busy) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("guest jobs of an earlier test still run after 150 s: %v", busy)
+		}
+	}
 }
 
 // goroceArgs is the goroce pingpong command line; a client when server is
@@ -259,73 +336,137 @@ func shellJoin(args []string) string {
 	return strings.Join(q, " ")
 }
 
-// startPeer boots the guest with run-peer.sh -k, running the first pair
-// (guest server, host client), and waits until the guest is kept up.
+// startPeer boots the shared guest if it is not up (run-peer.sh -k), then
+// runs the test's first pair (guest server, host client), as run-peer.sh
+// would, for peerResult. A first pair of "true" and "true" is none.
 func (h *harness) startPeer(label, guestCmd, hostCmd string) {
 	t := h.t
-	h.peer = exec.Command(filepath.Join(h.dir, "run-peer.sh"), "-k", "-t", "110", "-l", label, guestCmd, hostCmd)
-	h.peer.Env = append(os.Environ(), "RXE_VM_BUILD="+h.build, "NS="+h.ns)
-	h.peerOut = &testenv.Buffer{}
-	h.peer.Stdout, h.peer.Stderr = h.peerOut, h.peerOut
+	if h.bootErr != "" {
+		t.Fatalf("the shared guest did not boot for an earlier test: %s", h.bootErr)
+	}
+	if !h.kept {
+		if err := h.boot(t); err != nil {
+			h.bootErr = err.Error()
+			t.Fatal(err)
+		}
+	}
+	if guestCmd == "true" && hostCmd == "true" {
+		return
+	}
+	r := h.firstPair(t, label, guestCmd, hostCmd)
+	h.first = &r
+}
+
+// boot starts run-peer.sh -k with no pair and waits until the guest is kept
+// up.
+func (g *guest) boot(t *testing.T) error {
+	g.peer = exec.Command(filepath.Join(g.dir, "run-peer.sh"), "-k", "-t", "60", "-l", "boot", "true", "true")
+	g.peer.Env = append(os.Environ(), "RXE_VM_BUILD="+g.build, "NS="+g.ns)
+	g.peerOut = &testenv.Buffer{}
+	g.peer.Stdout, g.peer.Stderr = g.peerOut, g.peerOut
 	var err error
-	if h.peerIn, err = h.peer.StdinPipe(); err != nil {
-		t.Fatal(err)
+	if g.peerIn, err = g.peer.StdinPipe(); err != nil {
+		return err
 	}
-	t.Logf("booting the rxe guest (run-peer.sh -k, namespace %s): this takes a while under emulation", h.ns)
+	t.Logf("booting the rxe guest (run-peer.sh -k, namespace %s), which the package's tests share: this takes a while under emulation", g.ns)
 	t0 := time.Now()
-	if err := h.peer.Start(); err != nil {
-		t.Fatal(err)
+	if err := g.peer.Start(); err != nil {
+		return err
 	}
-	h.peerDone = make(chan struct{})
+	g.peerDone = make(chan struct{})
 	go func() {
-		h.peerErr = h.peer.Wait()
-		close(h.peerDone)
+		g.peerErr = g.peer.Wait()
+		close(g.peerDone)
 	}()
-	t.Cleanup(h.stopPeer)
 	deadline := time.After(8 * time.Minute)
-	for !strings.Contains(h.peerOut.String(), "keeping guest up") {
+	for !strings.Contains(g.peerOut.String(), "keeping guest up") {
 		select {
-		case <-h.peerDone:
-			t.Fatalf("run-peer.sh ended (%v) before keeping the guest up:\n%s", h.peerErr, h.peerOut.String())
+		case <-g.peerDone:
+			return fmt.Errorf("run-peer.sh ended (%v) before keeping the guest up:\n%s", g.peerErr, g.peerOut.String())
 		case <-deadline:
-			t.Fatalf("the guest is not up after 8 minutes:\n%s", h.peerOut.String())
+			return fmt.Errorf("the guest is not up after 8 minutes:\n%s", g.peerOut.String())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	h.kept = true
-	t.Logf("guest up and first pair done after %.0f s", time.Since(t0).Seconds())
+	g.kept = true
+	t.Logf("guest up after %.0f s", time.Since(t0).Seconds())
 	// The GID index of ::ffff:10.99.0.2 (the harness finds it the same way).
-	bi, err := os.ReadFile(filepath.Join(h.share(), "boot-info.txt"))
+	bi, err := os.ReadFile(filepath.Join(g.share(), "boot-info.txt"))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if m := regexp.MustCompile(`(?m)^gid\[(\d+)\]=0000:0000:0000:0000:0000:ffff:`).FindSubmatch(bi); m == nil {
-		t.Fatalf("rxe0 has no IPv4-mapped GID:\n%s", bi)
-	} else if g, _ := strconv.Atoi(string(m[1])); g != h.gidx {
-		t.Fatalf("rxe0's IPv4-mapped GID has index %d, not %d as the runs assume:\n%s", g, h.gidx, bi)
+		return fmt.Errorf("rxe0 has no IPv4-mapped GID:\n%s", bi)
+	} else if i, _ := strconv.Atoi(string(m[1])); i != g.gidx {
+		return fmt.Errorf("rxe0's IPv4-mapped GID has index %d, not %d as the runs assume:\n%s", i, g.gidx, bi)
+	}
+	return nil
+}
+
+// rxeServerRE matches the guest commands run-peer.sh waits for on TCP port
+// 18515: pingpong and perftest servers (no address at the end).
+var rxeServerRE = regexp.MustCompile(`ibv_.*pingpong|ib_.*_bw|ib_.*_lat`)
+
+// firstPair runs guestCmd in the guest and then hostCmd (a bash command
+// line, with run-peer.sh's RXE_* variables) in the namespace, as
+// run-peer.sh runs its pair: after a pingpong or perftest server listens on
+// TCP 18515, 3 s after an rdma_cm server (which opens no TCP port), 1 s
+// after anything else; with a capture on the bridge.
+func (h *harness) firstPair(t *testing.T, label, guestCmd, hostCmd string) result {
+	r := result{guestCmd: guestCmd, hostCmd: hostCmd, pcap: filepath.Join(h.build, "captures", "peer-"+label+".pcap")}
+	stop := h.startCapture(t, r.pcap)
+	h.guestJob(t, label, 110, guestCmd)
+	delay := time.Second
+	switch {
+	case regexp.MustCompile(`(^| )(-R|--rdma_cm)( |$)|rping`).MatchString(guestCmd):
+		delay = 3 * time.Second
+	case rxeServerRE.MatchString(guestCmd) && !regexp.MustCompile(`([0-9]+\.){3}[0-9]+\s*$`).MatchString(guestCmd):
+		h.waitListen(t, label)
+	}
+	time.Sleep(delay)
+	cmd := exec.Command("ip", "netns", "exec", h.ns, "timeout", "-k", "5", "110", "bash", "-c", hostCmd)
+	cmd.Env = append(os.Environ(), "RXE_NS="+h.ns, "RXE_GUEST_IP="+guestIP, "RXE_HOST_IP="+hostIP, fmt.Sprintf("RXE_GID_INDEX=%d", h.gidx))
+	out, err := cmd.CombinedOutput()
+	r.hostOut, r.hostErr = string(out), err
+	r.guestOut, r.guestRC = h.waitJob(t, label, 140*time.Second)
+	stop()
+	return r
+}
+
+// waitListen waits until the guest listens on the pingpong exchange's TCP
+// port, for job label's server.
+func (h *harness) waitListen(t *testing.T, label string) {
+	listen := fmt.Sprintf(`while ! netstat -ltn 2>/dev/null | grep -q ":%d "; do sleep 0.2; done`, ppPort)
+	h.guestJob(t, label+"-listen", 60, listen)
+	if _, rc := h.waitJob(t, label+"-listen", 90*time.Second); rc != 0 {
+		out, _ := h.waitJob(t, label, time.Second)
+		t.Fatalf("the guest server does not listen on %d: %s", ppPort, out)
 	}
 }
 
-// stopPeer lets run-peer.sh stop the guest and remove its namespace.
-func (h *harness) stopPeer() {
-	if h.peer == nil {
+// stop lets run-peer.sh stop the guest and remove its namespace, and removes
+// the guest's files.
+func (g *guest) stop(logf func(string, ...any)) {
+	defer os.RemoveAll(g.tmp)
+	if g.peer == nil {
 		return
 	}
-	h.peerIn.Close() // ends its "press Enter" wait
+	g.peerIn.Close() // ends its "press Enter" wait
 	select {
-	case <-h.peerDone:
+	case <-g.peerDone:
 	case <-time.After(90 * time.Second):
-		h.t.Logf("run-peer.sh (pid %d) still running 90 s after stdin closed: terminating it", h.peer.Process.Pid)
-		h.peer.Process.Signal(syscall.SIGTERM) // its trap stops the guest and deletes the namespace
+		logf("run-peer.sh (pid %d) still running 90 s after stdin closed: terminating it", g.peer.Process.Pid)
+		g.peer.Process.Signal(syscall.SIGTERM) // its trap stops the guest and deletes the namespace
 		select {
-		case <-h.peerDone:
+		case <-g.peerDone:
 		case <-time.After(60 * time.Second):
-			h.peer.Process.Kill()
+			g.peer.Process.Kill()
 		}
 	}
+	g.peer, g.kept = nil, false
 }
 
-func (h *harness) share() string { return filepath.Join(h.build, "vm", "g", "share") }
+func (g *guest) share() string { return filepath.Join(g.build, "vm", "g", "share") }
 
 // result is one pair's outcome.
 type result struct {
@@ -336,51 +477,12 @@ type result struct {
 	pcap              string
 }
 
-var sectionRE = regexp.MustCompile(`^===== (guest|host) \(.*\) rc=(\d+): (.*)$`)
-
-// peerResult parses run-peer.sh's report of the first pair.
+// peerResult is the outcome of the pair startPeer ran.
 func (h *harness) peerResult(t *testing.T) result {
-	var r result
-	var cur *string
-	r.guestRC, r.hostErr = -1, errors.New("no host section")
-	for _, l := range strings.Split(h.peerOut.String(), "\n") {
-		if strings.HasPrefix(l, "===== boot") {
-			cur = nil
-			if m := regexp.MustCompile(`capture (\S+)`).FindStringSubmatch(l); m != nil {
-				r.pcap = m[1]
-			}
-			continue
-		}
-		if m := sectionRE.FindStringSubmatch(l); m != nil {
-			rc, _ := strconv.Atoi(m[2])
-			if m[1] == "guest" {
-				r.guestRC, r.guestCmd, cur = rc, m[3], &r.guestOut
-			} else {
-				r.hostErr, r.hostCmd, cur = nil, m[3], &r.hostOut
-				if rc != 0 {
-					r.hostErr = fmt.Errorf("exit status %d", rc)
-				}
-			}
-			continue
-		}
-		if cur != nil {
-			*cur += l + "\n"
-		}
+	if h.first == nil {
+		t.Fatal("startPeer ran no pair")
 	}
-	if r.pcap == "" {
-		t.Fatalf("no report of the first pair in run-peer.sh's output:\n%s", h.peerOut.String())
-	}
-	// run-peer.sh reads the guest's status file as soon as it exists, and
-	// can catch it empty (see waitJob): its shell then reports status 2
-	// ("return: : numeric argument required") for a job that succeeded.
-	// The job's files stay in the kept guest's share; take the status and
-	// output from there, once the number is written.
-	out, rc := h.waitJob(t, "guest", 10*time.Second)
-	if rc != r.guestRC {
-		t.Logf("run-peer.sh reported the guest's status as %d; its status file says %d", r.guestRC, rc)
-	}
-	r.guestOut, r.guestRC = out, rc
-	return r
+	return *h.first
 }
 
 // pair runs one pair on the kept guest: guestCmd in the guest and goroce
@@ -423,12 +525,7 @@ func (h *harness) pair(t *testing.T, label, guestCmd string, host []string, host
 		startHost()
 	} else {
 		h.guestJob(t, label, 110, guestCmd)
-		listen := fmt.Sprintf(`while ! netstat -ltn 2>/dev/null | grep -q ":%d "; do sleep 0.2; done`, ppPort)
-		h.guestJob(t, label+"-listen", 60, listen)
-		if _, rc := h.waitJob(t, label+"-listen", 90*time.Second); rc != 0 {
-			out, _ := h.waitJob(t, label, time.Second)
-			t.Fatalf("the guest server does not listen on %d: %s", ppPort, out)
-		}
+		h.waitListen(t, label)
 		time.Sleep(time.Second) // as run-peer.sh's -d
 		startHost()
 	}
