@@ -16,10 +16,12 @@ import (
 // dies the next takes over within an interval and a fetch timeout). The
 // exporter computes the fleet view and exports its verdicts as
 // goroce_probe_fleet_fault; the others export none, so that one fault is
-// one series fleet-wide. A verdict is exported once confirmed: one of its
-// suspects was named by the previous view too, so that the first seconds
-// of a fault, when one path's chance losses can pass the test before the
-// whole component's do, export nothing rather than a wrong component.
+// one series fleet-wide. A verdict is exported once confirmed
+// (analysis.Confirmer): one of its suspects' components was named by the
+// previous view too, so that the first seconds of a fault, when one path's
+// chance losses can pass the test before the whole component's do, export
+// nothing rather than a wrong component, and a verdict that only refines
+// (a host's direction) is exported throughout.
 //
 // An ambiguous verdict names the host pairs whose probes would settle it:
 // the exporter serves them at SeparatePath, every agent takes those it is
@@ -28,7 +30,7 @@ import (
 func (a *Agent) exportFleet(ctx context.Context) {
 	t := time.NewTicker(a.opts.FleetInterval)
 	defer t.Stop()
-	var prev map[string]bool
+	var confirm analysis.Confirmer
 	var sep separation
 	for {
 		name, me := a.electExporter(ctx)
@@ -39,22 +41,9 @@ func (a *Agent) exportFleet(ctx context.Context) {
 		var doc FleetDoc
 		if me {
 			doc = a.Fleet(ctx)
-			var confirmed []analysis.Verdict
-			now := map[string]bool{}
-			for _, v := range doc.Verdicts {
-				ok := false
-				for _, s := range v.Suspects {
-					ok = ok || prev[s.Label()]
-					now[s.Label()] = true
-				}
-				if ok {
-					confirmed = append(confirmed, v)
-				}
-			}
-			prev = now
-			a.metrics.SetFleet(true, confirmed)
+			a.metrics.SetFleet(true, confirm.Confirm(doc.Verdicts))
 		} else {
-			prev = nil
+			confirm.Reset()
 			a.metrics.SetFleet(false, nil)
 		}
 		a.setSeparating(a.separatingPairs(ctx, name, me, &sep, &doc))

@@ -5,6 +5,7 @@ package agent_test
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,11 +22,19 @@ import (
 
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/internal/testenv"
+	"github.com/goroce/goroce/probe/agent"
 )
 
 // matrixEnv set to "full" runs the whole fault matrix (on three groups and
 // on two, about 12 minutes); otherwise a few scenarios run (about 2).
 const matrixEnv = "GOROCE_PROBE_MATRIX"
+
+// matrixDumpEnv names a file where the matrix writes, at every look at
+// the verdicts, the exporter's fleet view as one JSON line: the scenario,
+// the seconds since it began, the verdicts exported and the view's own
+// (before the exporter confirms them) with the paths behind them. It is
+// the evidence to replay a wrong verdict from (analysis.Diagnose).
+const matrixDumpEnv = "GOROCE_PROBE_MATRIX_DUMP"
 
 // fabricFleet is a leaf-spine fabric of namespaces with one goroce probe
 // agent process a host.
@@ -39,6 +48,10 @@ type fabricFleet struct {
 	procs  []*exec.Cmd
 	client *http.Client // dials from the spine's namespace
 	window time.Duration
+	dump   *os.File // matrixDumpEnv's file, or nil
+	// scenario and began are the scenario running and when it began.
+	scenario string
+	began    time.Time
 }
 
 // matrixPinglist: every host probes every other 20 times a second; the
@@ -63,6 +76,14 @@ func newFabricFleet(t *testing.T, bin string, groups []int, window time.Duration
 		ff.names = append(ff.names, fmt.Sprintf("h%d", i))
 	}
 	ff.client = nsClient(ff.f.Spine)
+	if name := os.Getenv(matrixDumpEnv); name != "" {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		ff.dump = f
+	}
 	ff.cfg = filepath.Join(ff.dir, "pinglist.yaml")
 	if err := os.WriteFile(ff.cfg, []byte(ff.pinglist()), 0o644); err != nil {
 		t.Fatal(err)
@@ -112,6 +133,8 @@ var labelPair = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
 // verdicts reads the fleet verdicts the agents export: the candidates of
 // each (as its candidates label lists them), and how many agents export.
 func (ff *fabricFleet) verdicts(skip map[int]bool) (vs []string, exporters int) {
+	exporter := -1
+	defer func() { ff.dumpView(exporter, vs) }()
 	for i := range ff.names {
 		if skip[i] {
 			continue
@@ -122,6 +145,7 @@ func (ff *fabricFleet) verdicts(skip map[int]bool) (vs []string, exporters int) 
 		}
 		if bytes.Contains(b, []byte("\ngoroce_probe_fleet_exporter 1\n")) {
 			exporters++
+			exporter = i
 		}
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		sc.Buffer(nil, 1<<20)
@@ -139,6 +163,27 @@ func (ff *fabricFleet) verdicts(skip map[int]bool) (vs []string, exporters int) 
 	}
 	sort.Strings(vs)
 	return vs, exporters
+}
+
+// dumpView writes, with matrixDumpEnv, the exporter's fleet view beside
+// the verdicts it exports (vs).
+func (ff *fabricFleet) dumpView(exporter int, vs []string) {
+	if ff.dump == nil {
+		return
+	}
+	line := map[string]any{"scenario": ff.scenario, "t": time.Since(ff.began).Seconds(), "exporter": exporter, "exported": vs}
+	if exporter >= 0 {
+		resp, err := ff.client.Get(fmt.Sprintf("http://%s:9478%s", ff.f.Addrs[exporter], agent.FleetPath))
+		if err == nil {
+			var doc agent.FleetDoc
+			if json.NewDecoder(resp.Body).Decode(&doc) == nil {
+				line["generated"], line["verdicts"], line["paths"] = doc.Generated, doc.Verdicts, doc.Paths
+			}
+			resp.Body.Close()
+		}
+	}
+	b, _ := json.Marshal(line)
+	ff.dump.Write(append(b, '\n'))
 }
 
 // scenario is one row of the fault matrix.
@@ -253,6 +298,7 @@ type score struct {
 // the verdicts to clear.
 func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 	start := time.Now()
+	ff.scenario, ff.began = s.name, start
 	undo := s.inject(t, ff)
 	skip := map[int]bool{}
 	if strings.Contains(s.name, "killed") {

@@ -267,6 +267,11 @@ func rank(k string) int {
 type tally struct {
 	paths  int
 	n, bad uint64
+	// conf is the binomial test's confidence that the ratio is over the
+	// threshold (0 when it is not over it at all); pass: at least the
+	// Confidence asked.
+	conf float64
+	pass bool
 }
 
 // Diagnose localises faults over the topology hosts (name -> group, every
@@ -333,17 +338,19 @@ func diagnose(hosts map[string]string, paths []PathStat, o DiagnoseOptions, symp
 		}
 		var cands []Suspect
 		var keys []suspect
-		for s, t := range tallies {
-			if t.bad == 0 || float64(t.bad) <= thr*float64(t.n) {
-				continue
+		for _, t := range tallies {
+			if t.bad > 0 && float64(t.bad) > thr*float64(t.n) {
+				t.conf = 1 - binomialTail(t.n, t.bad, thr)
+				t.pass = t.conf >= o.Confidence
 			}
-			conf := 1 - binomialTail(t.n, t.bad, thr)
-			if conf < o.Confidence {
+		}
+		for s, t := range tallies {
+			if !t.pass || !specific(hosts, tallies, s, t, o.Confidence) {
 				continue
 			}
 			ratio := float64(t.bad) / float64(t.n)
 			cands = append(cands, Suspect{Kind: s.kind, Name: s.name, Direction: s.dir, Paths: t.paths, Probes: t.n, Bad: t.bad,
-				Ratio: ratio, Confidence: conf, Score: float64(t.n) * kl(ratio, base)})
+				Ratio: ratio, Confidence: t.conf, Score: float64(t.n) * kl(ratio, base)})
 			keys = append(keys, s)
 		}
 		if len(cands) == 0 {
@@ -371,6 +378,112 @@ func diagnose(hosts map[string]string, paths []PathStat, o DiagnoseOptions, symp
 			}
 		}
 		out = append(out, v)
+	}
+	return out
+}
+
+// specific reports whether candidate s's paths (t) lose more than the
+// rest of every component holding them that is not over the threshold
+// itself (over the unexplained paths): a host's receiving paths more than
+// the rest of its group's, a link more than the rest of its hosts'.
+// Otherwise their loss is the larger component's share, within the SLA:
+// gray loss in a ToR, about the SLA, puts some of its hosts' and links'
+// paths over it by chance (there are dozens of them) while the ToR's own
+// pooled loss, rising as the fault enters the window or fading as it
+// leaves, is not over it with confidence; that must not name one of its
+// hosts. (A larger component over the threshold is a candidate too, and
+// choose weighs the two.)
+//
+// The rest must be less lossy by a log-likelihood ratio (of the two
+// ratios against their pooled one) above log(paths/(1-conf)), the larger
+// component's paths: the test's confidence, corrected for there being as
+// many parts of it to pick by chance.
+func specific(hosts map[string]string, tallies map[suspect]*tally, s suspect, t *tally, conf float64) bool {
+	var buf [12]suspect
+	sups := supersets(hosts, s, buf[:0])
+	if s.kind == KindSpine || s.kind == KindUplink {
+		sups = twinGroups(hosts, tallies, s, sups)
+	}
+	for _, sup := range sups {
+		u := tallies[sup]
+		if u == nil || u.paths <= t.paths || u.n <= t.n || u.pass {
+			continue
+		}
+		n2, k2 := u.n-t.n, u.bad-t.bad
+		p1, p2 := float64(t.bad)/float64(t.n), float64(k2)/float64(n2)
+		if p1 <= p2 {
+			return false
+		}
+		p := float64(u.bad) / float64(u.n)
+		llr := float64(t.n)*kl(p1, p) + float64(n2)*kl(p2, p)
+		if llr <= math.Log(float64(u.paths)/(1-conf)) {
+			return false
+		}
+	}
+	return true
+}
+
+// supersets appends to out the components whose paths hold all of s's in
+// any topology: a link's both ways, its ends' hosts and their groups (and
+// the uplinks and the spine between groups); a host's or a rail's
+// direction, the host or rail both ways (and a rail's host) and its group;
+// an uplink, its group and the spine. A group and the spine are held by
+// none.
+func supersets(hosts map[string]string, s suspect, out []suspect) []suspect {
+	group := func(n string) {
+		if g, ok := hosts[n]; ok {
+			out = append(out, suspect{KindGroup, g, ""})
+		}
+	}
+	switch s.kind {
+	case KindLink:
+		a, b, pair := strings.Cut(s.name, "<->")
+		if !pair {
+			a, b, _ = strings.Cut(s.name, "->")
+			out = append(out, suspect{KindLink, PairName(a, b), ""},
+				suspect{KindHost, HostOf(a), DirSend}, suspect{KindHost, HostOf(b), DirReceive})
+		}
+		out = append(out, suspect{KindHost, HostOf(a), DirBoth}, suspect{KindHost, HostOf(b), DirBoth})
+		group(a)
+		group(b)
+		if ga, gb := hosts[a], hosts[b]; ga != gb && ga != "" && gb != "" {
+			out = append(out, suspect{KindUplink, ga, ""}, suspect{KindUplink, gb, ""}, suspect{KindSpine, "spine", ""})
+		}
+	case KindHost, KindRail:
+		if s.dir != DirBoth {
+			out = append(out, suspect{s.kind, s.name, DirBoth})
+		}
+		if s.kind == KindRail {
+			out = append(out, suspect{KindHost, HostOf(s.name), s.dir})
+			if s.dir != DirBoth {
+				out = append(out, suspect{KindHost, HostOf(s.name), DirBoth})
+			}
+		}
+		group(s.name)
+	case KindUplink:
+		out = append(out, suspect{KindGroup, s.name, ""}, suspect{KindSpine, "spine", ""})
+	}
+	return out
+}
+
+// twinGroups appends to out, for the spine or an uplink whose paths are
+// all the spine's, the groups whose uplinks hold all the spine's paths
+// too: they are the same component (with two groups, every path between
+// groups crosses both uplinks), so each of those groups holds it.
+func twinGroups(hosts map[string]string, tallies map[suspect]*tally, s suspect, out []suspect) []suspect {
+	sp := tallies[suspect{KindSpine, "spine", ""}]
+	if sp == nil || (s.kind == KindUplink && tallies[s].paths != sp.paths) {
+		return out
+	}
+	seen := map[string]bool{}
+	for _, g := range hosts {
+		if seen[g] {
+			continue
+		}
+		seen[g] = true
+		if u := tallies[suspect{KindUplink, g, ""}]; u != nil && u.paths == sp.paths {
+			out = append(out, suspect{KindGroup, g, ""})
+		}
 	}
 	return out
 }

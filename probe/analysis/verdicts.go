@@ -2,6 +2,7 @@ package analysis
 
 import (
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -41,28 +42,45 @@ func NewVerdictHistory(n int) *VerdictHistory {
 	return &VerdictHistory{max: n}
 }
 
-// Update records the verdicts of an analysis at now.
+// Update records the verdicts of an analysis at now. A standing record
+// goes on with the verdict of the same Key or, failing one, with a
+// verdict of the same components (ID) whose host directions the probes
+// have refined since: one fault, one record.
 func (h *VerdictHistory) Update(now time.Time, vs []Verdict) {
-	given := make(map[string]int, len(vs))
-	for i, v := range vs {
-		given[v.Key()] = i
+	taken := make([]bool, len(vs))
+	next := make([]int, len(h.records))
+	for k := range h.records {
+		next[k] = -1
+	}
+	for _, key := range []func(Verdict) string{Verdict.Key, Verdict.id} {
+		for k := range h.records {
+			r := &h.records[k]
+			if !r.Active() || next[k] >= 0 {
+				continue
+			}
+			for i, v := range vs {
+				if !taken[i] && key(v) == key(r.Verdict) {
+					next[k], taken[i] = i, true
+					break
+				}
+			}
+		}
 	}
 	for k := range h.records {
 		r := &h.records[k]
 		if !r.Active() {
 			continue
 		}
-		i, ok := given[r.Key()]
-		if !ok {
+		if next[k] < 0 {
 			r.End = now
 			continue
 		}
-		r.Verdict, r.Last = vs[i], now
-		r.Peak = max(r.Peak, vs[i].Confidence)
-		delete(given, r.Key())
+		v := vs[next[k]]
+		r.Verdict, r.Last = v, now
+		r.Peak = max(r.Peak, v.Confidence)
 	}
-	for _, v := range vs {
-		if _, ok := given[v.Key()]; ok {
+	for i, v := range vs {
+		if !taken[i] {
 			h.records = append(h.records, Record{Verdict: v, Start: now, Last: now, Peak: v.Confidence})
 		}
 	}
@@ -76,6 +94,18 @@ func (h *VerdictHistory) Update(now time.Time, vs []Verdict) {
 		}
 		h.records = append(h.records[:drop], h.records[drop+1:]...)
 	}
+}
+
+// id is a verdict's symptom and its suspects' components, without their
+// directions.
+func (v Verdict) id() string {
+	var b strings.Builder
+	b.WriteString(v.Symptom)
+	for _, s := range v.Suspects {
+		b.WriteString("|")
+		b.WriteString(s.ID())
+	}
+	return b.String()
 }
 
 // Records returns the history, newest start first.
