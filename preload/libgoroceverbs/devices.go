@@ -71,7 +71,7 @@ func configured() ([]*gdev, error) {
 			if i < len(names) && strings.TrimSpace(names[i]) != "" {
 				name = strings.TrimSpace(names[i])
 			}
-			o := soft.OpenOptions{Name: name, Addr: ip.String(), Path: os.Getenv(envPath), Pcap: pcapName(os.Getenv(envPcap), name, len(addrs))}
+			o := soft.OpenOptions{Name: name, Addr: ip.String(), Path: os.Getenv(envPath), Pcap: pcapName(os.Getenv(envPcap), name, len(addrs)), Spin: driverSpin}
 			d := &gdev{opts: o, guid: guidOf(ip.As16())}
 			d.c = (*C.struct_ibv_device)(C.calloc(1, C.sizeof_struct_ibv_device))
 			d.c.node_type = C.IBV_NODE_CA

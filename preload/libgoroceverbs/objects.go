@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -57,6 +58,7 @@ type gcq struct {
 	ctx *gctx
 	v   verbs.CQ
 	ch  *gchan
+	sd  *soft.Device // the CQ's device (yieldToDriver)
 	mu  sync.Mutex
 	wc  []verbs.WC
 	l3  C.uint8_t // the sl of a UD receive: its L3 header's type (l3Type)
@@ -250,7 +252,7 @@ func gr_create_cq(c *C.struct_ibv_context, cqe C.int, cqctx unsafe.Pointer, ch *
 	q.channel = ch
 	q.cq_context = cqctx
 	q.cqe = cqe
-	o := &gcq{c: q, ctx: g, v: v, ch: och, wc: make([]verbs.WC, C.GR_BATCH), l3: l3Type(g.dev.opts.Addr)}
+	o := &gcq{c: q, ctx: g, v: v, ch: och, sd: g.dev.dev, wc: make([]verbs.WC, C.GR_BATCH), l3: l3Type(g.dev.opts.Addr)}
 	byCQ.Store(v, o)
 	put(unsafe.Pointer(q), o)
 	*out = q
@@ -285,7 +287,9 @@ func l3Type(addr string) C.uint8_t {
 	return 1
 }
 
-// gr_poll_cq polls up to n (at most GR_BATCH) completions into out.
+// gr_poll_cq polls up to n (at most GR_BATCH) completions into out. A poll
+// that finds none while the device's driver holds the packet path yields
+// the processor to it first (yieldToDriver), then looks again.
 //
 //export gr_poll_cq
 func gr_poll_cq(q *C.struct_ibv_cq, n C.int, out *C.struct_gr_wc) C.int {
@@ -293,9 +297,17 @@ func gr_poll_cq(q *C.struct_ibv_cq, n C.int, out *C.struct_gr_wc) C.int {
 	if o == nil || n < 0 || (n > 0 && out == nil) {
 		return -einval
 	}
+	k := o.poll(int(n), out)
+	if k == 0 && n > 0 && yieldToDriver(o.sd) {
+		k = o.poll(int(n), out)
+	}
+	return C.int(k)
+}
+
+func (o *gcq) poll(n int, out *C.struct_gr_wc) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	k := o.v.Poll(o.wc[:min(int(n), len(o.wc))])
+	k := o.v.Poll(o.wc[:min(n, len(o.wc))])
 	dst := unsafe.Slice(out, k)
 	for i := range k {
 		w := &o.wc[i]
@@ -310,7 +322,7 @@ func gr_poll_cq(q *C.struct_ibv_cq, n C.int, out *C.struct_gr_wc) C.int {
 			dst[i].sl = o.l3
 		}
 	}
-	return C.int(k)
+	return k
 }
 
 //export gr_req_notify_cq
