@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -170,6 +171,10 @@ type Engine struct {
 	// paceAt is the earliest time a path's pacing lets a waiting QP send
 	// (paced), 0: none waits.
 	paceAt int64
+	// lossAt is the earliest loss timer (a local ACK timer, a tail loss
+	// probe) NextDeadline last found, 0: none (LossDeadline, which a
+	// driver reads without the lock the engine's other calls hold).
+	lossAt atomic.Int64
 	// rxCongUntil: the packet path reported drops; RC packets input until
 	// then are answered with CNPs as if CE-marked (NoteRxDrops).
 	rxCongUntil int64
@@ -484,19 +489,40 @@ func (e *Engine) NextDeadline() int64 {
 		return 1 // a CQ overran: Tick reports it
 	}
 	d := e.paceAt // a QP waits for its path's pacing (Engine.paced)
+	var loss int64
 	for _, qp := range e.active {
 		ackDue := qp.resp.ackDue
 		if qp.resp.queued() == 0 {
 			ackDue = 0 // flushed: nothing is held
 		}
-		for _, t := range [4]int64{qp.req.timerAt, qp.req.rnrUntil, ackDue, qp.req.probeAt} {
+		for _, t := range [2]int64{qp.req.timerAt, qp.req.probeAt} {
+			if t != 0 && (loss == 0 || t < loss) {
+				loss = t
+			}
+		}
+		for _, t := range [2]int64{qp.req.rnrUntil, ackDue} {
 			if t != 0 && (d == 0 || t < d) {
 				d = t
 			}
 		}
 	}
+	e.lossAt.Store(loss)
+	if loss != 0 && (d == 0 || loss < d) {
+		d = loss
+	}
 	return d
 }
+
+// LossDeadline returns the earliest loss timer (a QP's local ACK timer, a
+// tail loss probe) the last NextDeadline found, or 0. A driver that finds
+// it passed when it is about to call Tick takes in the packets waiting for
+// it first: when its goroutine was descheduled past the timer (a busy
+// host), the ACK that arrived meanwhile is in its socket, and a Tick first
+// would count a retry, or send a probe, for a packet that was
+// acknowledged. On a 2-core machine running five soft devices and more,
+// 16 QPs of a sender died so of RETRY_EXC_ERR. Unlike the engine's other
+// methods, it may be called concurrently with them.
+func (e *Engine) LossDeadline() int64 { return e.lossAt.Load() }
 
 // Tick runs the timers that are due.
 func (e *Engine) Tick(now int64) {

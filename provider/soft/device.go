@@ -343,6 +343,10 @@ func (d *Device) run() {
 	for !d.closed.Load() {
 		seen = d.doorbell.Load()
 		d.io.Lock()
+		if lossAt := d.eng.LossDeadline(); lossAt != 0 && d.now() >= lossAt && !d.inputBeforeTimers() {
+			d.io.Unlock()
+			return
+		}
 		d.lockTx()
 		d.mu.Lock()
 		now := d.now()
@@ -388,6 +392,24 @@ func (d *Device) run() {
 			runtime.Gosched() // the application and the other drivers need the CPU too
 		}
 	}
+}
+
+// inputBeforeTimers takes in the packets waiting on the packet path, as
+// the driver does when a loss timer is due (see
+// engine.Engine.LossDeadline), before it runs the timers. Called with io
+// held; false when the packet path failed (d.err).
+func (d *Device) inputBeforeTimers() bool {
+	pkts, err := d.conn.Receive(packetio.PollDeadline())
+	if err != nil {
+		if !d.closed.Load() {
+			d.err = err
+		}
+		return false
+	}
+	if len(pkts) > 0 {
+		d.input(pkts)
+	}
+	return true
 }
 
 // input hands received packets to the engine and sends what they call for
