@@ -205,6 +205,12 @@ func (e *Engine) PendingOutput(limit int) int {
 	return min(n, limit)
 }
 
+// Responses returns how many responses the QP's responder has queued and
+// not yet fully handed to Output: ACKs (among them one held back for a
+// reply, see Config.AckDelay), NAKs, READ responses and atomic replies.
+// Call it with the engine serialised, as Output.
+func (qp *QP) Responses() int { return qp.resp.queued() }
+
 // Posted returns how many send work requests were ever posted to the QP
 // (its send queue's tail). Safe from any goroutine: a load.
 func (qp *QP) Posted() uint64 { return qp.sq.posted() }

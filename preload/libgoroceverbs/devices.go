@@ -12,6 +12,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,18 +73,23 @@ func configured() ([]*gdev, error) {
 				name = strings.TrimSpace(names[i])
 			}
 			o := soft.OpenOptions{Name: name, Addr: ip.String(), Path: os.Getenv(envPath), Pcap: pcapName(os.Getenv(envPcap), name, len(addrs)), Spin: driverSpin}
-			d := &gdev{opts: o, guid: guidOf(ip.As16())}
-			d.c = (*C.struct_ibv_device)(C.calloc(1, C.sizeof_struct_ibv_device))
-			d.c.node_type = C.IBV_NODE_CA
-			d.c.transport_type = C.IBV_TRANSPORT_IB
-			cstr(d.c.name[:], name)
-			cstr(d.c.dev_name[:], "uverbs-"+name)
-			cstr(d.c.dev_path[:], "/sys/class/infiniband_verbs/uverbs-"+name)
-			cstr(d.c.ibdev_path[:], "/sys/class/infiniband/"+name)
-			devs = append(devs, d)
+			devs = append(devs, newDevice(o, ip))
 		}
 	})
 	return devs, devsErr
+}
+
+// newDevice makes a device's ibv_device structure.
+func newDevice(o soft.OpenOptions, ip netip.Addr) *gdev {
+	d := &gdev{opts: o, guid: guidOf(ip.As16())}
+	d.c = (*C.struct_ibv_device)(C.calloc(1, C.sizeof_struct_ibv_device))
+	d.c.node_type = C.IBV_NODE_CA
+	d.c.transport_type = C.IBV_TRANSPORT_IB
+	cstr(d.c.name[:], o.Name)
+	cstr(d.c.dev_name[:], "uverbs-"+o.Name)
+	cstr(d.c.dev_path[:], "/sys/class/infiniband_verbs/uverbs-"+o.Name)
+	cstr(d.c.ibdev_path[:], "/sys/class/infiniband/"+o.Name)
+	return d
 }
 
 func pcapName(p, name string, n int) string {

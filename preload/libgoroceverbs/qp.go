@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/goroce/goroce/provider/soft"
 	"github.com/goroce/goroce/verbs"
 )
 
@@ -106,10 +107,7 @@ func gr_destroy_qp(q *C.struct_ibv_qp) C.int {
 		return einval
 	}
 	if q.qp_type == C.IBV_QPT_RC && q.state >= C.IBV_QPS_RTR {
-		// The last ACKs (held a few microseconds for a reply to carry
-		// them) leave before the QP goes, as a NIC's would: otherwise the
-		// peer's last send may never complete.
-		o.ctx.dev.dev.WaitQuiet(2*time.Millisecond, 200*time.Millisecond)
+		o.drain()
 	}
 	if err := o.v.Destroy(); err != nil {
 		return fail(err)
@@ -121,6 +119,28 @@ func gr_destroy_qp(q *C.struct_ibv_qp) C.int {
 	retire(unsafe.Pointer(q))
 	return 0
 }
+
+// drain lets the last ACKs of an RC QP leave before the QP goes, as a
+// NIC's would: otherwise the peer's last send may never complete (a peer
+// rdma_rxe's ibv_rc_pingpong resent its last message until its retries ran
+// out). First the ACKs the QP's responder queued, one held a few
+// microseconds for a reply among them, are handed to the packet path
+// (soft.QP.WaitResponses, at most drainLimit): the driver's timer sends a
+// held one, and on a loaded machine the driver may not run for
+// milliseconds. Then the device waits until it has been quiet for
+// drainQuiet (at most 200 ms), so that an ACK the network lost is sent
+// again for the peer's retransmission while the QP is still there.
+func (o *gqp) drain() {
+	if sq, ok := o.v.(*soft.QP); ok && !sq.WaitResponses(drainLimit) {
+		debug("ibv_destroy_qp: QP %d still had responses queued after %v", o.c.qp_num, drainLimit)
+	}
+	o.ctx.dev.dev.WaitQuiet(drainQuiet, 200*time.Millisecond)
+}
+
+const (
+	drainLimit = 100 * time.Millisecond
+	drainQuiet = 2 * time.Millisecond
+)
 
 // The attribute mask bits a modify may carry (IBV_QP_STATE ... IBV_QP_DEST_QPN
 // and IBV_QP_RATE_LIMIT, which a soft device takes and ignores).
