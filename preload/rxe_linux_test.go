@@ -123,8 +123,26 @@ func TestRxeVM(t *testing.T) {
 					t.Errorf("%s %s: no %q in the output", p.name, p.client, p.want)
 				}
 			}
+			logFigures(t, name, string(out))
 			checkWire(t, filepath.Join(build, "captures", "peer-preload-"+name+".pcap"))
 		})
+	}
+}
+
+// logFigures logs the result lines of ib_write_bw (with and without -R)
+// and ib_send_lat in a boot's output, each once, for docs/c-programs.md's
+// table: both sides print them (a write_bw server prints its client's
+// figures; each side of send_lat measures its own round trips).
+func logFigures(t *testing.T, boot, out string) {
+	seen := map[string]bool{}
+	for _, re := range []string{`(?m)^\s*65536\s+20\s.*$`, `(?m)^\s*2\s+20\s.*$`} {
+		for _, l := range regexp.MustCompile(re).FindAllString(out, -1) {
+			l = strings.Join(strings.Fields(l), " ")
+			if !seen[l] {
+				seen[l] = true
+				t.Logf("%s: result: %s", boot, l)
+			}
+		}
 	}
 }
 
