@@ -291,8 +291,11 @@ type tally struct {
 // does not"). Pooling is what makes gray loss name one component: each of
 // a ToR's paths alone loses too little to judge, all of them together do.
 //
-// Greedily, the best-scoring candidate whose pooled ratio the binomial
-// test puts above the threshold with Confidence is a verdict; its paths are
+// A candidate whose pooled ratio the binomial test puts above the
+// threshold with Confidence is still not one when its paths lose no more
+// than the rest of a component holding them that is not above it
+// (specific): a ToR's loss about the SLA is not named as one of its hosts.
+// Greedily, the best-scoring candidate is a verdict; its paths are
 // then explained and the next is sought. Candidates whose score is within
 // Margin of the best and whose lost probes are mostly the best's are as
 // likely: the verdict is ambiguous between them, and names the host pairs

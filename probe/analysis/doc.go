@@ -22,10 +22,13 @@
 // and its group), candidates (links one way or both, hosts sending,
 // receiving or both, groups, uplinks, the spine) scored by the
 // log-likelihood their paths' pooled loss gains, named when a binomial
-// test puts them over the SLA with 99 % confidence, several at once, and
-// reported as ambiguous when the probes cannot tell candidates apart
-// (with the probes that would). [VerdictHistory] keeps the verdicts with
-// their start and end.
+// test puts them over the SLA with 99 % confidence and their paths lose
+// more than the rest of any component holding them that is not (a host is
+// not named for its ToR's loss), several at once, and reported as
+// ambiguous when the probes cannot tell candidates apart (with the probes
+// that would). [Confirmer] holds a verdict back until a second analysis
+// names its components; [VerdictHistory] keeps the verdicts with their
+// start and end.
 //
 // [Localize], one agent's view of its own paths, names the faulty components: a smallest set of links (ordered
 // host pairs "A->B"), hosts and groups (ToRs) that lies on every degraded
