@@ -38,7 +38,7 @@ type lastACKResult struct {
 func lastACK(inA, inB func(func() error) error, addrA, addrB netip.Addr, rounds int) (lastACKResult, error) {
 	var res lastACKResult
 	configured() // the environment's devices first; this one is the test's own
-	dA := newDevice(soft.OpenOptions{Name: "lastack", Addr: addrA.String(), Path: "udp", Spin: driverSpin}, addrA)
+	dA := newDevice(soft.OpenOptions{Name: "lastack", Addr: addrA.String(), Path: "udp"}, addrA)
 	devs = append(devs, dA)
 	var ctx *C.struct_ibv_context
 	if err := inA(func() error {
