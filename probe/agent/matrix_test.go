@@ -294,8 +294,9 @@ type score struct {
 }
 
 // run injects s, waits up to 30 s for the fleet verdicts to name every
-// injected component (and nothing else), removes the fault and waits for
-// the verdicts to clear.
+// injected component, removes the fault and waits for the verdicts to
+// clear: from the fault's start to its verdicts' end nothing else may be
+// named.
 func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 	start := time.Now()
 	ff.scenario, ff.began = s.name, start
@@ -338,6 +339,11 @@ func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 		}
 	}
 	undo()
+	if dir := os.Getenv(screenshotEnv); dir != "" && at > 0 {
+		ff.screenshot(t, filepath.Join(dir, "probe-fault-"+slug(s.name)+".png"))
+	}
+	// While the verdicts clear, naming anything else counts too.
+	ff.waitClear(t, s, seen)
 	sc.faults += len(s.want)
 	sc.named += len(named)
 	var wrong []string
@@ -353,9 +359,6 @@ func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 			wrong = append(wrong, v)
 		}
 	}
-	if dir := os.Getenv(screenshotEnv); dir != "" && at > 0 {
-		ff.screenshot(t, filepath.Join(dir, "probe-fault-"+slug(s.name)+".png"))
-	}
 	if at == 0 {
 		t.Errorf("%s: not named within 30 s (want %v); verdicts seen: %v", s.name, s.want, keys(seen))
 	} else {
@@ -364,8 +367,13 @@ func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 	if len(wrong) > 0 {
 		t.Errorf("%s: verdicts naming something else: %v", s.name, wrong)
 	}
-	// Cleared within a window (plus the analysis and fleet intervals,
-	// and, for the killed agent, its rediscovery's backoff).
+}
+
+// waitClear waits for the verdicts to clear after s's fault ended, within
+// a window (plus the analysis and fleet intervals, and, for the killed
+// agent, its rediscovery's backoff), adding those it sees meanwhile to
+// seen.
+func (ff *fabricFleet) waitClear(t *testing.T, s scenario, seen map[string]bool) {
 	limit := ff.window + 15*time.Second
 	if strings.Contains(s.name, "killed") {
 		limit += 30 * time.Second
@@ -376,6 +384,9 @@ func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 		if len(vs) == 0 {
 			t.Logf("%s: cleared %v after the fault ended", s.name, time.Since(cleared).Round(time.Second))
 			return
+		}
+		for _, v := range vs {
+			seen[v] = true
 		}
 		if time.Since(cleared) > limit {
 			t.Errorf("%s: verdicts %v still stand %v after the fault ended", s.name, vs, limit)
