@@ -16,6 +16,6 @@ func (d *Device) DriverParked() bool { return d.sleeping.Load() }
 // activity it saw before it parks, counts that time from its next round.
 // Called more often than Spin (by each poll of a thread that polls in a
 // loop), it keeps the driver from parking, holding the packet path, while
-// that thread takes the packets in line. A load and an add; it wakes
-// nobody.
-func (d *Device) Active() { d.doorbell.Add(1) }
+// that thread takes the packets in line, even when the driver only runs
+// between the calls (one processor). An atomic add; it wakes nobody.
+func (d *Device) Active() { d.active.Add(1) }
