@@ -41,11 +41,7 @@ var oneProc bool
 // yields), and otherwise the program's thread receives in line itself, as
 // a Go program's poll does.
 func yieldToDriver(d *soft.Device) bool {
-	if !oneProc || d == nil {
-		return false
-	}
-	d.Active()
-	if !d.DriverParked() {
+	if !oneProc || d == nil || !d.DriverParked() {
 		return false
 	}
 	runtime.Gosched()
@@ -55,16 +51,18 @@ func yieldToDriver(d *soft.Device) bool {
 // driverSpin is how long a device's driver polls after activity before it
 // parks in the packet path (soft.Options.Spin; the default is 50 µs), on
 // one processor. A program's thread polling in a loop takes the packets in
-// line while the driver, runnable, waits for the processor; each empty
-// poll counts as activity (soft.Device.Active), and once the driver has
-// parked each poll must yield to it. Driven by such a thread, the driver
-// runs only when the thread yields or the runtime preempts it, so a spin
-// longer than those turns are apart keeps it from parking (ib_write_bw of
-// 64 KiB against goroce bench in interleaved rounds, before polls counted
-// as activity: 0.72 of its bandwidth with 50 µs, 0.91 with 1 ms, the
-// medians of five and four rounds). An idle program's driver parks 1 ms after
-// the last activity. With more processors the driver has its own and spins
-// as long as elsewhere.
+// line while the driver, runnable, waits for the processor; once the
+// driver has parked, the next empty poll wakes it and yields to it. Driven
+// by such a thread, the driver runs only when the thread yields or the
+// runtime preempts it, and a longer spin makes it park less often between
+// those turns (ib_write_bw of 64 KiB against goroce bench in interleaved
+// rounds: 0.72 of its bandwidth with 50 µs, 0.91 with 1 ms, the medians of
+// five and four rounds). Keeping it from parking altogether (counting
+// every poll as activity) was worse, 0.3: a driver that never parks is
+// always runnable, and each call of the program's thread into Go then
+// waits for it to give the processor back. An idle program's driver parks
+// 1 ms after the last activity. With more processors the driver has its
+// own and spins as long as elsewhere.
 func driverSpin() time.Duration {
 	if oneProc {
 		return time.Millisecond

@@ -157,9 +157,6 @@ type Device struct {
 	flushes  atomic.Uint64
 	doorbell atomic.Uint64
 	sleeping atomic.Bool
-	// active counts Active's calls: the driver's spin counts from the
-	// round that first sees it changed (parked.go).
-	active atomic.Uint64
 	// corked is set when a post is corked (kickQP), cleared by a flush: a
 	// Poll that finds its CQ empty then looks whether to push.
 	corked atomic.Bool
@@ -347,7 +344,7 @@ func (d *Device) ring() {
 // inline (see kick and pollInline).
 func (d *Device) run() {
 	defer close(d.done)
-	var seen, lastActive uint64
+	var seen uint64
 	lastBusy := time.Now()
 	for !d.closed.Load() {
 		seen = d.doorbell.Load()
@@ -390,8 +387,8 @@ func (d *Device) run() {
 			}
 			return
 		}
-		if a := d.active.Load(); len(pkts) > 0 || sent > 0 || d.doorbell.Load() != seen || a != lastActive {
-			lastBusy, lastActive = time.Now(), a
+		if len(pkts) > 0 || sent > 0 || d.doorbell.Load() != seen {
+			lastBusy = time.Now()
 		}
 		if len(pkts) > 0 {
 			d.input(pkts)

@@ -10,12 +10,3 @@ package soft
 // runtime's 10 ms preemption. libgoroce-verbs.so yields when this reports
 // true after an empty Poll.
 func (d *Device) DriverParked() bool { return d.sleeping.Load() }
-
-// Active tells the device's driver that the application is polling: the
-// driver, which polls the packet path for Options.Spin after the last
-// activity it saw before it parks, counts that time from its next round.
-// Called more often than Spin (by each poll of a thread that polls in a
-// loop), it keeps the driver from parking, holding the packet path, while
-// that thread takes the packets in line, even when the driver only runs
-// between the calls (one processor). An atomic add; it wakes nobody.
-func (d *Device) Active() { d.active.Add(1) }
