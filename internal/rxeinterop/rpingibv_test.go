@@ -19,13 +19,14 @@ import (
 // disconnect.
 func rpingIbverbs(t *testing.T, h *harness, g string) {
 	ping := fmt.Sprintf("-C %d -v -V", rpingCount)
-	// Server and client both in the guest: the server waits for its
-	// listener (goroce -d says "listening on"; Linux rping says nothing: 10 s).
+	// Server and client both in the guest: the client waits for the
+	// server's listener (goroce -d says "listening on"; for Linux rping,
+	// which says nothing, the rdma tool shows its listening rdma_cm id).
 	inGuest := func(t *testing.T, label, server, client string) {
 		// The server's stdout and stderr go to files of their own: in one,
 		// a line on unbuffered stderr lands inside buffered stdout's.
 		f := "/tmp/" + label
-		script := fmt.Sprintf("%s >%s.out 2>%s.err & s=$!; i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' %s.err; do sleep 0.1; i=$((i+1)); done; "+
+		script := fmt.Sprintf("%s >%s.out 2>%s.err & s=$!; i=0; while [ $i -lt 100 ] && ! grep -q 'listening on' %s.err && ! rdma resource show cm_id 2>/dev/null | grep -q 'LISTEN.*:7174 '; do sleep 0.1; i=$((i+1)); done; "+
 			"%s; rc=$?; wait $s; src=$?; cat %s.out %s.err; echo server-rc=$src; [ $rc = 0 ] && [ $src = 0 ]", server, f, f, f, client, f, f)
 		h.guestJob(t, label, 110, script)
 		out, rc := h.waitJob(t, label, 140*time.Second)

@@ -410,8 +410,8 @@ var rxeServerRE = regexp.MustCompile(`ibv_.*pingpong|ib_.*_bw|ib_.*_lat`)
 // firstPair runs guestCmd in the guest and then hostCmd (a bash command
 // line, with run-peer.sh's RXE_* variables) in the namespace, as
 // run-peer.sh runs its pair: after a pingpong or perftest server listens on
-// TCP 18515, 3 s after an rdma_cm server (which opens no TCP port), 1 s
-// after anything else; with a capture on the bridge.
+// TCP 18515 or an rdma_cm server on its port (waitCMListen), 1 s after
+// that or anything else; with a capture on the bridge.
 func (h *harness) firstPair(t *testing.T, label, guestCmd, hostCmd string) result {
 	r := result{guestCmd: guestCmd, hostCmd: hostCmd, pcap: filepath.Join(h.build, "captures", "peer-"+label+".pcap")}
 	stop := h.startCapture(t, r.pcap)
@@ -419,7 +419,7 @@ func (h *harness) firstPair(t *testing.T, label, guestCmd, hostCmd string) resul
 	delay := time.Second
 	switch {
 	case regexp.MustCompile(`(^| )(-R|--rdma_cm)( |$)|rping`).MatchString(guestCmd):
-		delay = 3 * time.Second
+		h.waitCMListen(t, label, guestCmd)
 	case rxeServerRE.MatchString(guestCmd) && !regexp.MustCompile(`([0-9]+\.){3}[0-9]+\s*$`).MatchString(guestCmd):
 		h.waitListen(t, label)
 	}
@@ -431,6 +431,31 @@ func (h *harness) firstPair(t *testing.T, label, guestCmd, hostCmd string) resul
 	r.guestOut, r.guestRC = h.waitJob(t, label, 140*time.Second)
 	stop()
 	return r
+}
+
+// cmPortRE finds a perftest's or rping's port option.
+var cmPortRE = regexp.MustCompile(`(?:^| )(?:-p|--port)[ =](\d+)`)
+
+// waitCMListen waits until an rdma_cm server (rping -s, perftest -R),
+// started as guest job label, has a listening rdma_cm id on its port, as
+// the guest's rdma tool shows them (an rdma_cm server opens no TCP port
+// to wait for). Where the tool shows none within 30 s it waits 3 s more,
+// as run-peer.sh does, and says so: a fixed wait alone lost the race under
+// CI's load.
+func (h *harness) waitCMListen(t *testing.T, label, guestCmd string) {
+	port := "18515" // perftest's
+	if strings.Contains(guestCmd, "rping") {
+		port = "7174"
+	}
+	if m := cmPortRE.FindStringSubmatch(guestCmd); m != nil {
+		port = m[1]
+	}
+	wait := fmt.Sprintf(`i=0; while [ $i -lt 300 ]; do rdma resource show cm_id 2>/dev/null | grep -q "LISTEN.*:%s " && exit 0; sleep 0.1; i=$((i+1)); done; rdma resource show cm_id; exit 1`, port)
+	h.guestJob(t, label+"-cmlisten", 60, wait)
+	if out, rc := h.waitJob(t, label+"-cmlisten", 90*time.Second); rc != 0 {
+		t.Logf("no listening rdma_cm id on port %s in the guest after 30 s (rdma resource show cm_id: %q): waiting 3 s more", port, out)
+		time.Sleep(3 * time.Second)
+	}
 }
 
 // waitListen waits until the guest listens on the pingpong exchange's TCP
@@ -519,9 +544,9 @@ func (h *harness) pair(t *testing.T, label, guestCmd string, host []string, host
 			}
 		}
 		h.guestJob(t, label, 110, guestCmd)
-	} else if rdmacm { // an rdma_cm server listens on no TCP port: wait as run-peer.sh's -d
+	} else if rdmacm {
 		h.guestJob(t, label, 110, guestCmd)
-		time.Sleep(3 * time.Second)
+		h.waitCMListen(t, label, guestCmd)
 		startHost()
 	} else {
 		h.guestJob(t, label, 110, guestCmd)
