@@ -80,13 +80,9 @@ func configured() ([]*gdev, error) {
 }
 
 // newDevice makes a device's ibv_device structure. The soft device it
-// opens drives its packet path as a program polling through cgo needs
-// (procs.go): the driver spins for driverSpin(), and a flush sends its ACKs
-// after its other packets (soft.Options.AcksLast: a ping-pong's reply
-// leaves ahead of the ACK held back for the message it answers, which the
-// kernel's path for that ACK delayed by a microsecond or two).
+// opens spins as a program polling through cgo needs (driverSpin).
 func newDevice(o soft.OpenOptions, ip netip.Addr) *gdev {
-	o.Spin, o.AcksLast = driverSpin(), true
+	o.Spin = driverSpin()
 	d := &gdev{opts: o, guid: guidOf(ip.As16())}
 	d.c = (*C.struct_ibv_device)(C.calloc(1, C.sizeof_struct_ibv_device))
 	d.c.node_type = C.IBV_NODE_CA

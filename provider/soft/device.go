@@ -62,12 +62,6 @@ type Options struct {
 	// `goroce bench` does in busy mode) so that they take turns on one
 	// thread, each yielding to the other with runtime.Gosched.
 	Busy bool
-	// AcksLast sends a flush's ACKs after its other packets, in a system
-	// call of their own, as a busy device does (ackAside), without the
-	// rest of Busy: the reply an application posts after a message then
-	// leaves ahead of the ACK held back for that message. For ping-pong
-	// programs polling their CQs (libgoroce-verbs.so sets it). Default off.
-	AcksLast bool
 	// Path describes the packet path for people (goroce devinfo shows it),
 	// such as "uring (multishot-recvmsg,...)". Optional.
 	Path string
@@ -166,7 +160,7 @@ type Device struct {
 	err    error
 	async  asyncState
 	gsi    gsiState
-	// ackScratch holds a flush's ACKs set aside by ackAside (Busy, AcksLast).
+	// ackScratch holds a flush's ACKs set aside by ackAside (Busy).
 	ackScratch []ackCopy
 	// first is where a flush builds its first packet (flushBatches).
 	first []byte
@@ -246,7 +240,7 @@ func New(opts Options) (*Device, error) {
 	if g, ok := opts.Conn.(packetio.Gatherer); ok && !opts.NoGather {
 		d.gather = g.Gathers()
 	}
-	if opts.Busy || opts.AcksLast {
+	if opts.Busy {
 		d.ackScratch = make([]ackCopy, opts.Batch)
 	}
 	dev = d
@@ -774,7 +768,7 @@ func (d *Device) next(now int64, b []byte, aside *int) (n int, ext []byte, to ne
 const ackScratchLen = 32
 
 // ackAside copies b, the packet for to and port just output, aside as the
-// flush's i-th ACK when the device is busy (or AcksLast), b is an RC ACK or NAK and there is
+// flush's i-th ACK when the device is busy, b is an RC ACK or NAK and there is
 // room, and reports whether it did. A busy device sends a flush's ACKs after
 // its other packets in a sendmmsg of their own (sendAside): in a ping-pong
 // the reply posted after a message leaves with the ACK the responder held

@@ -54,8 +54,6 @@ type OpenOptions struct {
 	// Busy makes the device's driver poll without ever blocking (see
 	// Options.Busy): lower latency for a processor kept busy. Default off.
 	Busy bool
-	// AcksLast is Options.AcksLast.
-	AcksLast bool
 	// Spin is Options.Spin: how long the driver polls after activity
 	// before it blocks (0: the default, 50µs; negative: never).
 	Spin time.Duration
@@ -88,7 +86,7 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 			return nil, ch, err
 		}
 	}
-	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, AcksLast: o.AcksLast, Spin: o.Spin, NoGather: o.NoGather,
+	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, Spin: o.Spin, NoGather: o.NoGather,
 		Engine: engine.Config{Congestion: o.Congestion}})
 	if err != nil {
 		conn.Close()
