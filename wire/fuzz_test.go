@@ -82,6 +82,11 @@ func clearReserved(b []byte, info *OpcodeInfo) {
 	if off := info.Offset(HasCNPPad); off != 0 {
 		clear(b[off : off+CNPPadLen])
 	}
+	if off := info.Offset(HasFETH); off != 0 {
+		// A FLUSH's FETH: selectivity and placement type, the 26 bits above
+		// them reserved.
+		binary.BigEndian.PutUint32(b[off:], binary.BigEndian.Uint32(b[off:])&0x3F)
+	}
 }
 
 // FuzzRoundTrip builds a packet from fuzzed header values, parses it and
