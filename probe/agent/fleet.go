@@ -21,18 +21,21 @@ import (
 // previous view too, so that the first seconds of a fault, when one path's
 // chance losses can pass the test before the whole component's do, export
 // nothing rather than a wrong component, and a verdict that only refines
-// (a host's direction) is exported throughout.
+// (a host's direction) is exported throughout. A view with a verdict
+// waiting for its confirmation is followed by the next as soon as it
+// expires (FleetTTL), not a FleetInterval later.
 //
 // An ambiguous verdict names the host pairs whose probes would settle it:
 // the exporter serves them at SeparatePath, every agent takes those it is
 // the source of as targets of class ClassSeparate (bounded), and the next
 // views judge with their paths too (separatingPairs, setSeparating).
 func (a *Agent) exportFleet(ctx context.Context) {
-	t := time.NewTicker(a.opts.FleetInterval)
-	defer t.Stop()
+	timer := time.NewTimer(a.opts.FleetInterval)
+	defer timer.Stop()
 	var confirm analysis.Confirmer
 	var sep separation
 	for {
+		next := time.Now().Add(a.opts.FleetInterval)
 		name, me := a.electExporter(ctx)
 		if ctx.Err() != nil {
 			return
@@ -41,18 +44,32 @@ func (a *Agent) exportFleet(ctx context.Context) {
 		var doc FleetDoc
 		if me {
 			doc = a.Fleet(ctx)
-			a.metrics.SetFleet(true, confirm.Confirm(doc.Verdicts))
+			confirmed := confirm.Confirm(doc.Verdicts)
+			a.metrics.SetFleet(true, confirmed)
+			if len(confirmed) < len(doc.Verdicts) {
+				// A verdict waits for the next view to confirm it:
+				// make that view as soon as this one expires.
+				next = earliest(next, doc.Generated.Add(a.opts.FleetTTL+10*time.Millisecond))
+			}
 		} else {
 			confirm.Reset()
 			a.metrics.SetFleet(false, nil)
 		}
 		a.setSeparating(a.separatingPairs(ctx, name, me, &sep, &doc))
+		timer.Reset(max(time.Until(next), time.Millisecond))
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-timer.C:
 		}
 	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // electExporter returns the exporter's name and whether it is this node:

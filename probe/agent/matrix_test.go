@@ -49,9 +49,38 @@ type fabricFleet struct {
 	client *http.Client // dials from the spine's namespace
 	window time.Duration
 	dump   *os.File // matrixDumpEnv's file, or nil
-	// scenario and began are the scenario running and when it began.
+	// scenario and began are the scenario running and when it began;
+	// exporter is the agent that exported at the last look (-1: none).
 	scenario string
 	began    time.Time
+	exporter int
+}
+
+// pending returns the verdicts of the exporter's current fleet view (as
+// the export would name them), confirmed or not yet: nil when no agent
+// exported at the last look or its view could not be read.
+func (ff *fabricFleet) pending() []string {
+	if ff.exporter < 0 {
+		return nil
+	}
+	resp, err := ff.client.Get(fmt.Sprintf("http://%s:9478%s", ff.f.Addrs[ff.exporter], agent.FleetPath))
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var doc agent.FleetDoc
+	if json.NewDecoder(resp.Body).Decode(&doc) != nil {
+		return nil
+	}
+	var out []string
+	for _, v := range doc.Verdicts {
+		var l []string
+		for _, s := range v.Suspects {
+			l = append(l, s.Label())
+		}
+		out = append(out, v.Symptom+": "+strings.Join(l, ", "))
+	}
+	return out
 }
 
 // matrixPinglist: every host probes every other 20 times a second; the
@@ -68,7 +97,7 @@ func (ff *fabricFleet) pinglist() string {
 }
 
 func newFabricFleet(t *testing.T, bin string, groups []int, window time.Duration) *fabricFleet {
-	ff := &fabricFleet{f: netns.NewFabric(t, netns.FabricOptions{Groups: groups}), dir: t.TempDir(), bin: bin, window: window}
+	ff := &fabricFleet{f: netns.NewFabric(t, netns.FabricOptions{Groups: groups}), dir: t.TempDir(), bin: bin, window: window, exporter: -1}
 	for g := range groups {
 		ff.groups = append(ff.groups, fmt.Sprintf("g%d", g))
 	}
@@ -134,7 +163,10 @@ var labelPair = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
 // each (as its candidates label lists them), and how many agents export.
 func (ff *fabricFleet) verdicts(skip map[int]bool) (vs []string, exporters int) {
 	exporter := -1
-	defer func() { ff.dumpView(exporter, vs) }()
+	defer func() {
+		ff.exporter = exporter
+		ff.dumpView(exporter, vs)
+	}()
 	for i := range ff.names {
 		if skip[i] {
 			continue
@@ -369,10 +401,10 @@ func (ff *fabricFleet) run(t *testing.T, s scenario, sc *score) {
 	}
 }
 
-// waitClear waits for the verdicts to clear after s's fault ended, within
-// a window (plus the analysis and fleet intervals, and, for the killed
-// agent, its rediscovery's backoff), adding those it sees meanwhile to
-// seen.
+// waitClear waits for the verdicts to clear after s's fault ended (none
+// exported, none waiting in the exporter's view), within a window (plus
+// the analysis and fleet intervals, and, for the killed agent, its
+// rediscovery's backoff), adding those exported meanwhile to seen.
 func (ff *fabricFleet) waitClear(t *testing.T, s scenario, seen map[string]bool) {
 	limit := ff.window + 15*time.Second
 	if strings.Contains(s.name, "killed") {
@@ -381,15 +413,21 @@ func (ff *fabricFleet) waitClear(t *testing.T, s scenario, seen map[string]bool)
 	cleared := time.Now()
 	for {
 		vs, _ := ff.verdicts(nil)
-		if len(vs) == 0 {
-			t.Logf("%s: cleared %v after the fault ended", s.name, time.Since(cleared).Round(time.Second))
-			return
-		}
 		for _, v := range vs {
 			seen[v] = true
 		}
+		// Cleared: nothing exported, and nothing in the exporter's view
+		// waiting for its confirmation (a verdict late to come is this
+		// fault's, not the next one's).
+		var p []string
+		if len(vs) == 0 {
+			if p = ff.pending(); len(p) == 0 {
+				t.Logf("%s: cleared %v after the fault ended", s.name, time.Since(cleared).Round(time.Second))
+				return
+			}
+		}
 		if time.Since(cleared) > limit {
-			t.Errorf("%s: verdicts %v still stand %v after the fault ended", s.name, vs, limit)
+			t.Errorf("%s: verdicts %v (in the view: %v) still stand %v after the fault ended", s.name, vs, p, limit)
 			return
 		}
 		time.Sleep(time.Second)
