@@ -211,6 +211,12 @@ func (e *Engine) PendingOutput(limit int) int {
 // Call it with the engine serialised, as Output.
 func (qp *QP) Responses() int { return qp.resp.queued() }
 
+// ReleaseACK ends the hold of an ACK the responder holds back for a reply
+// (Config.AckDelay): the next Output sends it. For a QP about to be
+// destroyed, whose reply will not come. Call it with the engine
+// serialised, as Output.
+func (qp *QP) ReleaseACK() { qp.resp.ackDue = 0 }
+
 // Posted returns how many send work requests were ever posted to the QP
 // (its send queue's tail). Safe from any goroutine: a load.
 func (qp *QP) Posted() uint64 { return qp.sq.posted() }

@@ -122,14 +122,15 @@ func gr_destroy_qp(q *C.struct_ibv_qp) C.int {
 
 // drain lets the last ACKs of an RC QP leave before the QP goes, as a
 // NIC's would: otherwise the peer's last send may never complete (a peer
-// rdma_rxe's ibv_rc_pingpong resent its last message until its retries ran
-// out). First the ACKs the QP's responder queued, one held a few
-// microseconds for a reply among them, are handed to the packet path
-// (soft.QP.WaitResponses, at most drainLimit): the driver's timer sends a
-// held one, and on a loaded machine the driver may not run for
-// milliseconds. Then the device waits until it has been quiet for
-// drainQuiet (at most 200 ms), so that an ACK the network lost is sent
-// again for the peer's retransmission while the QP is still there.
+// rdma_rxe's ibv_rc_pingpong resent its last message after the library's
+// client had finished). First the ACK the QP's responder holds back a few
+// microseconds for a reply, which will not come, is sent at once, and
+// every response it queued is handed to the packet path
+// (soft.QP.WaitResponses, at most drainLimit): held, that ACK waited for
+// the driver's timer, which on a loaded machine may run late. Then the
+// device waits until it has been quiet for drainQuiet (at most 200 ms), so
+// that an ACK the network lost is sent again for the peer's retransmission
+// while the QP is still there.
 func (o *gqp) drain() {
 	if sq, ok := o.v.(*soft.QP); ok && !sq.WaitResponses(drainLimit) {
 		debug("ibv_destroy_qp: QP %d still had responses queued after %v", o.c.qp_num, drainLimit)
