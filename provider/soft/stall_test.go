@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/engine"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
@@ -46,9 +47,9 @@ func (c *stallConn) Receive(until time.Time) ([]packetio.Packet, error) {
 }
 
 // TestStalledDriverTakesACKFirst: a driver descheduled past its QP's local
-// ACK timer (and tail loss probe) while the ACK waited in its socket takes
-// that ACK in before it runs the timers: no timeout, no probe, no packet
-// sent again, and no retry used up. Running the timers first, as the
+// ACK timer while the ACK waited in its socket takes that ACK in before it
+// runs the timers: no timeout, no probe, no packet sent again, and no retry
+// used up. Running the timers first, as the
 // driver did, counted a retry for a packet that was acknowledged; on a
 // 2-core machine running five soft devices and more, all 16 QPs of an
 // incast's sender died so of RETRY_EXC_ERR.
@@ -62,8 +63,11 @@ func TestStalledDriverTakesACKFirst(t *testing.T) {
 	}
 	sc := &stallConn{Conn: ca, stall: 250 * time.Millisecond} // the local ACK timer: 67 ms
 	// NoInline: only the driver receives (a Poll that found its CQ empty
-	// would take the ACK in itself).
-	da, err := New(Options{Name: "stalla", Conn: sc, NoInline: true})
+	// would take the ACK in itself). No congestion control, so no tail
+	// loss probe: its timer (1 ms at least) could pass before a slow
+	// run's ACK came at all, and fire rightly; the local ACK timer's 67 ms
+	// cannot.
+	da, err := New(Options{Name: "stalla", Conn: sc, NoInline: true, Engine: engine.Config{Congestion: engine.CCOff}})
 	if err != nil {
 		ca.Close()
 		cb.Close()
