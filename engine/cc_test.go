@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"net/netip"
 	"testing"
 
@@ -475,13 +476,36 @@ func TestDelayCut(t *testing.T) {
 	}
 	srtt := int64(base + 3*DefaultTargetDelay)
 	stand(p, 7_000_000, srtt)
+	tgt := p.target(DefaultTargetDelay) // the window's (flow scaling)
 	e.onDelay(p, 8_000_000)
-	want := max(w*(1-swiftBeta*float64(srtt-base-DefaultTargetDelay)/float64(srtt)), w*(1-swiftMaxMDF))
+	want := max(w*(1-swiftBeta*float64(srtt-base-tgt)/float64(srtt)), w*(1-swiftMaxMDF))
 	if e.stats.DelayCuts != 1 || p.cwnd != want {
 		t.Fatalf("after a round trip of %d ns: %d delay cuts, window %.2f, want 1 and %.2f", srtt, e.stats.DelayCuts, p.cwnd, want)
 	}
 	e.onDelay(p, 8_000_000+p.srtt/2)
 	if e.stats.DelayCuts != 1 {
 		t.Fatal("two delay cuts within a round trip")
+	}
+}
+
+// TestFlowScaledTarget: the target delay is the configured one for a
+// window of fsMax packets or more, 1+fsRange times it at fsMin, and falls
+// in between as the window grows (Swift's flow scaling).
+func TestFlowScaledTarget(t *testing.T) {
+	p := newPath(netip.MustParseAddr("10.0.0.2"), 512)
+	const base = DefaultTargetDelay
+	prev := int64(math.MaxInt64)
+	for _, w := range []float64{1, fsMin, 3, 4, 8, 16, 32, fsMax, 128, 4096} {
+		p.cwnd = w
+		got := p.target(base)
+		switch {
+		case w <= fsMin && got != base+int64(fsRange*base):
+			t.Errorf("window %v: target %d, want %d", w, got, base+int64(fsRange*base))
+		case w >= fsMax && got != base:
+			t.Errorf("window %v: target %d, want %d", w, got, base)
+		case got > prev:
+			t.Errorf("window %v: target %d above the smaller window's %d", w, got, prev)
+		}
+		prev = got
 	}
 }

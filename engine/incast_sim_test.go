@@ -412,6 +412,12 @@ func TestSimIncast(t *testing.T) {
 				t.Errorf("a sender's least round trip %d µs, want at most 4x the idle ping's %d µs", r.maxMinRTT/1000, r.pingIdle/1000)
 			}
 			// A loss-only control fills it (p99 65 KB).
+			// Growth stops above the target delay (ccPath): the mean
+			// queue was 25 KB while the window grew between the delay
+			// cuts, 14 KB since.
+			if r.qMean > simQueue*5/16 {
+				t.Errorf("the queue's mean %d bytes, want at most 5/16 of its %d", r.qMean, simQueue)
+			}
 			if r.qP99 > simQueue*7/8 {
 				t.Errorf("the queue's p99 %d bytes, want at most 7/8 of its %d", r.qP99, simQueue)
 			}
