@@ -152,12 +152,16 @@ type Verdict struct {
 }
 
 // Key identifies a verdict across analyses: its symptom and suspects.
-func (v Verdict) Key() string {
+func (v Verdict) Key() string { return v.join(Suspect.Label) }
+
+// join is the verdict's symptom and its suspects, each named by name,
+// separated by "|".
+func (v Verdict) join(name func(Suspect) string) string {
 	var b strings.Builder
 	b.WriteString(v.Symptom)
 	for _, s := range v.Suspects {
 		b.WriteString("|")
-		b.WriteString(s.Label())
+		b.WriteString(name(s))
 	}
 	return b.String()
 }

@@ -2,7 +2,6 @@ package analysis
 
 import (
 	"sort"
-	"strings"
 	"time"
 )
 
@@ -98,15 +97,7 @@ func (h *VerdictHistory) Update(now time.Time, vs []Verdict) {
 
 // id is a verdict's symptom and its suspects' components, without their
 // directions.
-func (v Verdict) id() string {
-	var b strings.Builder
-	b.WriteString(v.Symptom)
-	for _, s := range v.Suspects {
-		b.WriteString("|")
-		b.WriteString(s.ID())
-	}
-	return b.String()
-}
+func (v Verdict) id() string { return v.join(Suspect.ID) }
 
 // Records returns the history, newest start first.
 func (h *VerdictHistory) Records() []Record {
