@@ -403,9 +403,15 @@ func (g *guest) boot(t *testing.T) error {
 	return nil
 }
 
-// rxeServerRE matches the guest commands run-peer.sh waits for on TCP port
-// 18515: pingpong and perftest servers (no address at the end).
-var rxeServerRE = regexp.MustCompile(`ibv_.*pingpong|ib_.*_bw|ib_.*_lat`)
+// The guest commands run-peer.sh waits for: pingpong and perftest servers
+// (rxeServerRE, no address at the end: endsWithAddrRE) on TCP port 18515,
+// and rdma_cm servers (cmServerRE: rping, perftest's -R), which open no TCP
+// port.
+var (
+	rxeServerRE    = regexp.MustCompile(`ibv_.*pingpong|ib_.*_bw|ib_.*_lat`)
+	endsWithAddrRE = regexp.MustCompile(`([0-9]+\.){3}[0-9]+\s*$`)
+	cmServerRE     = regexp.MustCompile(`(^| )(-R|--rdma_cm)( |$)|rping`)
+)
 
 // firstPair runs guestCmd in the guest and then hostCmd (a bash command
 // line, with run-peer.sh's RXE_* variables) in the namespace, as
@@ -418,9 +424,9 @@ func (h *harness) firstPair(t *testing.T, label, guestCmd, hostCmd string) resul
 	h.guestJob(t, label, 110, guestCmd)
 	delay := time.Second
 	switch {
-	case regexp.MustCompile(`(^| )(-R|--rdma_cm)( |$)|rping`).MatchString(guestCmd):
+	case cmServerRE.MatchString(guestCmd):
 		h.waitCMListen(t, label, guestCmd)
-	case rxeServerRE.MatchString(guestCmd) && !regexp.MustCompile(`([0-9]+\.){3}[0-9]+\s*$`).MatchString(guestCmd):
+	case rxeServerRE.MatchString(guestCmd) && !endsWithAddrRE.MatchString(guestCmd):
 		h.waitListen(t, label)
 	}
 	time.Sleep(delay)
@@ -531,7 +537,7 @@ func (h *harness) pair(t *testing.T, label, guestCmd string, host []string, host
 		}
 		go func() { hostDone <- cmd.Wait() }()
 	}
-	rdmacm := strings.HasPrefix(guestCmd, "rping") || strings.Contains(guestCmd, " -R")
+	rdmacm := cmServerRE.MatchString(guestCmd)
 	if hostServer {
 		startHost()
 		for !strings.Contains(hostOut.String(), "local address") && // pingpong, once it listens
