@@ -384,18 +384,29 @@ func TestSparseAndHeld(t *testing.T) {
 	if out := ccOutput(l.a, l.now); len(out) != 1 {
 		t.Fatalf("a one-packet WRITE on an idle QP sent %d packets, want 1 despite the full window", len(out))
 	}
-	// Room for one packet, twice: bulk1 (held first, at its 33rd packet)
-	// takes the first, bulk2 (held after it) the second, though the
-	// output visits bulk1 first both times.
+	// Room for less than a turn: nothing goes. Room for a turn, twice:
+	// bulk1 (held first, at its 33rd packet) takes the first, bulk2 (held
+	// after it) the second, though the output visits bulk1 first both
+	// times; only a turn's last packet asks for an ACK.
+	g := p.turn()
+	full := p.inflight
+	p.inflight = int(p.cwnd) - g + 1
+	if out := ccOutput(l.a, l.now); len(out) != 0 {
+		t.Fatalf("room for %d packets, less than a turn of %d: %d sent", g-1, g, len(out))
+	}
 	for i, want := range []*side{bulk1, bulk2} {
 		before := want.qp.req.ccOut
-		full := p.inflight
-		p.inflight = int(p.cwnd) - 1
+		p.inflight = int(p.cwnd) - g
 		out := ccOutput(l.a, l.now)
-		p.inflight = full + len(out)
-		if len(out) != 1 || want.qp.req.ccOut != before+1 {
-			t.Fatalf("room for one packet (%d): %d sent, bulk1 %d in flight, bulk2 %d; want it to the QP held %s", i, len(out),
+		p.inflight = full
+		if len(out) != g || want.qp.req.ccOut != before+g {
+			t.Fatalf("room for a turn of %d (%d): %d sent, bulk1 %d in flight, bulk2 %d; want it to the QP held %s", g, i, len(out),
 				bulk1.qp.req.ccOut, bulk2.qp.req.ccOut, []string{"first", "second"}[i])
+		}
+		for k, pkt := range out {
+			if ask := wire.BTH(pkt).AckReq(); ask != (k == g-1) {
+				t.Errorf("turn %d, packet %d of %d: AckReq %v", i, k, g, ask)
+			}
 		}
 	}
 }

@@ -873,6 +873,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			e.outIP = qp.ip
 			if e.rrRun++; e.rrRun >= rrQuantum {
 				e.rrRun = 0
+				qp.req.ccTurn = 0 // its turn at a shared window ends with its run
 				e.rr++
 			}
 			return n, to, e.lastSport, true
@@ -881,6 +882,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			e.stats.TxBuildErrors++
 		}
 		e.rrRun = 0
+		qp.req.ccTurn = 0
 		e.rr++
 	}
 	// Nothing to send: when the QP this call started at is the last that

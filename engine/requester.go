@@ -47,6 +47,9 @@ type requester struct {
 	// ccWaiting: the QP is in its path's queue of QPs the window held
 	// (ccPath.waitq).
 	ccWaiting bool
+	// ccTurn is how many more packets the QP may send in its turn at the
+	// window (ccPath.admit) before it queues again.
+	ccTurn int
 }
 
 func (qp *QP) timeoutNs() int64 {
@@ -174,7 +177,7 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 		// behind their first windows, took that queue for the path's
 		// delay, and held the bottleneck's queue that high).
 		r.unasked++
-		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s) || qp.path != nil && (qp.path.closes(qp.e.rrRun) || qp.path.timeIdle()); h.AckReq {
+		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s) || qp.path != nil && (qp.path.closes(qp.e.rrRun, r.ccTurn) || qp.path.timeIdle()); h.AckReq {
 			r.unasked = 0
 		}
 		if payload > 0 {
