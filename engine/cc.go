@@ -147,7 +147,15 @@ const (
 	// DefaultTargetDelay is Config.TargetDelay's default: a 64 KB queue at
 	// 500 Mbit/s is 1 ms; 100 µs keeps a ping's round trip within about
 	// twice its idle one while the host's own jitter (tens of µs) rarely
-	// reaches it.
+	// reaches it. Smaller ones served the incast through that queue better
+	// (at 10 µs a ping's p99 beside it 402-423 µs against 545-580 µs where
+	// the queue drops, 443-451 µs against 1.05-1.10 ms where the router
+	// marks, goodput the same), but on a pipe that drops 5 % at random
+	// between two namespaces, whose round trip is its hosts' (least 0.5
+	// ms, 270 packets standing in their sockets), the soak's 50,000
+	// operations then took 46 s (50 µs) to over 100 s (25 µs, 10 µs),
+	// against 28 s: a host-bound path's round trip moves with its host,
+	// not its window.
 	DefaultTargetDelay = 100_000
 	swiftBeta          = 0.8            // Swift's beta
 	swiftMaxMDF        = 0.5            // Swift's max_mdf: a delay cut keeps at least half the window
