@@ -214,7 +214,7 @@ func (p *ccPath) admit(qp *QP, span int, take bool) bool {
 	if len(p.waitq) == 0 {
 		return true
 	}
-	g := p.turn()
+	g := p.turn(qp.runQuantum())
 	if p.inflight != 0 && float64(p.inflight+g) > p.cwnd {
 		return false // qp's turn, when the window has room for it
 	}
@@ -226,7 +226,8 @@ func (p *ccPath) admit(qp *QP, span int, take bool) bool {
 }
 
 // turn returns how many packets a held QP's turn is: a quarter of the
-// window, so that four turns' ACKs keep it full, from 1 up to rrQuantum;
+// window, so that four turns' ACKs keep it full, from 1 up to run (the
+// QP's runLen);
 // one packet once congestion cut the window. Through a router whose
 // token bucket dequeued on either processor, the receiver's kernel
 // delivered some adjacent packets swapped; with a QP's packets adjacent
@@ -234,11 +235,11 @@ func (p *ccPath) admit(qp *QP, span int, take bool) bool {
 // of the incast where the router marks, against 0.05 % with turns of one
 // packet), while a congested path's rate is low enough that its ACKs
 // cost little.
-func (p *ccPath) turn() int {
+func (p *ccPath) turn(run int) int {
 	if p.lastCut != 0 {
 		return 1
 	}
-	return min(rrQuantum, max(1, int(p.cwnd)/4))
+	return min(run, max(1, int(p.cwnd)/4))
 }
 
 // wait queues qp as held by the window, once, when others share it.
@@ -339,13 +340,13 @@ func (e *Engine) paced(p *ccPath, span int, take bool) bool {
 // window, it spends the path's pacing tokens (paced took its own already),
 // other QPs wait for the window (admit gives them the next room) and it
 // ends its turn (turn, the packets of it left after this one), or it
-// ends the QP's turn (rrQuantum) while other QPs share the window and may
+// ends the QP's run (quantum: its runLen) while other QPs share the window and may
 // fill it. It must then ask for an ACK (AckReq), since its QP may
 // send nothing more until one comes, and an ACK that nobody asked for
 // never comes: a paced QP's last packet that did not ask waited for the
 // local ACK timer (2,863 timeouts in a simulated incast).
-func (p *ccPath) closes(run, turn int) bool {
-	return float64(p.inflight+2) > p.cwnd || p.refs > 1 && (run+1 >= rrQuantum || len(p.waitq) > 0 && turn == 0) || p.lastCut != 0 && p.srtt != 0 && p.tokens < 1
+func (p *ccPath) closes(run, quantum, turn int) bool {
+	return float64(p.inflight+2) > p.cwnd || p.refs > 1 && (run+1 >= quantum || len(p.waitq) > 0 && turn == 0) || p.lastCut != 0 && p.srtt != 0 && p.tokens < 1
 }
 
 // timeIdle reports whether the packet about to be sent should ask for an

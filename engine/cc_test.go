@@ -388,7 +388,7 @@ func TestSparseAndHeld(t *testing.T) {
 	// bulk1 (held first, at its 33rd packet) takes the first, bulk2 (held
 	// after it) the second, though the output visits bulk1 first both
 	// times; only a turn's last packet asks for an ACK.
-	g := p.turn()
+	g := p.turn(bulk1.qp.runQuantum())
 	full := p.inflight
 	p.inflight = int(p.cwnd) - g + 1
 	if out := ccOutput(l.a, l.now); len(out) != 0 {

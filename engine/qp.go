@@ -31,6 +31,7 @@ type QP struct {
 
 	// Attributes (ibv_modify_qp).
 	mtu             int
+	run             int // packets it sends in a row (runLen), once its path MTU is set
 	destQPN         wire.QPN
 	remote          netip.Addr
 	ah              verbs.AHAttr
@@ -389,6 +390,7 @@ func (qp *QP) setAttrs(a *verbs.QPAttr, mask verbs.QPAttrMask) {
 	}
 	if mask&verbs.AttrPathMTU != 0 {
 		qp.mtu = a.PathMTU.Bytes()
+		qp.run = runLen(qp.mtu)
 	}
 	if mask&verbs.AttrDestQPN != 0 {
 		qp.destQPN = wire.QPN(a.DestQPN)
@@ -826,10 +828,29 @@ func GatherSplit(buf []byte, n int) (at int) {
 }
 
 // rrQuantum is how many packets in a row the output arbiter takes from one
-// QP before it turns to the next (OutputFrom's round robin): QPs that share
-// a congestion window (ccPath) then share it fairly, and a burst still
-// fills a GSO message (packets of equal size to one peer, whichever QP's).
-const rrQuantum = 16
+// QP before it turns to the next (OutputFrom's round robin) at the largest
+// path MTU, and at least at any: QPs that share a congestion window
+// (ccPath) then share it fairly, and a burst still fills a GSO message.
+// A QP with a smaller path MTU sends rrBytes in a row (QP.run), up to
+// rrMaxRun packets: its packets leave from its own source port (its flow's),
+// so a GSO message holds one QP's packets, and 16 packets of 1 KiB made
+// GSO messages of 16 KB where one QP alone sent them 64 KB at a time.
+const (
+	rrQuantum = 16
+	rrBytes   = rrQuantum * 4096
+	rrMaxRun  = 64 // Linux's UDP_MAX_SEGMENTS before 6.x: a GSO message's packets
+)
+
+// runQuantum returns how many packets the QP sends in a row.
+func (qp *QP) runQuantum() int { return max(qp.run, rrQuantum) }
+
+// runLen returns how many packets a QP of path MTU mtu sends in a row.
+func runLen(mtu int) int {
+	if mtu <= 0 {
+		return rrQuantum
+	}
+	return min(max(rrBytes/mtu, rrQuantum), rrMaxRun)
+}
 
 // OutputFrom is Output that also returns the UDP source port the packet's
 // ICRC was computed for, which it must leave from: Config.SourcePort (when
@@ -871,7 +892,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 				to = qp.lastDst
 			}
 			e.outIP = qp.ip
-			if e.rrRun++; e.rrRun >= rrQuantum {
+			if e.rrRun++; e.rrRun >= qp.runQuantum() {
 				e.rrRun = 0
 				qp.req.ccTurn = 0 // its turn at a shared window ends with its run
 				e.rr++

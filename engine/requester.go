@@ -177,7 +177,7 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 		// behind their first windows, took that queue for the path's
 		// delay, and held the bottleneck's queue that high).
 		r.unasked++
-		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s) || qp.path != nil && (qp.path.closes(qp.e.rrRun, r.ccTurn) || qp.path.timeIdle()); h.AckReq {
+		if h.AckReq = r.unasked >= qp.e.cfg.AckEvery || last && qp.askLast(s) || qp.path != nil && (qp.path.closes(qp.e.rrRun, qp.runQuantum(), r.ccTurn) || qp.path.timeIdle()); h.AckReq {
 			r.unasked = 0
 		}
 		if payload > 0 {
