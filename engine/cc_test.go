@@ -520,3 +520,33 @@ func TestFlowScaledTarget(t *testing.T) {
 		prev = got
 	}
 }
+
+// TestRunLength: the output takes 64 KB in a row from one QP before it
+// turns to the next (runLen): 16 packets at a path MTU of 4096, 64 at
+// 1024, which then fill a GSO message of the QP's own source port.
+func TestRunLength(t *testing.T) {
+	for _, c := range []struct {
+		mtu  verbs.MTU
+		want int
+	}{{verbs.MTU4096, 16}, {verbs.MTU1024, 64}, {verbs.MTU256, rrMaxRun}} {
+		l := newLinkCC(t, CCOff)
+		x, px := newSide(t, l.a, verbs.QPTRC, 1<<20), newSide(t, l.b, verbs.QPTRC, 1<<20)
+		y, py := newSide(t, l.a, verbs.QPTRC, 1<<20), newSide(t, l.b, verbs.QPTRC, 1<<20)
+		connectRC(t, x, px, c.mtu)
+		connectRC(t, y, py, c.mtu)
+		size := 3 * c.want * c.mtu.Bytes() // more than a run each
+		ccPost(t, x, px, 1, size)
+		ccPost(t, y, py, 1, size)
+		var runs []int
+		last := wire.QPN(0)
+		for _, pkt := range ccOutput(l.a, l.now) {
+			if q := wire.BTH(pkt).DestQP(); q != last || len(runs) == 0 {
+				runs, last = append(runs, 0), q
+			}
+			runs[len(runs)-1]++
+		}
+		if len(runs) < 3 || runs[0] != c.want || runs[1] != c.want {
+			t.Errorf("path MTU %d: runs of %v packets, want runs of %d", c.mtu.Bytes(), runs, c.want)
+		}
+	}
+}
