@@ -166,7 +166,7 @@ type Engine struct {
 	// paths holds the congestion state shared by the RC QPs sending to
 	// each peer (ccPath); nil under CCOff.
 	paths map[netip.Addr]*ccPath
-	// rrRun counts the packets the QP at rr sent in a row (rrQuantum).
+	// rrRun counts the packets the QP at rr sent in a row (QP.runQuantum).
 	rrRun int
 	// paceAt is the earliest time a path's pacing lets a waiting QP send
 	// (paced), 0: none waits.
