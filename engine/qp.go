@@ -841,6 +841,16 @@ const (
 	rrMaxRun  = 64 // Linux's UDP_MAX_SEGMENTS before 6.x: a GSO message's packets
 )
 
+// endTurn ends the QP's turn at its path's window (ccPath.admit). It
+// stores only when there is a turn to end: the output visits every
+// active QP, and a store on each visit would take the cache line of a QP
+// that a poster is writing to.
+func (qp *QP) endTurn() {
+	if qp.req.ccTurn != 0 {
+		qp.req.ccTurn = 0
+	}
+}
+
 // runQuantum returns how many packets the QP sends in a row.
 func (qp *QP) runQuantum() int { return max(qp.run, rrQuantum) }
 
@@ -894,7 +904,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			e.outIP = qp.ip
 			if e.rrRun++; e.rrRun >= qp.runQuantum() {
 				e.rrRun = 0
-				qp.req.ccTurn = 0 // its turn at a shared window ends with its run
+				qp.endTurn() // its turn at a shared window ends with its run
 				e.rr++
 			}
 			return n, to, e.lastSport, true
@@ -903,7 +913,7 @@ func (e *Engine) OutputFrom(now int64, buf []byte) (n int, to netip.Addr, sport 
 			e.stats.TxBuildErrors++
 		}
 		e.rrRun = 0
-		qp.req.ccTurn = 0
+		qp.endTurn()
 		e.rr++
 	}
 	// Nothing to send: when the QP this call started at is the last that
