@@ -305,12 +305,13 @@ func loadCostSince(devs []*Device, before []engine.Stats) loadCost {
 // share returns the retransmitted packets' share of the packets sent.
 func (c loadCost) share() float64 { return float64(c.resent) / float64(max(c.tx, 1)) }
 
-// loadPercentile returns the p-th percentile (0 to 100) of ds, which it
-// sorts.
+// loadPercentile returns the p-th percentile (0 to 100) of ds, leaving
+// ds as it is.
 func loadPercentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
+	ds = slices.Clone(ds) // the caller's stay in the order they came
 	slices.Sort(ds)
 	i := int(math.Ceil(p/100*float64(len(ds)))) - 1
 	return ds[min(max(i, 0), len(ds)-1)]
