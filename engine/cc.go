@@ -227,8 +227,8 @@ func (p *ccPath) admit(qp *QP, span int, take bool) bool {
 
 // turn returns how many packets a held QP's turn is: a quarter of the
 // window, so that four turns' ACKs keep it full, from 1 up to run (the
-// QP's runLen);
-// one packet once congestion cut the window. Through a router whose
+// QP's runQuantum); one packet once congestion cut the window. Through a
+// router whose
 // token bucket dequeued on either processor, the receiver's kernel
 // delivered some adjacent packets swapped; with a QP's packets adjacent
 // on the link, each swap was a NAK and a resend (1.3-1.5 % of the packets
@@ -339,9 +339,9 @@ func (e *Engine) paced(p *ccPath, span int, take bool) bool {
 // of its QP (Engine.rrRun), may be its QP's last for a while: it fills the
 // window, it spends the path's pacing tokens (paced took its own already),
 // other QPs wait for the window (admit gives them the next room) and it
-// ends its turn (turn, the packets of it left after this one), or it
-// ends the QP's run (quantum: its runLen) while other QPs share the window and may
-// fill it. It must then ask for an ACK (AckReq), since its QP may
+// ends its turn (turn: the packets of it left after this one), or it ends
+// the QP's run (quantum: its runQuantum) while other QPs share the window
+// and may fill it. It must then ask for an ACK (AckReq), since its QP may
 // send nothing more until one comes, and an ACK that nobody asked for
 // never comes: a paced QP's last packet that did not ask waited for the
 // local ACK timer (2,863 timeouts in a simulated incast).
