@@ -1,0 +1,93 @@
+//go:build linux
+
+package soft
+
+import (
+	"testing"
+	"time"
+
+	"github.com/goroce/goroce/engine"
+	"github.com/goroce/goroce/internal/netns"
+	"github.com/goroce/goroce/verbs"
+)
+
+// standbyPoll polls cq until it yields a completion or limit passes,
+// without yielding in between: a driver then stands by for as long as it
+// polls.
+func standbyPoll(t *testing.T, cq verbs.CQ, limit time.Duration) (verbs.WC, bool) {
+	t.Helper()
+	wc := make([]verbs.WC, 1)
+	for t0 := time.Now(); time.Since(t0) < limit; {
+		if cq.Poll(wc) == 1 {
+			return wc[0], true
+		}
+	}
+	return verbs.WC{}, false
+}
+
+// TestStandBy: between two namespaces, an application that spins on Poll
+// while one 16 MiB WRITE is in flight drives the packet path itself, and
+// its device's driver stands by meanwhile; once the polls stop, the
+// driver takes the path back and parks. A QP aimed at an address nobody
+// holds, whose application also only polls, still completes in
+// RETRY_EXC_ERR about when its local ACK timer says: the timer fires
+// while the driver stands by.
+func TestStandBy(t *testing.T) {
+	netns.Require(t)
+	pair := netns.NewPair(t, netns.Options{})
+	a := loadDevice(t, pair.A, pair.AddrA, "sba", engine.CCDefault)
+	b := loadDevice(t, pair.B, pair.AddrB, "sbb", engine.CCDefault)
+	const size = 16 << 20
+	ra, rb := e2eNewRes(t, a, size), e2eNewRes(t, b, size)
+	e2eFill(ra.buf, 7)
+	cq := ra.cq(t, 4)
+	qa := ra.qp(t, verbs.QPTRC, cq, cq, nil, 4)
+	qb := rb.qp(t, verbs.QPTRC, rb.cq(t, 1), rb.cq(t, 1), nil, 1)
+	e2eConnect(t, verbs.MTU1024, qa, a, 0x100, qb, b, 0x200)
+
+	before := a.stoodBy.Load()
+	_, err := qa.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: ra.sge(0, size), RemoteAddr: rb.mr.Addr(), RKey: rb.mr.RKey()}})
+	e2eMust(t, err)
+	wc, ok := standbyPoll(t, cq, 20*time.Second)
+	if !ok || wc.Status != verbs.WCSuccess {
+		t.Fatalf("the 16 MiB WRITE: completion %v (%+v), want one in success", ok, wc)
+	}
+	loadSync(a, b)
+	e2eSame(t, "the WRITE's destination", rb.buf, ra.buf)
+	if a.stoodBy.Load() == before {
+		t.Error("the driver never stood by while the application polled")
+	}
+	parked := false
+	for t0 := time.Now(); !parked && time.Since(t0) < 2*time.Second; time.Sleep(100 * time.Microsecond) {
+		parked = a.DriverParked()
+	}
+	if !parked {
+		t.Error("the driver did not take the packet path back and park once the polls stopped")
+	}
+
+	// A QP aimed at an address in the link's subnet that nobody holds:
+	// its packets go nowhere, and only its timer ends the WRITE.
+	nobody := pair.AddrB.Next()
+	qx := ra.qp(t, verbs.QPTRC, cq, cq, nil, 4)
+	vanishRCToRTS(t, qx, 0x123, verbs.GIDFromAddr(nobody), 0x300, 8, 2) // ~1 ms x 3
+	before = a.stoodBy.Load()
+	_, err = qx.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SGList: ra.sge(0, 4096), RemoteAddr: 0x1000, RKey: 0x77}})
+	e2eMust(t, err)
+	t0 := time.Now()
+	wc, ok = standbyPoll(t, cq, 5*time.Second)
+	took := time.Since(t0)
+	if !ok || wc.WRID != 2 || wc.Status != verbs.WCRetryExcErr {
+		t.Fatalf("the WRITE to nobody: completion %v (%+v), want RETRY_EXC_ERR within 5 s of polling", ok, wc)
+	}
+	// 3 x 1 ms of timer: a correctness bound with room for a loaded
+	// machine. A driver that slept through the timer while the
+	// application polled took 0.5 to 2 s.
+	if took > 200*time.Millisecond {
+		t.Errorf("the WRITE to nobody: RETRY_EXC_ERR after %v, want within 200 ms (its timer: 3 x 1 ms)", took)
+	}
+	if a.stoodBy.Load() == before {
+		t.Error("the driver never stood by while the application polled for the WRITE to nobody")
+	}
+}
