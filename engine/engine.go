@@ -524,6 +524,15 @@ func (e *Engine) NextDeadline() int64 {
 // methods, it may be called concurrently with them.
 func (e *Engine) LossDeadline() int64 { return e.lossAt.Load() }
 
+// LossSigns returns a count that moves whenever the engine sees a sign of
+// loss or congestion: a window cut, a NAK sent or received, a CNP, a CE
+// mark, a local ACK timeout, a tail loss probe, the packet path's receive
+// drops. A driver compares it across looks.
+func (e *Engine) LossSigns() uint64 {
+	s := &e.stats
+	return s.CongestionCuts + s.NAKsSent + s.NAKsReceived + s.CNPsSent + s.CNPsReceived + s.ECNMarked + s.Timeouts + s.TailProbes + s.RxCongestion
+}
+
 // Tick runs the timers that are due.
 func (e *Engine) Tick(now int64) {
 	e.now = now

@@ -159,7 +159,10 @@ type Device struct {
 	pollAt  atomic.Int64  // engine time of the last Poll that found its CQ empty
 	standby atomic.Bool   // the driver stands by, not holding io
 	stoodBy atomic.Uint64 // times it did
-	dueAt   atomic.Int64  // the engine's next timer (0: none), stored with mu held
+	dueAt   atomic.Int64  // the engine's next timer (0: none), stored with mu held (noteDue)
+	dueSeen atomic.Int64  // when dueAt was
+	lossAt  atomic.Int64  // when the engine last showed a sign of loss (0: never; noteLoss)
+	signs   uint64        // the engine's LossSigns then; mu
 	rings   atomic.Uint64 // calls of ring: work that needs a driver's round
 	nudge   chan struct{} // wakes a driver standing by; holds one
 	// corked is set when a post is corked (kickQP), cleared by a flush: a
@@ -376,8 +379,8 @@ func (d *Device) run() {
 		now := d.now()
 		d.eng.Tick(now)
 		sent := d.flush(now)
-		deadline := d.eng.NextDeadline()
-		d.dueAt.Store(deadline)
+		deadline := d.noteDue()
+		d.noteLoss(now)
 		d.mu.Unlock()
 		d.unlockTx()
 
@@ -582,8 +585,7 @@ func (d *Device) kickQP(qp *engine.QP, hint *corkHint, awaited bool) {
 	var deadline int64
 	if !corked {
 		d.flushBatches(d.now(), 1)
-		deadline = d.eng.NextDeadline()
-		d.dueAt.Store(deadline)
+		deadline = d.noteDue()
 	}
 	d.mu.Unlock()
 	l.Unlock()
@@ -698,6 +700,7 @@ func (d *Device) push() {
 	d.mu.Lock()
 	if d.eng.PendingOutput(pushMin) >= pushMin {
 		d.flush(d.now())
+		d.noteDue()
 	}
 	d.mu.Unlock()
 	d.unlockTx()

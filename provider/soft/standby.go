@@ -40,8 +40,26 @@ const pollGrace = 50 * time.Microsecond
 // polled reports whether an application's Poll found its CQ empty within
 // the last pollGrace: it drives the packet path itself.
 func (d *Device) polled() bool {
-	at := d.pollAt.Load()
-	return at != 0 && d.now()-at < int64(pollGrace)
+	at, loss := d.pollAt.Load(), d.lossAt.Load()
+	now := d.now()
+	return at != 0 && now-at < int64(pollGrace) && (loss == 0 || now-loss >= int64(lossHold))
+}
+
+// lossHold: the driver keeps the packet path for this long after the
+// engine showed a sign of loss or congestion (noteLoss).
+const lossHold = 100 * time.Millisecond
+
+// noteLoss records when the engine last showed a sign of loss or
+// congestion (engine.Engine.LossSigns), and reports whether it did since
+// the last look. Called with mu held.
+func (d *Device) noteLoss(now int64) bool {
+	n := d.eng.LossSigns()
+	if n == d.signs {
+		return false
+	}
+	d.signs = n
+	d.lossAt.Store(max(now, 1))
+	return true
 }
 
 // standBy waits without the packet path while an application polls, until
@@ -56,7 +74,7 @@ func (d *Device) standBy(seenRings uint64) {
 	// After standby is set: an inline input that saw it clear had its
 	// timers armed before this reads them.
 	d.mu.Lock()
-	d.dueAt.Store(d.eng.NextDeadline())
+	d.noteDue()
 	d.mu.Unlock()
 	var timer *time.Timer
 	defer func() {
@@ -87,23 +105,39 @@ func (d *Device) standBy(seenRings uint64) {
 // runDue follows an inline receive at now (input: it took packets in)
 // while the driver stands by: the engine's timers that are due run, what
 // they release is sent, and the next one is read again, as after an input,
-// which may have armed one. Called with io held.
+// which may have armed one, and at least every dueRefresh: whatever sends
+// stores it (noteDue), and this bounds how late a timer armed elsewhere
+// runs. Called with io held.
 func (d *Device) runDue(now int64, input bool) {
 	if !d.standby.Load() {
 		return
 	}
 	due := d.dueAt.Load()
 	expired := due != 0 && now >= due
-	if !expired && !input {
-		return
-	}
 	d.lockTx()
 	d.mu.Lock()
 	if expired {
 		d.eng.Tick(now)
-		d.flush(now)
 	}
-	d.dueAt.Store(d.eng.NextDeadline())
+	if d.flush(now) > 0 || expired || input || now-d.dueSeen.Load() >= int64(dueRefresh) {
+		d.noteDue()
+	}
+	loss := d.noteLoss(now)
 	d.mu.Unlock()
 	d.unlockTx()
+	if loss {
+		d.wake() // the driver takes the packet path back
+	}
+}
+
+// dueRefresh: runDue reads the engine's next timer at least this often.
+const dueRefresh = 20 * time.Microsecond
+
+// noteDue stores the engine's next timer in dueAt and returns it. Called
+// with mu held, after whatever sent or armed timers.
+func (d *Device) noteDue() int64 {
+	t := d.eng.NextDeadline()
+	d.dueAt.Store(t)
+	d.dueSeen.Store(d.now())
+	return t
 }
