@@ -163,10 +163,11 @@ type Device struct {
 	// engine's due timers (runDue).
 	inlineTicks atomic.Uint64
 	dueAt       atomic.Int64  // the engine's next timer (0: none), stored with mu held (noteDue)
-	dueSeen     atomic.Int64  // when dueAt was
+	dueSeen     atomic.Int64  // when runDue last read the next timer
 	lossAt      atomic.Int64  // when the engine last showed a sign of loss (0: never; noteLoss)
 	postAt      atomic.Int64  // when the driver last saw posts (0: never; notePosts)
-	kicks       atomic.Uint64 // calls of kickQP
+	kicks       atomic.Uint64 // calls of kickQP, and pushes that sent
+	kicksSeen   uint64        // kicks when the driver last looked (notePosts); the driver's own
 	signs       uint64        // the engine's LossSigns then; mu
 	rings       atomic.Uint64 // calls of ring: work that needs a driver's round
 	nudge       chan struct{} // wakes a driver standing by; holds one
@@ -370,10 +371,10 @@ func (d *Device) wake() {
 // inline (see kick and pollInline).
 func (d *Device) run() {
 	defer close(d.done)
-	var seen, rings, kicks uint64
+	var seen, rings uint64
 	lastBusy := time.Now()
 	for !d.closed.Load() {
-		seen, rings, kicks = d.doorbell.Load(), d.rings.Load(), d.kicks.Load()
+		seen, rings = d.doorbell.Load(), d.rings.Load()
 		d.io.Lock()
 		if lossAt := d.eng.LossDeadline(); lossAt != 0 && d.now() >= lossAt && !d.inputBeforeTimers() {
 			d.io.Unlock()
@@ -393,7 +394,7 @@ func (d *Device) run() {
 		// next timer or a doorbell.
 		var until time.Time
 		busy := d.opts.Busy || sent > 0 || time.Since(lastBusy) < d.opts.Spin
-		d.notePosts(kicks)
+		d.notePosts()
 		polled := d.polled()
 		if busy || polled {
 			until = packetio.PollDeadline()
@@ -568,6 +569,9 @@ func (d *Device) kick() { d.kickQP(nil, nil, false) }
 // 148.5 with the awaited post alone.
 func (d *Device) kickQP(qp *engine.QP, hint *corkHint, awaited bool) {
 	d.kicks.Add(1)
+	if d.standby.Load() {
+		d.wake() // the driver takes the packet path back (postHold)
+	}
 	l := &d.io
 	if d.duplex {
 		l = &d.tx
@@ -708,6 +712,7 @@ func (d *Device) push() {
 	if d.eng.PendingOutput(pushMin) >= pushMin {
 		d.flush(d.now())
 		d.noteDue()
+		d.kicks.Add(1) // posts the cork held: the application posts (postHold)
 	}
 	d.mu.Unlock()
 	d.unlockTx()

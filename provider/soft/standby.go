@@ -59,9 +59,12 @@ func (d *Device) polled() bool {
 // the application post (notePosts).
 const postHold = time.Millisecond
 
-// notePosts records when the driver saw posts: kicks moved from seen.
-func (d *Device) notePosts(seen uint64) {
-	if d.kicks.Load() != seen {
+// notePosts records when the driver saw posts: kicks moved since it
+// last looked. A post also wakes a driver standing by (kickQP). Called by
+// the driver.
+func (d *Device) notePosts() {
+	if k := d.kicks.Load(); k != d.kicksSeen {
+		d.kicksSeen = k
 		d.postAt.Store(max(d.now(), 1))
 	}
 }
@@ -103,10 +106,9 @@ func (d *Device) standBy(seenRings uint64) {
 			timer.Stop()
 		}
 	}()
-	seen := d.kicks.Load()
 	for !d.closed.Load() && d.rings.Load() == seenRings {
-		if d.kicks.Load() != seen {
-			d.notePosts(seen)
+		if d.kicks.Load() != d.kicksSeen {
+			d.notePosts()
 			return
 		}
 		wait := time.Duration(d.pollAt.Load() + int64(pollGrace) - d.now())
@@ -151,6 +153,7 @@ func (d *Device) runDue(now int64, input bool) {
 		d.inlineTicks.Add(1)
 	}
 	d.noteDue()
+	d.dueSeen.Store(now)
 	loss := d.noteLoss(now)
 	d.mu.Unlock()
 	d.unlockTx()
@@ -167,6 +170,5 @@ const dueRefresh = 20 * time.Microsecond
 func (d *Device) noteDue() int64 {
 	t := d.eng.NextDeadline()
 	d.dueAt.Store(t)
-	d.dueSeen.Store(d.now())
 	return t
 }
