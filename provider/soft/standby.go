@@ -1,6 +1,9 @@
 package soft
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // The driver stands aside while an application only polls, as Linux's
 // preferred busy polling does (SO_PREFER_BUSY_POLL with
@@ -44,13 +47,35 @@ import "time"
 // its polls, the incast through a 500 Mbit/s bottleneck that drops fell to
 // 0.64-0.71x the bottleneck's rate, from 0.93x.
 
+// standbyState is a device's state of standing by (Device.sb). Every
+// empty Poll writes pollAt: it has a cache line of its own, so that the
+// driver's and the posters' reads of the fields around it do not miss on
+// each poll.
+type standbyState struct {
+	_           [64]byte
+	pollAt      atomic.Int64 // engine time of the last Poll that found its CQ empty
+	_           [56]byte
+	standby     atomic.Bool   // the driver stands by, not holding io
+	stoodBy     atomic.Uint64 // times it did
+	inlineTicks atomic.Uint64 // times a polling application ran the engine's due timers (runDue)
+	dueAt       atomic.Int64  // the engine's next timer (0: none), stored with mu held (noteDue)
+	dueSeen     atomic.Int64  // when runDue last read the next timer
+	lossAt      atomic.Int64  // when the engine last showed a sign of loss (0: never; noteLoss)
+	postAt      atomic.Int64  // when the driver last saw posts (0: never; notePosts)
+	kicks       atomic.Uint64 // calls of kickQP, and pushes that sent
+	kicksSeen   uint64        // kicks when the driver last looked (notePosts); the driver's own
+	signs       uint64        // the engine's LossSigns when noteLoss last looked; mu
+	rings       atomic.Uint64 // calls of ring: work that needs a driver's round
+	nudge       chan struct{} // wakes a driver standing by; holds one
+}
+
 // pollGrace is how long after an empty Poll the driver still stands by.
 const pollGrace = 50 * time.Microsecond
 
 // polled reports whether an application's Poll found its CQ empty within
 // the last pollGrace: it drives the packet path itself.
 func (d *Device) polled() bool {
-	at, loss, post := d.pollAt.Load(), d.lossAt.Load(), d.postAt.Load()
+	at, loss, post := d.sb.pollAt.Load(), d.sb.lossAt.Load(), d.sb.postAt.Load()
 	now := d.now()
 	return at != 0 && now-at < int64(pollGrace) && (loss == 0 || now-loss >= int64(lossHold)) && (post == 0 || now-post >= int64(postHold))
 }
@@ -63,9 +88,9 @@ const postHold = time.Millisecond
 // last looked. A post also wakes a driver standing by (kickQP). Called by
 // the driver.
 func (d *Device) notePosts() {
-	if k := d.kicks.Load(); k != d.kicksSeen {
-		d.kicksSeen = k
-		d.postAt.Store(max(d.now(), 1))
+	if k := d.sb.kicks.Load(); k != d.sb.kicksSeen {
+		d.sb.kicksSeen = k
+		d.sb.postAt.Store(max(d.now(), 1))
 	}
 }
 
@@ -78,11 +103,11 @@ const lossHold = 100 * time.Millisecond
 // the last look. Called with mu held.
 func (d *Device) noteLoss(now int64) bool {
 	n := d.eng.LossSigns()
-	if n == d.signs {
+	if n == d.sb.signs {
 		return false
 	}
-	d.signs = n
-	d.lossAt.Store(max(now, 1))
+	d.sb.signs = n
+	d.sb.lossAt.Store(max(now, 1))
 	return true
 }
 
@@ -92,9 +117,9 @@ func (d *Device) noteLoss(now int64) bool {
 // (runDue), from the next one the engine has, read here. Called by the
 // driver, holding nothing.
 func (d *Device) standBy(seenRings uint64) {
-	d.stoodBy.Add(1)
-	d.standby.Store(true)
-	defer d.standby.Store(false)
+	d.sb.stoodBy.Add(1)
+	d.sb.standby.Store(true)
+	defer d.sb.standby.Store(false)
 	// After standby is set: an inline input that saw it clear had its
 	// timers armed before this reads them.
 	d.mu.Lock()
@@ -106,12 +131,12 @@ func (d *Device) standBy(seenRings uint64) {
 			timer.Stop()
 		}
 	}()
-	for !d.closed.Load() && d.rings.Load() == seenRings {
-		if d.kicks.Load() != d.kicksSeen {
+	for !d.closed.Load() && d.sb.rings.Load() == seenRings {
+		if d.sb.kicks.Load() != d.sb.kicksSeen {
 			d.notePosts()
 			return
 		}
-		wait := time.Duration(d.pollAt.Load() + int64(pollGrace) - d.now())
+		wait := time.Duration(d.sb.pollAt.Load() + int64(pollGrace) - d.now())
 		if wait <= 0 {
 			return
 		}
@@ -121,7 +146,7 @@ func (d *Device) standBy(seenRings uint64) {
 			timer.Reset(wait)
 		}
 		select {
-		case <-d.nudge:
+		case <-d.sb.nudge:
 			return
 		case <-d.gone:
 			return
@@ -137,12 +162,12 @@ func (d *Device) standBy(seenRings uint64) {
 // stores it (noteDue), and this bounds how late a timer armed elsewhere
 // runs. Called with io held.
 func (d *Device) runDue(now int64, input bool) {
-	if !d.standby.Load() {
+	if !d.sb.standby.Load() {
 		return
 	}
-	due := d.dueAt.Load()
+	due := d.sb.dueAt.Load()
 	expired := due != 0 && now >= due
-	if !expired && !input && now-d.dueSeen.Load() < int64(dueRefresh) {
+	if !expired && !input && now-d.sb.dueSeen.Load() < int64(dueRefresh) {
 		return
 	}
 	d.lockTx()
@@ -150,10 +175,10 @@ func (d *Device) runDue(now int64, input bool) {
 	if expired {
 		d.eng.Tick(now)
 		d.flush(now)
-		d.inlineTicks.Add(1)
+		d.sb.inlineTicks.Add(1)
 	}
 	d.noteDue()
-	d.dueSeen.Store(now)
+	d.sb.dueSeen.Store(now)
 	loss := d.noteLoss(now)
 	d.mu.Unlock()
 	d.unlockTx()
@@ -169,6 +194,6 @@ const dueRefresh = 20 * time.Microsecond
 // with mu held, after whatever sent or armed timers.
 func (d *Device) noteDue() int64 {
 	t := d.eng.NextDeadline()
-	d.dueAt.Store(t)
+	d.sb.dueAt.Store(t)
 	return t
 }

@@ -58,7 +58,7 @@ func TestStandBy(t *testing.T) {
 	qb := rb.qp(t, verbs.QPTRC, rb.cq(t, 1), rb.cq(t, 1), nil, 1)
 	e2eConnect(t, verbs.MTU1024, qa, a, 0x100, qb, b, 0x200)
 
-	before, signs := a.stoodBy.Load(), standbySigns(a)
+	before, signs := a.sb.stoodBy.Load(), standbySigns(a)
 	_, err := qa.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: ra.sge(0, size), RemoteAddr: rb.mr.Addr(), RKey: rb.mr.RKey()}})
 	e2eMust(t, err)
@@ -73,7 +73,7 @@ func TestStandBy(t *testing.T) {
 		// A tail loss probe on a loaded machine: the driver keeps the
 		// path after one (lossHold).
 		t.Logf("the engine saw signs of loss during the WRITE: %d", standbySigns(a)-signs)
-	case a.stoodBy.Load() == before:
+	case a.sb.stoodBy.Load() == before:
 		t.Error("the driver never stood by while the application polled")
 	}
 	parked := false
@@ -109,7 +109,7 @@ func standbyTimers(t *testing.T, try int) bool {
 	cq := rc.cq(t, 4)
 	qx := rc.qp(t, verbs.QPTRC, cq, cq, nil, 4)
 	vanishRCToRTS(t, qx, 0x123, verbs.GIDFromAddr(pair.AddrB.Next()), 0x300, 9, 2) // ~2 ms x 3
-	ticks := c.inlineTicks.Load()
+	ticks := c.sb.inlineTicks.Load()
 	_, err := qx.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SGList: rc.sge(0, 4096), RemoteAddr: 0x1000, RKey: 0x77}})
 	e2eMust(t, err)
@@ -124,5 +124,5 @@ func standbyTimers(t *testing.T, try int) bool {
 	if took > 200*time.Millisecond {
 		t.Errorf("the WRITE to nobody: RETRY_EXC_ERR after %v, want within 200 ms (its timer: 3 x 2 ms)", took)
 	}
-	return c.inlineTicks.Load() != ticks
+	return c.sb.inlineTicks.Load() != ticks
 }
