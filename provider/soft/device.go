@@ -70,9 +70,10 @@ type Options struct {
 	// packet path themselves when the driver is not using it (sending what
 	// the post made ready, receiving what arrived), which saves a hand-off
 	// between goroutines on every message; and while an application keeps
-	// polling, the driver stands by and leaves the packet path to it, as
-	// Linux's preferred busy polling does (see standBy), taking it back
-	// 50 µs after the last empty Poll.
+	// polling and posts nothing, the driver stands by and leaves the packet
+	// path to it, as Linux's preferred busy polling does (see standBy),
+	// taking it back 50 µs after the last empty Poll, at a post, or at a
+	// sign of loss.
 	NoInline bool
 	// NoGather copies every payload into its packet. By default, over a
 	// Conn that sends a packet in pieces (packetio.Gatherer: packetio/udp

@@ -73,7 +73,9 @@ type standbyState struct {
 const pollGrace = 50 * time.Microsecond
 
 // polled reports whether an application's Poll found its CQ empty within
-// the last pollGrace: it drives the packet path itself.
+// the last pollGrace, and the driver saw no post for postHold and the
+// engine no sign of loss for lossHold: the application may then drive the
+// packet path alone.
 func (d *Device) polled() bool {
 	at, loss, post := d.sb.pollAt.Load(), d.sb.lossAt.Load(), d.sb.postAt.Load()
 	now := d.now()
