@@ -228,9 +228,8 @@ func (p *ccPath) admit(qp *QP, span int, take bool) bool {
 // turn returns how many packets a held QP's turn is: a quarter of the
 // window, so that four turns' ACKs keep it full, from 1 up to run (the
 // QP's runQuantum); one packet once congestion cut the window. Through a
-// router whose
-// token bucket dequeued on either processor, the receiver's kernel
-// delivered some adjacent packets swapped; with a QP's packets adjacent
+// router whose token bucket dequeued on either processor, the receiver's
+// kernel delivered some adjacent packets swapped; with a QP's packets adjacent
 // on the link, each swap was a NAK and a resend (1.3-1.5 % of the packets
 // of the incast where the router marks, against 0.05 % with turns of one
 // packet), while a congested path's rate is low enough that its ACKs

@@ -371,7 +371,7 @@ func (d *Device) run() {
 		now := d.now()
 		d.eng.Tick(now)
 		sent := d.flush(now)
-		deadline := d.noteDue()
+		deadline := d.eng.NextDeadline()
 		d.noteLoss(now)
 		d.mu.Unlock()
 		d.unlockTx()
@@ -381,7 +381,7 @@ func (d *Device) run() {
 		var until time.Time
 		busy := d.opts.Busy || sent > 0 || time.Since(lastBusy) < d.opts.Spin
 		d.notePosts()
-		polled := d.polled()
+		polled := d.polled(now)
 		if busy || polled {
 			until = packetio.PollDeadline()
 		} else {
@@ -582,7 +582,7 @@ func (d *Device) kickQP(qp *engine.QP, hint *corkHint, awaited bool) {
 	var deadline int64
 	if !corked {
 		d.flushBatches(d.now(), 1)
-		deadline = d.noteDue()
+		deadline = d.eng.NextDeadline()
 	}
 	d.mu.Unlock()
 	l.Unlock()
@@ -659,10 +659,8 @@ func (d *Device) unlockTx() {
 // hands it to the engine, which may complete the work it polls for.
 // Otherwise it wakes a sleeping driver. It reports whether packets came in.
 func (d *Device) pollInline() bool {
-	var now int64
 	if !d.opts.NoInline && !d.opts.Busy {
-		now = d.now()
-		d.sb.pollAt.Store(now)
+		d.sb.pollAt.Store(d.now())
 	}
 	if d.opts.NoInline || !d.io.TryLock() {
 		if d.sleeping.Load() {
@@ -690,7 +688,7 @@ func (d *Device) pollInline() bool {
 		d.input(pkts)
 		d.doorbell.Add(1) // the driver recomputes its deadline: the input may have armed timers
 	}
-	d.runDue(now, len(pkts) > 0)
+	d.runDue(len(pkts) > 0)
 	return len(pkts) > 0
 }
 
@@ -702,7 +700,6 @@ func (d *Device) push() {
 	d.mu.Lock()
 	if d.eng.PendingOutput(pushMin) >= pushMin {
 		d.flush(d.now())
-		d.noteDue()
 		d.sb.kicks.Add(1) // posts the cork held: the application posts (postHold)
 	}
 	d.mu.Unlock()

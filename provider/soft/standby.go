@@ -58,7 +58,7 @@ type standbyState struct {
 	standby     atomic.Bool   // the driver stands by, not holding io
 	stoodBy     atomic.Uint64 // times it did
 	inlineTicks atomic.Uint64 // times a polling application ran the engine's due timers (runDue)
-	dueAt       atomic.Int64  // the engine's next timer (0: none), stored with mu held (noteDue)
+	dueAt       atomic.Int64  // the engine's next timer (0: none) as standBy or runDue last read it, with mu held (noteDue)
 	dueSeen     atomic.Int64  // when runDue last read the next timer
 	lossAt      atomic.Int64  // when the engine last showed a sign of loss (0: never; noteLoss)
 	postAt      atomic.Int64  // when the driver last saw posts (0: never; notePosts)
@@ -72,13 +72,12 @@ type standbyState struct {
 // pollGrace is how long after an empty Poll the driver still stands by.
 const pollGrace = 50 * time.Microsecond
 
-// polled reports whether an application's Poll found its CQ empty within
-// the last pollGrace, and the driver saw no post for postHold and the
+// polled reports whether, at now, an application's Poll found its CQ
+// empty within the last pollGrace, and the driver saw no post for postHold and the
 // engine no sign of loss for lossHold: the application may then drive the
 // packet path alone.
-func (d *Device) polled() bool {
+func (d *Device) polled(now int64) bool {
 	at, loss, post := d.sb.pollAt.Load(), d.sb.lossAt.Load(), d.sb.postAt.Load()
-	now := d.now()
 	return at != 0 && now-at < int64(pollGrace) && (loss == 0 || now-loss >= int64(lossHold)) && (post == 0 || now-post >= int64(postHold))
 }
 
@@ -157,16 +156,17 @@ func (d *Device) standBy(seenRings uint64) {
 	}
 }
 
-// runDue follows an inline receive at now (input: it took packets in)
-// while the driver stands by: the engine's timers that are due run, what
-// they release is sent, and the next one is read again, as after an input,
-// which may have armed one, and at least every dueRefresh: whatever sends
-// stores it (noteDue), and this bounds how late a timer armed elsewhere
-// runs. Called with io held.
-func (d *Device) runDue(now int64, input bool) {
+// runDue follows an inline receive (input: it took packets in) while the
+// driver stands by: the engine's timers that are due run, what they
+// release is sent, and the next one is read again after an input, which
+// may have armed one, and at least every dueRefresh, which bounds how late
+// a timer armed otherwise runs (a post's ends the standing by anyway).
+// Called with io held.
+func (d *Device) runDue(input bool) {
 	if !d.sb.standby.Load() {
 		return
 	}
+	now := d.now()
 	due := d.sb.dueAt.Load()
 	expired := due != 0 && now >= due
 	if !expired && !input && now-d.sb.dueSeen.Load() < int64(dueRefresh) {
@@ -192,10 +192,5 @@ func (d *Device) runDue(now int64, input bool) {
 // dueRefresh: runDue reads the engine's next timer at least this often.
 const dueRefresh = 20 * time.Microsecond
 
-// noteDue stores the engine's next timer in dueAt and returns it. Called
-// with mu held, after whatever sent or armed timers.
-func (d *Device) noteDue() int64 {
-	t := d.eng.NextDeadline()
-	d.sb.dueAt.Store(t)
-	return t
-}
+// noteDue reads the engine's next timer into dueAt. Called with mu held.
+func (d *Device) noteDue() { d.sb.dueAt.Store(d.eng.NextDeadline()) }
