@@ -128,3 +128,52 @@ func TestTBFAndCEMark(t *testing.T) {
 		t.Errorf("after SetTBF(dev, 0, 0, 0): %+v, %v", st, err)
 	}
 }
+
+// A burst into a slow token bucket waits in its queue: Backlog reads the
+// bytes and packets queued right after the burst, and nothing once the
+// bucket has let them out.
+func TestBacklog(t *testing.T) {
+	RequireTool(t, "tc")
+	r := NewRouter(t, RouterOptions{Hosts: 2})
+	dev := r.RouterLinks[1]
+	// 1 Mbit/s: 20 datagrams of 1,000 bytes take 160 ms to leave.
+	if err := r.Router.SetTBF(dev, 1e6, 1600, 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.Router.Backlog(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if n, p, err := b.Read(); err != nil || n != 0 || p != 0 {
+		t.Fatalf("idle queue: %d bytes, %d packets, %v; want 0, 0", n, p, err)
+	}
+	var tx *net.UDPConn
+	if err := r.Hosts[0].Do(func() (err error) {
+		tx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: r.HostAddrs[0].AsSlice()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	to := &net.UDPAddr{IP: r.HostAddrs[1].AsSlice(), Port: 7001}
+	for range 20 {
+		if _, err := tx.WriteToUDP(make([]byte, 1000), to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, p, err := b.Read()
+	if err != nil || p < 10 || n < 10*1000 {
+		t.Errorf("after a burst of 20 x 1,000 bytes into 1 Mbit/s: %d bytes, %d packets queued, %v; want at least 10 packets of 1,000 bytes", n, p, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		if n, p, err = b.Read(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 0 || p != 0 {
+		t.Errorf("5 s after the burst: %d bytes, %d packets queued, want 0", n, p)
+	}
+}

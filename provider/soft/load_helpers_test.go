@@ -3,6 +3,7 @@
 package soft
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -326,6 +327,12 @@ type loadProbe struct {
 	scqB, rcqB       verbs.CQ
 	devA, devB       *Device
 	inflightA, postB int
+	// Where each ping's time went, on verbs.Now's clock: the ping from its
+	// post to the answering engine's completion, the answering poller's
+	// delay, the pong from its post to the pinging engine's completion,
+	// the pinging poller's delay (loadProbeSplit). Only while split is set.
+	split  bool
+	splits [][4]time.Duration
 }
 
 const loadProbeSize = 64
@@ -352,24 +359,24 @@ func loadNewProbe(t *testing.T, da, db *Device, pmtu verbs.MTU) *loadProbe {
 
 // wait polls cq for one completion until deadline, reaping the send CQs
 // meanwhile.
-func (p *loadProbe) wait(cq verbs.CQ, what string, deadline time.Time) error {
+func (p *loadProbe) wait(cq verbs.CQ, what string, deadline time.Time) (int64, error) {
 	wc := make([]verbs.WC, 4)
 	for {
 		for _, s := range []verbs.CQ{p.scqA, p.scqB} {
 			for _, c := range wc[:s.Poll(wc)] {
 				if c.Status != verbs.WCSuccess {
-					return fmt.Errorf("probe: a SEND completed in error: %+v", c)
+					return 0, fmt.Errorf("probe: a SEND completed in error: %+v", c)
 				}
 			}
 		}
 		if cq.Poll(wc[:1]) == 1 {
 			if wc[0].Status != verbs.WCSuccess || wc[0].ByteLen != loadProbeSize {
-				return fmt.Errorf("probe: %s: %+v", what, wc[0])
+				return 0, fmt.Errorf("probe: %s: %+v", what, wc[0])
 			}
-			return nil
+			return wc[0].Timestamp, nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("probe: no %s after 5 s", what)
+			return 0, fmt.Errorf("probe: no %s after 5 s", what)
 		}
 		e2eYield()
 	}
@@ -396,22 +403,30 @@ func (p *loadProbe) ping() (time.Duration, error) {
 		_, err := qp.PostRecv([]verbs.RecvWR{{WRID: 1, SGList: r.sge(loadProbeSize, loadProbeSize)}})
 		return err
 	}
+	t0 := verbs.Now()
 	if err := send(p.qa, p.a); err != nil {
 		return 0, err
 	}
-	if err := p.wait(p.rcqB, "ping received", deadline); err != nil {
+	inB, err := p.wait(p.rcqB, "ping received", deadline)
+	if err != nil {
 		return 0, err
 	}
+	t1 := verbs.Now()
 	if err := repost(p.qb, p.b); err != nil {
 		return 0, err
 	}
+	t2 := verbs.Now()
 	if err := send(p.qb, p.b); err != nil {
 		return 0, err
 	}
-	if err := p.wait(p.rcqA, "pong received", deadline); err != nil {
+	inA, err := p.wait(p.rcqA, "pong received", deadline)
+	if err != nil {
 		return 0, err
 	}
-	rtt := time.Since(start)
+	rtt, t3 := time.Since(start), verbs.Now()
+	if p.split {
+		p.splits = append(p.splits, [4]time.Duration{time.Duration(inB - t0), time.Duration(t1 - inB), time.Duration(inA - t2), time.Duration(t3 - inA)})
+	}
 	return rtt, repost(p.qa, p.a)
 }
 
@@ -433,6 +448,27 @@ func (p *loadProbe) run(stop <-chan struct{}, n int, limit time.Duration) ([]tim
 		rtts = append(rtts, rtt)
 	}
 	return rtts, nil
+}
+
+// loadProbeSplit says where the time of the pings at or above the p-th
+// percentile of their round trips went, on average (see loadProbe.splits).
+func loadProbeSplit(splits [][4]time.Duration, p float64) string {
+	if len(splits) == 0 {
+		return ""
+	}
+	total := func(s [4]time.Duration) time.Duration { return s[0] + s[1] + s[2] + s[3] }
+	s := slices.Clone(splits)
+	slices.SortFunc(s, func(a, b [4]time.Duration) int { return cmp.Compare(total(a), total(b)) })
+	tail := s[min(int(p/100*float64(len(s))), len(s)-1):]
+	var sum [4]time.Duration
+	for _, x := range tail {
+		for i := range sum {
+			sum[i] += x[i]
+		}
+	}
+	n := time.Duration(len(tail))
+	return fmt.Sprintf("the slowest %d: ping %v, answer's poll %v, pong %v, ping's poll %v",
+		len(tail), (sum[0] / n).Round(time.Microsecond), (sum[1] / n).Round(time.Microsecond), (sum[2] / n).Round(time.Microsecond), (sum[3] / n).Round(time.Microsecond))
 }
 
 // loadTCP runs iperf3 -P streams for secs seconds from ns to a server in

@@ -4,6 +4,7 @@ package soft
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +206,10 @@ const (
 	loadIncastWRs     = 10 // WRITEs a QP in the default run
 	loadIncastWRsFull = 200
 	loadIncastOffWRs  = 10 // control off: its QPs die of retries, and the rest crawl
+	// The probe's idle round trips: its p99 is the 100th slowest (of
+	// 1,000 pings, the 10th slowest moved between 87 and 155 µs from run
+	// to run of one binary).
+	loadIdlePings = 10_000
 	// The router's CE marking: a phantom queue at 98 % of the bottleneck's
 	// rate in packets of a path MTU of 1024 (1,082 bytes on the wire),
 	// with a burst of a quarter of the queue: it marks, as a switch with
@@ -225,18 +230,20 @@ type loadIncastResult struct {
 	ceMarked  uint64 // by the router
 	idle, p99 time.Duration
 	pings     int
+	queue     []uint32  // the bottleneck's backlog in bytes, sampled every millisecond under load
+	split     [2]string // where the slowest pings' time went, idle and under load (loadProbeSplit)
 }
 
 func (r loadIncastResult) String() string {
 	lat := ""
 	if r.pings > 0 {
-		lat = fmt.Sprintf(", probe p99 %v (idle %v, %.1fx, %d pings)", r.p99.Round(time.Microsecond), r.idle.Round(time.Microsecond),
-			float64(r.p99)/float64(max(r.idle, 1)), r.pings)
+		lat = fmt.Sprintf(", probe p99 %v (idle %v, %.1fx, %d pings; idle, %s; under load, %s)", r.p99.Round(time.Microsecond), r.idle.Round(time.Microsecond),
+			float64(r.p99)/float64(max(r.idle, 1)), r.pings, r.split[0], r.split[1])
 	}
 	return fmt.Sprintf("%-10s %4.0f Mbit/s (%.2fx the bottleneck), Jain %.3f, resent %d of %d packets (%.2f%%), %d timeouts, %d probes, %d NAKs, %d window cuts; "+
-		"CE: %d marked by the router, %d seen by the receiver, %d CNPs sent, %d received; bottleneck dropped %d; %d in error, %d unfinished%s",
+		"CE: %d marked by the router, %d seen by the receiver, %d CNPs sent, %d received; bottleneck dropped %d, queued %s; %d in error, %d unfinished%s",
 		r.name, r.goodput/1e6, r.goodput/loadIncastRate, r.jain, r.cost.resent, r.cost.tx, 100*r.cost.share(), r.cost.timeouts, r.cost.probes, r.cost.naks, r.cost.cuts,
-		r.ceMarked, r.rx.marked, r.rx.cnpsTx, r.cost.cnpsRx, r.qdisc.Dropped, r.run.errs, r.run.unfinished, lat)
+		r.ceMarked, r.rx.marked, r.rx.cnpsTx, r.cost.cnpsRx, r.qdisc.Dropped, loadQueueString(r.queue), r.run.errs, r.run.unfinished, lat)
 }
 
 // loadIncastNet builds the router, its bottleneck and, with mark, the CE
@@ -294,9 +301,11 @@ func loadIncast(t *testing.T, r *netns.Router, name string, m engine.CCMode, wrs
 	var p *loadProbe
 	if probe {
 		p = loadNewProbe(t, senders[0], recv, verbs.MTU1024)
-		idle, err := p.run(nil, 1000, 10*time.Second)
+		p.split = true
+		idle, err := p.run(nil, loadIdlePings, 10*time.Second)
 		e2eMust(t, err)
 		res.idle = loadPercentile(idle, 99)
+		res.split[0], p.splits = loadProbeSplit(p.splits, 99), nil
 	}
 	loadSync(all...)
 	before, rxBefore := loadStats(senders), loadStats([]*Device{recv})
@@ -319,14 +328,17 @@ func loadIncast(t *testing.T, r *netns.Router, name string, m engine.CCMode, wrs
 			probed <- probeOut{rtts, err}
 		}()
 	}
+	queued := loadSampleQueue(t, r.Router, r.RouterLinks[loadIncastSenders], stop)
 	run, err := loadLoop(qps, limit)
 	close(stop)
+	res.queue = <-queued
 	if probe {
 		po := <-probed
 		if po.err != nil {
 			t.Errorf("latency probe under load: %v", po.err)
 		}
 		res.pings, res.p99 = len(po.rtts), loadPercentile(po.rtts, 99)
+		res.split[1] = loadProbeSplit(p.splits, 99)
 	}
 	e2eMust(t, err)
 	loadSync(all...)
@@ -357,6 +369,52 @@ func loadIncast(t *testing.T, r *netns.Router, name string, m engine.CCMode, wrs
 		}
 	}
 	return res
+}
+
+// loadSampleQueue reads the backlog of dev's root qdisc in ns every
+// millisecond until stop closes, and then sends the samples: the queue the
+// probe's packets wait in, apart from the hosts' own delays.
+func loadSampleQueue(t *testing.T, ns *netns.NS, dev string, stop <-chan struct{}) <-chan []uint32 {
+	out := make(chan []uint32, 1)
+	b, err := ns.Backlog(dev)
+	if err != nil {
+		t.Errorf("sampling the bottleneck's queue: %v", err)
+		out <- nil
+		return out
+	}
+	go func() {
+		defer b.Close()
+		var qs []uint32
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				out <- qs
+				return
+			case <-tick.C:
+			}
+			if n, _, err := b.Read(); err == nil {
+				qs = append(qs, n)
+			}
+		}
+	}()
+	return out
+}
+
+// loadQueueString says the p50 and p99 of the queue's samples in bytes and
+// in the time they take to leave at the bottleneck's rate.
+func loadQueueString(qs []uint32) string {
+	if len(qs) == 0 {
+		return "(not sampled)"
+	}
+	s := slices.Clone(qs)
+	slices.Sort(s)
+	at := func(p float64) string {
+		n := s[min(int(p/100*float64(len(s))), len(s)-1)]
+		return fmt.Sprintf("%.1f KB (%v)", float64(n)/1000, time.Duration(float64(n)*8/loadIncastRate*1e9).Round(time.Microsecond))
+	}
+	return fmt.Sprintf("p50 %s, p99 %s in %d samples", at(50), at(99), len(s))
 }
 
 // TestLoadIncast: 4 sender namespaces x 16 RC QPs WRITE 64 KiB each (10
