@@ -698,6 +698,11 @@ type CCState struct {
 	SRTT         int64   // smoothed round-trip time, ns
 	MinRTT       int64   // the least round trip measured (of the last 10 s), ns
 	PathQPs      int     // QPs sharing the window
+	// Target is the round trip above which the delay response cuts the
+	// window once armed: MinRTT plus Config.TargetDelay scaled for the
+	// window (ccPath.target), ns; 0 with no round trip measured yet or the
+	// delay response off.
+	Target int64
 }
 
 // Congestion returns the QP's congestion control state. Call it with the
@@ -706,6 +711,9 @@ func (qp *QP) Congestion() CCState {
 	s := CCState{Mode: qp.e.cfg.Congestion}
 	if p := qp.path; p != nil {
 		s.Window, s.PathInFlight, s.InFlight, s.Alpha, s.SRTT, s.MinRTT, s.PathQPs = int(p.cwnd), p.inflight, qp.req.ccOut, p.alpha, p.srtt, p.minRTT, p.refs
+		if p.minRTT != 0 && qp.e.cfg.TargetDelay >= 0 {
+			s.Target = p.minRTT + p.target(qp.e.cfg.TargetDelay)
+		}
 	}
 	return s
 }

@@ -20,8 +20,9 @@ var ccWindowLine = regexp.MustCompile(`(?m)^ congestion: QP 0x[0-9a-f]{4,}  wind
 // TestBenchCongestion runs write_bw on loopback under each --cc: perftest's
 // table is as before, and after it the congestion line names the mode,
 // counts the run's packets (64 KiB messages: 16 packets each at least) and no
-// retransmission; a window line follows where the mode keeps a window. A
-// bad --cc is a usage error that names the modes.
+// retransmission; a window line follows where the mode keeps a window;
+// --cc-target takes a delay target or off. A bad --cc is a usage error
+// that names the modes, a bad --cc-target one that says what it takes.
 func TestBenchCongestion(t *testing.T) {
 	const iters = 200
 	for _, c := range []struct {
@@ -33,6 +34,8 @@ func TestBenchCongestion(t *testing.T) {
 		{nil, "ecn", true, 1},
 		{[]string{"--cc", "ecn", "-q", "2"}, "ecn", true, 2},
 		{[]string{"--cc=loss"}, "loss", true, 1},
+		{[]string{"--cc-target", "50us"}, "ecn", true, 1},
+		{[]string{"--cc-target", "off"}, "ecn", true, 1},
 		{[]string{"--cc", "off"}, "off", false, 1},
 	} {
 		var out, errb bytes.Buffer
@@ -76,6 +79,13 @@ func TestBenchCongestion(t *testing.T) {
 		errb.Reset()
 		if code := run([]string{"bench", "write_bw", "--loopback", "--cc", bad}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `invalid value "`+bad+`" for flag -cc: want off, loss or ecn`) {
 			t.Errorf("--cc %q: exit %d, stderr %q", bad, code, errb.String())
+		}
+	}
+	for _, bad := range []string{"0", "50", "-1ms"} {
+		out.Reset()
+		errb.Reset()
+		if code := run([]string{"bench", "write_bw", "--loopback", "--cc-target", bad}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `invalid value "`+bad+`" for flag -cc-target: want a duration above 0 and at most 1s (e.g. 50us), or off`) {
+			t.Errorf("--cc-target %q: exit %d, stderr %q", bad, code, errb.String())
 		}
 	}
 }

@@ -26,6 +26,7 @@ func registerSoft(fs *flag.FlagSet, s *devinfo.Soft) {
 	fs.Var(cliflag.Off{Off: &s.NoGather}, "gather", "udp and uring paths: send payloads of 1 KiB or more from the memory region they lie in, the kernel gathering each packet's pieces, instead of copying them into the packet (default true)")
 	fs.Var(cliflag.Off{Off: &s.NoGRO}, "gro", "udp path: receive with UDP GRO when the kernel offers it (default true; --gro=false: one datagram per buffer)")
 	fs.Var(cliflag.CC{Mode: &s.Congestion}, "cc", "congestion control `mode` of the soft device's RC QPs: off (a window per QP, as rdma_rxe), loss (a window shared per peer, cut on loss) or ecn (loss, also cut on CNPs, and CNPs sent for CE-marked packets and receive drops)")
+	fs.Var(cliflag.Target{Delay: &s.TargetDelay}, "cc-target", "how far a congested path's standing round trip may rise above its least before the soft device's window falls (`duration`, e.g. 50us, or off: every loss cuts, no delay response; default 100us, which tolerates a busy host's jitter; smaller keeps a bottleneck's queue shorter where the hosts are quiet)")
 	fs.Var(tosFlag{&s.TOS}, "tos", "IPv4 TOS `byte` (DSCP << 2 | ECN, e.g. 0x68 or 104) of the packets the soft device sends; an ECN field left 0 sends ECT(0), as RoCE NICs do (default 0: DSCP 0, ECT(0))")
 	fs.Var(cliflag.Off{Off: &s.NoECN}, "ecn", "send packets ECN-capable, ECT(0), so that congested switches mark them CE instead of dropping them (default true; --ecn=false: not-ECT, for a network that mishandles ECN)")
 }

@@ -41,6 +41,9 @@ type Soft struct {
 	// Congestion is the device's congestion control
 	// (soft.OpenOptions.Congestion; the zero value is ecn).
 	Congestion engine.CCMode
+	// TargetDelay is soft.OpenOptions.TargetDelay (0: the default;
+	// negative: off).
+	TargetDelay time.Duration
 	// TOS and NoECN are soft.OpenOptions.TOS and NoECN: the TOS byte of
 	// the packets sent (ECT(0) unless its ECN field is set), and not-ECT.
 	TOS   uint8
@@ -62,7 +65,7 @@ func (s Soft) Resolve() (netip.Addr, int, error) {
 // s.Path. For traffic it listens on UDP port 4791 of the address; for
 // inspection only (devices, devinfo) on a port the kernel chooses.
 func (s Soft) Open(traffic bool) (*soft.Device, error) {
-	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy && traffic, Spin: s.Spin, Congestion: s.Congestion, TOS: s.TOS, NoECN: s.NoECN})
+	dev, _, err := soft.Open(soft.OpenOptions{Name: SoftName, Addr: s.Addr, Path: s.Path, Pcap: s.Pcap, Inspect: !traffic, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy && traffic, Spin: s.Spin, Congestion: s.Congestion, TargetDelay: s.TargetDelay, TOS: s.TOS, NoECN: s.NoECN})
 	return dev, err
 }
 
@@ -224,10 +227,10 @@ func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error
 	if err != nil || !a.Is4() {
 		return nil, nil, netip.Addr{}, fmt.Errorf("--addr %q: want an IPv4 address", s.Addr)
 	}
-	if first, err = (Soft{Addr: a.String(), Path: s.Path, Pcap: s.Pcap, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion, TOS: s.TOS, NoECN: s.NoECN}).Open(true); err != nil {
+	if first, err = (Soft{Addr: a.String(), Path: s.Path, Pcap: s.Pcap, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion, TargetDelay: s.TargetDelay, TOS: s.TOS, NoECN: s.NoECN}).Open(true); err != nil {
 		return nil, nil, netip.Addr{}, err
 	}
-	if second, err = (Soft{Addr: a.Next().String(), Path: s.Path, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion, TOS: s.TOS, NoECN: s.NoECN}).Open(true); err != nil {
+	if second, err = (Soft{Addr: a.Next().String(), Path: s.Path, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion, TargetDelay: s.TargetDelay, TOS: s.TOS, NoECN: s.NoECN}).Open(true); err != nil {
 		first.Close()
 		return nil, nil, netip.Addr{}, err
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/engine"
+	"github.com/goroce/goroce/internal/cliflag"
 	"github.com/goroce/goroce/internal/netns"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/verbs"
@@ -31,22 +32,25 @@ import (
 // loadEnv is the environment variable that selects the full sizes
 // (GOROCE_LOAD=full) and the timing assertions that need them; loadEnvCC
 // runs the load tests under another congestion mode ("off", "loss", "ecn")
-// for comparison tables, reporting only.
+// and loadEnvTarget under another delay target (a duration, or "off": see
+// OpenOptions.TargetDelay) for comparison tables, reporting only.
 const (
-	loadEnv   = "GOROCE_LOAD"
-	loadEnvCC = "GOROCE_LOAD_CC"
+	loadEnv       = "GOROCE_LOAD"
+	loadEnvCC     = "GOROCE_LOAD_CC"
+	loadEnvTarget = "GOROCE_LOAD_TARGET"
 )
 
 // loadFull reports whether GOROCE_LOAD=full.
 func loadFull() bool { return os.Getenv(loadEnv) == "full" }
 
 // loadMode returns the congestion mode of the load tests (GOROCE_LOAD_CC,
-// default the engine's default) and whether it is the default, which the
-// acceptance criteria are about.
+// default the engine's default) and whether it and the delay target
+// (GOROCE_LOAD_TARGET) are the defaults, which the acceptance criteria
+// are about.
 func loadMode(t *testing.T) (engine.CCMode, bool) {
 	s := os.Getenv(loadEnvCC)
 	if s == "" {
-		return engine.CCDefault, true
+		return engine.CCDefault, loadTarget(t) == 0
 	}
 	m, ok := engine.ParseCCMode(s)
 	if !ok {
@@ -61,12 +65,26 @@ func loadDevice(t *testing.T, ns *netns.NS, addr netip.Addr, name string, m engi
 	t.Helper()
 	var c *udp.Conn
 	e2eMust(t, ns.Do(func() (err error) { c, err = udp.Listen(addr, udp.Options{}); return err }))
-	d, err := New(Options{Name: name, Conn: c, Engine: engine.Config{Congestion: m}})
+	d, err := New(Options{Name: name, Conn: c, Engine: engine.Config{Congestion: m, TargetDelay: int64(loadTarget(t))}})
 	if err != nil {
 		c.Close()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// loadTarget returns the delay target of the load tests' devices
+// (GOROCE_LOAD_TARGET; 0, the default, when unset).
+func loadTarget(t *testing.T) time.Duration {
+	s := os.Getenv(loadEnvTarget)
+	if s == "" {
+		return 0
+	}
+	var d time.Duration
+	if err := (cliflag.Target{Delay: &d}).Set(s); err != nil {
+		t.Fatalf("%s=%q: %v", loadEnvTarget, s, err)
+	}
 	return d
 }
 

@@ -33,7 +33,9 @@ import (
 // the sizes (200 WRITEs a QP, 256 MiB) and asserts the timing
 // ratios too (goodput against goodput, latency against idle latency).
 // GOROCE_LOAD_CC=off|loss|ecn runs them under another congestion mode,
-// reporting only unless it is ecn (the default). Each test prints a table
+// reporting only unless it is ecn (the default), and
+// GOROCE_LOAD_TARGET=50us (or off) under another delay target
+// (OpenOptions.TargetDelay), reporting only. Each test prints a table
 // for the README:
 //
 //	go test ./provider/soft -run 'TestLoad' -v

@@ -60,6 +60,13 @@ type OpenOptions struct {
 	// Congestion is the engine's congestion control (engine.CCMode: off,
 	// loss or ecn; the zero value is ecn).
 	Congestion engine.CCMode
+	// TargetDelay is how far a congested path's standing round trip may
+	// rise above its least before the window falls (engine.Config's
+	// TargetDelay): 0 is the default, 100µs, which tolerates a busy host's
+	// jitter; a smaller one keeps a bottleneck's queue shorter where the
+	// hosts are quiet (docs/congestion.md); negative turns the delay
+	// response off, and every loss then cuts the window.
+	TargetDelay time.Duration
 }
 
 // Open resolves the address, opens the packet path and makes the device on
@@ -87,7 +94,7 @@ func Open(o OpenOptions) (*Device, paths.Chosen, error) {
 		}
 	}
 	dev, err := New(Options{Name: o.Name, Conn: conn, Path: ch.String(), Busy: o.Busy, Spin: o.Spin, NoGather: o.NoGather,
-		Engine: engine.Config{Congestion: o.Congestion}})
+		Engine: engine.Config{Congestion: o.Congestion, TargetDelay: int64(o.TargetDelay)}})
 	if err != nil {
 		conn.Close()
 		return nil, ch, err
