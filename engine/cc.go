@@ -635,13 +635,22 @@ func (p *ccPath) pto() int64 { return max(2*p.srtt, p.srtt+4*p.rttvar, minPTO) }
 
 // armProbe arms, or disarms, the tail loss probe after a send or an ACK:
 // armed while packets are in flight, nothing else (an RNR wait) holds the
-// QP, and no probe went out since the last ACK that made progress.
+// QP, and no probe went out since the last ACK that made progress. A READ
+// or atomic outstanding is probed too: each of its responses arms the
+// probe again, and a READ is asked again from its first response missing
+// (probePSN). With no probe while one was outstanding, a QP mixing READs
+// and atomics with its other requests waited for the local ACK timer (67
+// ms) on most of its losses: through 5% loss each way
+// (TestSoakNftables/udp), 544-572 timeouts and 24 s for the soak, against
+// 42-72 and 7-9 s probing. That guard was there for a 1 MiB READ whose
+// responses outlived the probe timeout on a busy machine and were sent
+// three times over; 4 QPs x 50 READs of 1 MiB between two namespaces
+// beside three processor-bound goroutines on two processors sent no
+// probe, and under the race detector one a run (two READs answered again
+// of 200).
 func (qp *QP) armProbe(now int64) {
 	r := &qp.req
-	// Not while a READ or atomic is outstanding: its responses come at the
-	// responder's pace (a 1 MiB READ's 256 of them outlived the timeout on
-	// a busy machine), and a READ asked again is answered again in full.
-	if r.ccOut == 0 || r.rnrUntil != 0 || qp.state != verbs.QPSRTS || r.rdAtomic > 0 {
+	if r.ccOut == 0 || r.rnrUntil != 0 || qp.state != verbs.QPSRTS {
 		r.probeAt = 0
 		return
 	}
@@ -664,12 +673,27 @@ func (qp *QP) probeExpired(now int64) {
 		return
 	}
 	qp.e.stats.TailProbes++
+	// The first probe sends the last packet again, as RACK-TLP's probe: if
+	// it was the one lost, its ACK follows; if an earlier one was, the
+	// responder NAKs the gap and go-back-N resends from there. Resending
+	// everything in flight instead cost a quarter of the bottleneck's
+	// packets in the incast. A responder that NAKed a gap (PSN sequence
+	// error) drops what follows it until the gap's packet comes: when that
+	// NAK was lost, probes of the last packet went unanswered until the
+	// local ACK timer (67 ms), and through 5% loss each way 438 of 441
+	// timeouts came after one to six such probes. goroce's responder NAKs
+	// the gap again when the probe comes (respond); for one that NAKs a gap
+	// once, as rdma_rxe's, a probe that brought nothing back (no ACK made
+	// progress since) goes back to the oldest packet not acknowledged, as
+	// the timer would, when a few packets are in flight
+	// (TestProbeAfterLostNAK). With a full window (512 packets) that resent
+	// it whole each time an ACK was merely late.
+	psn := qp.probePSN()
+	if r.probes > 0 && r.ccOut <= probeMax {
+		psn = qp.resumePSN()
+	}
 	r.probes++ // the next waits twice as long, until an ACK makes progress
-	// The last packet sent again, as RACK-TLP's probe: if it was the one
-	// lost, its ACK follows; if an earlier one was, the responder NAKs the
-	// gap and go-back-N resends from there. Resending everything in flight
-	// instead cost a quarter of the bottleneck's packets in the incast.
-	qp.rewind(qp.probePSN())
+	qp.rewind(psn)
 }
 
 // probePSN returns the PSN a probe resends from: the last sent, or for a

@@ -4,6 +4,7 @@ import (
 	"math"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -346,6 +347,91 @@ func TestReNAK(t *testing.T) {
 		l.now += 1000
 	}
 	t.Fatalf("no completion without the timer: a %+v b %+v", l.a.Stats(), l.b.Stats())
+}
+
+// TestProbeAfterLostNAK: a packet is lost and the NAK of its gap too; the
+// responder drops what follows the gap. Its NAK lost once, the first tail
+// loss probe (the last packet again) has the responder NAK the gap again;
+// every NAK lost (as from a responder that NAKs a gap once, as rdma_rxe's,
+// whose one NAK was lost), the next probe goes back to the oldest packet
+// not acknowledged. Either way the WRITE completes before the local ACK
+// timer (4.2 ms here) fires.
+func TestProbeAfterLostNAK(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		naksLost int // NAKs dropped, from the first
+		probes   uint64 // the tail probes the recovery takes
+		exact    bool   // exactly that many, or at least
+	}{{"NAK lost once", 1, 1, true}, {"every NAK lost", 1 << 30, 2, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			l, a, b := rcLink(t)
+			_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+				SGList: a.sge(0, 8*1024), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+			must(t, err)
+			lostData, naksLost := false, 0
+			start := l.now
+			for l.now-start < 20_000_000 {
+				for _, p := range ccOutput(l.a, l.now) {
+					if !lostData && wire.Opcode(p[0]) == wire.RCWriteMiddle {
+						lostData = true
+						continue
+					}
+					l.b.Input(l.now, p, l.a.Local(), wire.RoCEv2Port)
+				}
+				for _, p := range ccOutput(l.b, l.now) {
+					var pk wire.Packet
+					if naksLost < c.naksLost && wire.Parse(p, &pk) == nil && wire.Opcode(p[0]) == wire.RCAcknowledge && pk.AETH().Syndrome().IsNAK() {
+						naksLost++
+						continue
+					}
+					l.a.Input(l.now, p, l.b.Local(), wire.RoCEv2Port)
+				}
+				if wc := a.poll(a.scq); len(wc) == 1 {
+					s := l.a.Stats()
+					if wc[0].Status != verbs.WCSuccess || s.Timeouts != 0 || s.TailProbes < c.probes || c.exact && s.TailProbes != c.probes || naksLost == 0 {
+						t.Errorf("after %v: %v, %d timeouts, %d tail probes, %d NAKs lost; want success, no timeout, %d probes (exactly: %v), a NAK lost",
+							time.Duration(l.now-start), wc[0].Status, s.Timeouts, s.TailProbes, naksLost, c.probes, c.exact)
+					}
+					return
+				}
+				l.a.Tick(l.now)
+				l.now += 100_000
+			}
+			t.Fatalf("no completion in 20 ms: a %+v b %+v", l.a.Stats(), l.b.Stats())
+		})
+	}
+}
+
+// TestProbesKeepNoTimer: a peer that answers nothing gets tail loss
+// probes, and the QP still ends in RETRY_EXC_ERR when its local ACK timer
+// (67 ms) has fired retry_cnt + 1 times, for a one-packet message (which
+// each probe takes back whole) as for a longer one: probes come at most 16
+// ms apart, and when each restarted the timer it never fired.
+func TestProbesKeepNoTimer(t *testing.T) {
+	for _, size := range []int{64, 8 * 1024} {
+		l := newLink(t)
+		a, b := newSide(t, l.a, verbs.QPTRC, 1<<16), newSide(t, l.b, verbs.QPTRC, 1<<16)
+		connectRCTimeout(t, a, b, verbs.MTU1024, 7, 14)
+		_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+			SGList: a.sge(0, size), RemoteAddr: b.mr.Addr(), RKey: b.mr.RKey()}})
+		must(t, err)
+		start, limit := l.now, int64(2*time.Second)
+		for l.now-start < limit {
+			ccOutput(l.a, l.now) // the peer hears nothing
+			if wc := a.poll(a.scq); len(wc) == 1 {
+				s := l.a.Stats()
+				if at := time.Duration(l.now - start); wc[0].Status != verbs.WCRetryExcErr || s.Timeouts != 8 || s.TailProbes == 0 || at > 600*time.Millisecond {
+					t.Errorf("%d bytes: %v after %v, %d timeouts, %d tail probes; want RETRY_EXC_ERR after 8 timeouts of 67 ms, probes between", size, wc[0].Status, at, s.Timeouts, s.TailProbes)
+				}
+				break
+			}
+			l.a.Tick(l.now)
+			l.now += 500_000
+		}
+		if l.now-start >= limit {
+			t.Errorf("%d bytes: no completion in %v: %+v", size, time.Duration(limit), l.a.Stats())
+		}
+	}
 }
 
 // ccPost posts n signaled WRITEs of size bytes from a to b.

@@ -322,6 +322,11 @@ func newSide(t testing.TB, e *Engine, typ verbs.QPType, size int) *side {
 
 func connectRC(t testing.TB, a, b *side, mtu verbs.MTU) { connectRCRetry(t, a, b, mtu, 7) }
 
+// connectRCRetry is connectRC with a's rnr_retry (b's stays 7, infinite).
+func connectRCRetry(t testing.TB, a, b *side, mtu verbs.MTU, rnrRetry uint8) {
+	connectRCTimeout(t, a, b, mtu, rnrRetry, 10)
+}
+
 // rcLink returns a new link and an RC QP on each of its engines, with 64 KiB
 // of memory each, connected at path MTU 1024.
 func rcLink(t testing.TB) (*link, *side, *side) {
@@ -331,8 +336,9 @@ func rcLink(t testing.TB) (*link, *side, *side) {
 	return l, a, b
 }
 
-// connectRCRetry is connectRC with a's rnr_retry (b's stays 7, infinite).
-func connectRCRetry(t testing.TB, a, b *side, mtu verbs.MTU, rnrRetry uint8) {
+// connectRCTimeout is connectRCRetry with both QPs' local ACK timeout
+// (4.096 µs x 2^timeout).
+func connectRCTimeout(t testing.TB, a, b *side, mtu verbs.MTU, rnrRetry, timeout uint8) {
 	for _, p := range [2][2]*side{{a, b}, {b, a}} {
 		x, y := p[0], p[1]
 		retry := uint8(7)
@@ -344,7 +350,7 @@ func connectRCRetry(t testing.TB, a, b *side, mtu verbs.MTU, rnrRetry uint8) {
 		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTR, PathMTU: mtu, DestQPN: y.qp.Num(), RQPSN: 0xFFFFF0,
 			MaxDestRdAtomic: 16, MinRNRTimer: 1, AHAttr: verbs.AHAttr{DGID: verbs.GIDFromAddr(y.e.Local())}},
 			verbs.AttrState|verbs.AttrAV|verbs.AttrPathMTU|verbs.AttrDestQPN|verbs.AttrRQPSN|verbs.AttrMaxDestRdAtomic|verbs.AttrMinRNRTimer))
-		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0xFFFFF0, Timeout: 10, RetryCnt: 7, RNRRetry: retry, MaxRdAtomic: 16},
+		must(t, x.qp.Modify(&verbs.QPAttr{State: verbs.QPSRTS, SQPSN: 0xFFFFF0, Timeout: timeout, RetryCnt: 7, RNRRetry: retry, MaxRdAtomic: 16},
 			verbs.AttrState|verbs.AttrSQPSN|verbs.AttrTimeout|verbs.AttrRetryCnt|verbs.AttrRNRRetry|verbs.AttrMaxQPRdAtomic))
 	}
 }

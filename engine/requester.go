@@ -207,11 +207,15 @@ func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 		r.askPSN = h.PSN
 	}
 	if qp.path != nil {
-		if r.ccOut == 0 {
+		if r.ccOut == 0 && r.probes == 0 {
 			// The QP had nothing in the network (its window held it): the
 			// local ACK timer runs from this packet (RFC 6298 5.1), not
 			// from the wait, which a QP among many sharing a window spent
 			// (4 ms of waiting fired 2,323 timeouts in a simulated incast).
+			// Not when a tail loss probe took it back: the probes of a
+			// peer that answers nothing, every few milliseconds, kept the
+			// timer from ever firing, and the QP from RETRY_EXC_ERR
+			// (TestProbesKeepNoTimer).
 			r.timerAt = 0
 		}
 		qp.ccSent(now, h.PSN, span, h.AckReq)

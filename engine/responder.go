@@ -42,9 +42,10 @@ const respQueueLen = 64
 // dropped the first), the requester hears nothing more and waits for its
 // local ACK timer (67 ms by default): through a 500 Mbit/s bottleneck with a
 // 64 KB queue, 2,102 timeouts for 181 k packets. So respond NAKs the gap
-// again when a request arrives behind the last one seen beyond it: on a
-// path that keeps order, only a resend round does that, and its first
-// packet, the one missing, did not come.
+// again when a request arrives behind the last one seen beyond it, or that
+// one comes again: on a path that keeps order, only a resend round (or a
+// tail loss probe, which sends the last packet again) does that, and the
+// packet missing did not come, or the NAK was lost.
 
 // responder is the receive side of an RC QP.
 type responder struct {
@@ -186,10 +187,12 @@ func (qp *QP) respond(now int64, p *wire.Packet, perr error) {
 	psn := bth.PSN()
 	if d := psn.Diff(r.epsn); d > 0 {
 		qp.e.stats.OutOfSequence++
-		if !r.nakSeq || psn.Before(r.oosMax) {
+		if !r.nakSeq || !psn.After(r.oosMax) {
 			// Once per gap, as rdma_rxe; again when a packet behind the
-			// last seen comes: the requester resends (go-back-N from the
-			// NAK'd PSN), and the resend of the PSN missing was lost too.
+			// last seen comes, or that one again: the requester resends
+			// (go-back-N from the NAK'd PSN, or a tail loss probe of its
+			// last packet), and the resend of the PSN missing, or the
+			// NAK, was lost too.
 			r.nakSeq = true
 			qp.queueNAK(r.epsn, wire.NAKPSNSequence)
 		}
