@@ -145,17 +145,18 @@ const (
 	ccGain        = 1.0 / 16 // DCQCN's g (the paper's 1/256 with its 55 µs alpha timer reacts over 14 ms; 1/16 over 0.9 ms)
 	alphaInterval = 55_000   // ns: DCQCN's alpha update period
 	// DefaultTargetDelay is Config.TargetDelay's default: a 64 KB queue at
-	// 500 Mbit/s is 1 ms; 100 µs keeps a ping's round trip within about
-	// twice its idle one while the host's own jitter (tens of µs) rarely
-	// reaches it. Smaller ones served the incast through that queue better
-	// (at 10 µs a ping's p99 beside it 402-423 µs against 545-580 µs where
-	// the queue drops, 443-451 µs against 1.05-1.10 ms where the router
-	// marks, goodput the same), but on a pipe that drops 5 % at random
-	// between two namespaces, whose round trip is its hosts' (least 0.5
-	// ms, 270 packets standing in their sockets), the soak's 50,000
-	// operations then took 46 s (50 µs) to over 100 s (25 µs, 10 µs),
-	// against 28 s: a host-bound path's round trip moves with its host,
-	// not its window.
+	// 500 Mbit/s is 1 ms; 100 µs holds an incast's queue through it (4
+	// senders x 16 QPs between namespaces) at a median of 173-176 µs, and
+	// tolerates a busy host's jitter. A smaller one serves that incast
+	// better, its goodput the same (at 25 µs the queue's median 37-54 µs,
+	// Jain 0.95-0.97, a 64-byte ping's p99 beside it 366-419 µs against
+	// 467-499 µs; at 50 µs 87-104 µs), but a lossy path between two busy
+	// hosts, whose round trip moves with its hosts and not with its
+	// window, pays for it: the nftables soak (5 % loss each way, 16 QPs)
+	// took 4.9 s at 100 µs, 6.9-7.9 s at 50 µs and 16-23 s at 25 µs, its
+	// windows cut for delays no window makes (before READs and atomics
+	// were probed: 25-28 s and 71-80 s). soft.OpenOptions.TargetDelay and
+	// --cc-target set it where hosts are quiet.
 	DefaultTargetDelay = 100_000
 	swiftBeta          = 0.8            // Swift's beta
 	swiftMaxMDF        = 0.5            // Swift's max_mdf: a delay cut keeps at least half the window

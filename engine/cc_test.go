@@ -359,7 +359,7 @@ func TestReNAK(t *testing.T) {
 func TestProbeAfterLostNAK(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		naksLost int // NAKs dropped, from the first
+		naksLost int    // NAKs dropped, from the first
 		probes   uint64 // the tail probes the recovery takes
 		exact    bool   // exactly that many, or at least
 	}{{"NAK lost once", 1, 1, true}, {"every NAK lost", 1 << 30, 2, false}} {

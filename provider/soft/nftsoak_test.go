@@ -123,7 +123,7 @@ func soakNftables(t *testing.T, path string, ops int) {
 		fo.Seed = uint64(11 + i)
 		faults[i] = fault.New(c, fo)
 		var conn packetio.Conn = faults[i]
-		d, err := New(Options{Name: fmt.Sprintf("nft%c", 'a'+i), Conn: conn})
+		d, err := New(Options{Name: fmt.Sprintf("nft%c", 'a'+i), Conn: conn, Engine: engine.Config{TargetDelay: int64(loadTarget(t))}})
 		if err != nil {
 			c.Close()
 			t.Fatal(err)
