@@ -153,7 +153,7 @@ const (
 	// 467-499 µs; at 50 µs 87-104 µs), but a lossy path between two busy
 	// hosts, whose round trip moves with its hosts and not with its
 	// window, pays for it: the nftables soak (5 % loss each way, 16 QPs)
-	// took 4.9 s at 100 µs, 6.9-7.9 s at 50 µs and 16-23 s at 25 µs, its
+	// took 4.1-6.2 s at 100 µs, 6.9-7.9 s at 50 µs and 16-23 s at 25 µs, its
 	// windows cut for delays no window makes (before READs and atomics
 	// were probed: 25-28 s and 71-80 s). soft.OpenOptions.TargetDelay and
 	// --cc-target set it where hosts are quiet.
