@@ -45,21 +45,8 @@ func TestTBFAndCEMark(t *testing.T) {
 	if err := r.Router.SetCEMark(dev, 1000, 8); err != nil {
 		t.Fatal(err)
 	}
-	var tx, rx *net.UDPConn
-	if err := r.Hosts[0].Do(func() (err error) {
-		tx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: r.HostAddrs[0].AsSlice()})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
-	if err := r.Hosts[1].Do(func() (err error) {
-		rx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: r.HostAddrs[1].AsSlice(), Port: 7001})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer rx.Close()
+	tx := listenUDPIn(t, r.Hosts[0], &net.UDPAddr{IP: r.HostAddrs[0].AsSlice()})
+	rx := listenUDPIn(t, r.Hosts[1], &net.UDPAddr{IP: r.HostAddrs[1].AsSlice(), Port: 7001})
 	for _, s := range []struct {
 		c        *net.UDPConn
 		opt, val int
@@ -148,14 +135,7 @@ func TestBacklog(t *testing.T) {
 	if n, p, err := b.Read(); err != nil || n != 0 || p != 0 {
 		t.Fatalf("idle queue: %d bytes, %d packets, %v; want 0, 0", n, p, err)
 	}
-	var tx *net.UDPConn
-	if err := r.Hosts[0].Do(func() (err error) {
-		tx, err = net.ListenUDP("udp4", &net.UDPAddr{IP: r.HostAddrs[0].AsSlice()})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Close()
+	tx := listenUDPIn(t, r.Hosts[0], &net.UDPAddr{IP: r.HostAddrs[0].AsSlice()})
 	to := &net.UDPAddr{IP: r.HostAddrs[1].AsSlice(), Port: 7001}
 	for range 20 {
 		if _, err := tx.WriteToUDP(make([]byte, 1000), to); err != nil {
@@ -176,4 +156,18 @@ func TestBacklog(t *testing.T) {
 	if n != 0 || p != 0 {
 		t.Errorf("5 s after the burst: %d bytes, %d packets queued, want 0", n, p)
 	}
+}
+
+// listenUDPIn opens a UDP socket on addr in ns, closed when the test ends.
+func listenUDPIn(t *testing.T, ns *NS, addr *net.UDPAddr) *net.UDPConn {
+	t.Helper()
+	var c *net.UDPConn
+	if err := ns.Do(func() (err error) {
+		c, err = net.ListenUDP("udp4", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
