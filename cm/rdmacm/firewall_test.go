@@ -63,16 +63,22 @@ func TestDialFirewall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	go func() { // accept every request
+	go func() { // accept every request, each on its own: Accept waits for the RTU
 		for {
 			req, err := l.Accept(ctx)
 			if err != nil {
 				return
 			}
-			s := newSideNoCleanup(devB)
-			if _, err := req.Accept(ctx, s.qp, rdmacm.AcceptOptions{}); err != nil {
-				s.close()
-			}
+			// Accepting in turn, a connection whose RTU was lost (its REP
+			// resent 6.4 s later, and perhaps lost again) held the next
+			// request past the MRA timeout (17.2 s), which rejected it with
+			// REJ 4 (timeout): a dial failed once in about 15 runs.
+			go func() {
+				s := newSideNoCleanup(devB)
+				if _, err := req.Accept(ctx, s.qp, rdmacm.AcceptOptions{}); err != nil {
+					s.close()
+				}
+			}()
 		}
 	}()
 	var conns []*rdmacm.Conn
