@@ -227,10 +227,14 @@ func (s Soft) OpenPair() (first, second *soft.Device, addr netip.Addr, err error
 	if err != nil || !a.Is4() {
 		return nil, nil, netip.Addr{}, fmt.Errorf("--addr %q: want an IPv4 address", s.Addr)
 	}
-	if first, err = (Soft{Addr: a.String(), Path: s.Path, Pcap: s.Pcap, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion, TargetDelay: s.TargetDelay, TOS: s.TOS, NoECN: s.NoECN}).Open(true); err != nil {
+	// Both take every setting of s: the first its address, the second the
+	// next one and no pcap.
+	one, two := s, s
+	one.Addr, two.Addr, two.Pcap = a.String(), a.Next().String(), ""
+	if first, err = one.Open(true); err != nil {
 		return nil, nil, netip.Addr{}, err
 	}
-	if second, err = (Soft{Addr: a.Next().String(), Path: s.Path, NoGSO: s.NoGSO, NoGRO: s.NoGRO, NoGather: s.NoGather, Busy: s.Busy, Spin: s.Spin, Congestion: s.Congestion, TargetDelay: s.TargetDelay, TOS: s.TOS, NoECN: s.NoECN}).Open(true); err != nil {
+	if second, err = two.Open(true); err != nil {
 		first.Close()
 		return nil, nil, netip.Addr{}, err
 	}

@@ -326,9 +326,10 @@ func (c loadCost) share() float64 { return float64(c.resent) / float64(max(c.tx,
 
 // loadPercentile returns the p-th percentile (0 to 100) of ds, leaving
 // ds as it is.
-func loadPercentile(ds []time.Duration, p float64) time.Duration {
+func loadPercentile[T cmp.Ordered](ds []T, p float64) T {
 	if len(ds) == 0 {
-		return 0
+		var zero T
+		return zero
 	}
 	ds = slices.Clone(ds) // the caller's stay in the order they came
 	slices.Sort(ds)

@@ -4,7 +4,6 @@ package soft
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -410,13 +409,11 @@ func loadQueueString(qs []uint32) string {
 	if len(qs) == 0 {
 		return "(not sampled)"
 	}
-	s := slices.Clone(qs)
-	slices.Sort(s)
 	at := func(p float64) string {
-		n := s[min(int(p/100*float64(len(s))), len(s)-1)]
+		n := loadPercentile(qs, p)
 		return fmt.Sprintf("%.1f KB (%v)", float64(n)/1000, time.Duration(float64(n)*8/loadIncastRate*1e9).Round(time.Microsecond))
 	}
-	return fmt.Sprintf("p50 %s, p99 %s in %d samples", at(50), at(99), len(s))
+	return fmt.Sprintf("p50 %s, p99 %s in %d samples", at(50), at(99), len(qs))
 }
 
 // TestLoadIncast: 4 sender namespaces x 16 RC QPs WRITE 64 KiB each (10
