@@ -155,7 +155,8 @@ const (
 	// window, pays for it: the nftables soak (5 % loss each way, 16 QPs)
 	// took 4.1-6.2 s at 100 µs, 6.9-7.9 s at 50 µs and 16-23 s at 25 µs, its
 	// windows cut for delays no window makes (before READs and atomics
-	// were probed: 25-28 s and 71-80 s). soft.OpenOptions.TargetDelay and
+	// were probed: 25-28 s and 71-80 s; measured with READs probed at the
+	// probe timeout, before rdProbeMin). soft.OpenOptions.TargetDelay and
 	// --cc-target set it where hosts are quiet.
 	DefaultTargetDelay = 100_000
 	swiftBeta          = 0.8            // Swift's beta
@@ -625,6 +626,13 @@ const (
 	probeMax      = rrQuantum
 	probeWait     = 3
 	minPTO        = 1_000_000 // ns: the least probe timeout
+	// rdProbeMin is the least probe timeout while a READ or atomic is
+	// outstanding: its responses come at the responder's pace, and a READ
+	// asked again is answered again from its first response missing. With
+	// the probe timeout alone, a 1 MiB READ between two namespaces under
+	// the race detector was answered three times over (782 response
+	// packets for 262: TestNetns's e2eBugReadRewind).
+	rdProbeMin = 10_000_000
 )
 
 // pto returns the path's probe timeout: twice the smoothed round trip
@@ -642,20 +650,21 @@ func (p *ccPath) pto() int64 { return max(2*p.srtt, p.srtt+4*p.rttvar, minPTO) }
 // (probePSN). With no probe while one was outstanding, a QP mixing READs
 // and atomics with its other requests waited for the local ACK timer (67
 // ms) on most of its losses: through 5% loss each way
-// (TestSoakNftables/udp), 544-572 timeouts and 24 s for the soak, against
-// 42-72 and 7-9 s probing. That guard was there for a 1 MiB READ whose
-// responses outlived the probe timeout on a busy machine and were sent
-// three times over; 4 QPs x 50 READs of 1 MiB between two namespaces
-// beside three processor-bound goroutines on two processors sent no
-// probe, and under the race detector one a run (two READs answered again
-// of 200).
+// (TestSoakNftables/udp), 544-572 timeouts and 24 s for the soak. That
+// guard was there for a 1 MiB READ whose responses outlived the probe
+// timeout on a busy machine and were sent three times over; such a probe
+// waits at least rdProbeMin.
 func (qp *QP) armProbe(now int64) {
 	r := &qp.req
 	if r.ccOut == 0 || r.rnrUntil != 0 || qp.state != verbs.QPSRTS {
 		r.probeAt = 0
 		return
 	}
-	r.probeAt, r.probeSet, r.probeWaited = now+qp.path.pto()<<min(r.probes, maxProbeShift), now, false
+	pto := qp.path.pto()
+	if r.rdAtomic > 0 {
+		pto = max(pto, rdProbeMin)
+	}
+	r.probeAt, r.probeSet, r.probeWaited = now+pto<<min(r.probes, maxProbeShift), now, false
 }
 
 // probeExpired resends what a QP has in flight (go-back-N from the oldest
