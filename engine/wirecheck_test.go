@@ -78,7 +78,7 @@ func TestEngineWireCheck(t *testing.T) {
 		collect(l, t, a.scq, 1)
 		path := filepath.Join(t.TempDir(), "engine.pcap")
 		writeFrames(t, path, l.capture)
-		out, err := exec.Command(checker, "--pmtu", mtu.String(), path).CombinedOutput()
+		out, err := testenv.WireCheckCommand(t, checker, "--pmtu", mtu.String(), path).CombinedOutput()
 		last := strings.TrimSpace(string(out))
 		if i := strings.LastIndexByte(last, '\n'); i >= 0 {
 			last = last[i+1:]

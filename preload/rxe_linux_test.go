@@ -156,7 +156,7 @@ func checkWire(t *testing.T, pcap string) {
 	if checker == "" {
 		testenv.Skip(t, testenv.WireCheck, "GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) is not set")
 	}
-	out, err := exec.Command(checker, "--pmtu", "1024", pcap).CombinedOutput()
+	out, err := testenv.WireCheckCommand(t, checker, "--pmtu", "1024", pcap).CombinedOutput()
 	t.Logf("check-pcap.sh %s: %s", filepath.Base(pcap), lastLines(string(out), 2))
 	if err == nil {
 		return

@@ -134,7 +134,7 @@ func runChecker(t *testing.T, checker, name string, frames [][]byte) ([]string, 
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	writePcap(t, path, frames)
-	out, err := exec.Command(checker, "--pmtu", "1024", "--strict", path).CombinedOutput()
+	out, err := testenv.WireCheckCommand(t, checker, "--pmtu", "1024", "--strict", path).CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) < 1 || !strings.Contains(lines[len(lines)-1], "passed,") {
 		t.Fatalf("%s: %v\n%s", checker, err, out)
@@ -185,5 +185,51 @@ func TestWireCheck(t *testing.T) {
 	}
 	if frames != len(a19) || frames != 4 {
 		t.Errorf("checker judged %d annex A19 frames, wrote %d (want 4)", frames, len(a19))
+	}
+}
+
+// TestWiresharkPayloadDissectorsOff runs tshark on SENDs of 2 and 6
+// bytes, the sizes whose payload tshark 4.0's RPC-over-RDMA heuristic
+// claims and calls Malformed, under the configuration testenv gives the
+// wire checker: the InfiniBand dissector must decode each frame, hand
+// the payload to no upper protocol, and find nothing malformed.
+func TestWiresharkPayloadDissectorsOff(t *testing.T) {
+	if _, err := exec.LookPath("tshark"); err != nil {
+		testenv.Skip(t, testenv.WireCheck, "tshark not installed")
+	}
+	var frames [][]byte
+	fl := Flow{SrcMAC: MAC{2, 0, 0, 0, 0, 1}, DstMAC: MAC{2, 0, 0, 0, 0, 2},
+		Src: addr4(10, 0, 0, 1), Dst: addr4(10, 0, 0, 2), SrcPort: SourcePort(0, 0x11, 0x12)}
+	for i, n := range []int{2, 6} {
+		h := Header{Opcode: RCSendOnly, AckReq: true, PKey: DefaultPKey, DestQP: 0x11, PSN: PSN(i)}
+		f, err := AppendFrame(nil, &fl, &h, make([]byte, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f)
+	}
+	path := filepath.Join(t.TempDir(), "short-sends.pcap")
+	writePcap(t, path, frames)
+	tshark := func(env []string) []string {
+		cmd := exec.Command("tshark", "-n", "-r", path, "-d", "udp.port==4791,infiniband",
+			"-T", "fields", "-e", "frame.protocols", "-e", "_ws.malformed")
+		cmd.Env = env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("tshark: %v", err)
+		}
+		return strings.Split(strings.TrimSpace(string(out)), "\n")
+	}
+	for _, l := range tshark(os.Environ()) {
+		t.Logf("tshark, its own configuration: %s", l)
+	}
+	lines := tshark(testenv.WiresharkEnv(t))
+	if len(lines) != len(frames) {
+		t.Fatalf("tshark printed %d lines for %d frames: %q", len(lines), len(frames), lines)
+	}
+	for i, l := range lines {
+		if !strings.HasSuffix(strings.TrimSpace(l), "infiniband:data") {
+			t.Errorf("frame %d (%d-byte SEND): %q, want the payload left as data and nothing malformed", i+1, []int{2, 6}[i], l)
+		}
 	}
 }

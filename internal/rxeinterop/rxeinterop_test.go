@@ -750,7 +750,7 @@ func (h *harness) checkCaptureWire(t *testing.T, pcap string, wire bool) {
 		return
 	}
 	js := pcap + ".json"
-	cmd := exec.Command(h.wcheck, "--pmtu", "1024", "--json", js, pcap)
+	cmd := testenv.WireCheckCommand(t, h.wcheck, "--pmtu", "1024", "--json", js, pcap)
 	wout, err := cmd.CombinedOutput()
 	tail := lastLines(string(wout), 3)
 	var ee *exec.ExitError

@@ -117,7 +117,7 @@ func wireCheck(t *testing.T, pcap string, pmtu int) {
 	if _, err := exec.LookPath("tshark"); err != nil {
 		testenv.Skip(t, testenv.WireCheck, "tshark is not installed; the wire checker needs it")
 	}
-	out, err := exec.Command(checker, "--pmtu", strconv.Itoa(pmtu), pcap).CombinedOutput()
+	out, err := testenv.WireCheckCommand(t, checker, "--pmtu", strconv.Itoa(pmtu), pcap).CombinedOutput()
 	text := strings.TrimSpace(string(out))
 	last := text[strings.LastIndexByte(text, '\n')+1:]
 	if err != nil || !strings.HasSuffix(last, " 0 failed") {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -243,7 +242,7 @@ func wireCheck(t *testing.T, pcap string, pmtu int) {
 	if checker == "" {
 		testenv.Skip(t, testenv.WireCheck, "GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) is not set")
 	}
-	out, err := exec.Command(checker, "--pmtu", fmt.Sprint(pmtu), pcap).CombinedOutput()
+	out, err := testenv.WireCheckCommand(t, checker, "--pmtu", fmt.Sprint(pmtu), pcap).CombinedOutput()
 	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
 	last := lines[len(lines)-1]
 	if err != nil || !bytes.HasSuffix(last, []byte(" 0 failed")) {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -369,7 +368,7 @@ func TestSoftRCNetns(t *testing.T) {
 		t.Log("GOROCE_WIRE_CHECK (path of wire-check's check-pcap.sh) not set: the capture is not checked independently")
 		return
 	}
-	out, err := exec.Command(checker, "--pmtu", "1024", pcap).CombinedOutput()
+	out, err := testenv.WireCheckCommand(t, checker, "--pmtu", "1024", pcap).CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	last := lines[len(lines)-1]
 	if err != nil || !strings.HasSuffix(last, " 0 failed") {

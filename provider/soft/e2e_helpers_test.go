@@ -560,7 +560,7 @@ func e2eStartWireCheck(t *testing.T, pcap string, pmtu verbs.MTU) *e2eCheck {
 		c.skip = "tshark is not installed; the wire checker needs it"
 		return c
 	}
-	c.cmd = exec.Command(checker, "--pmtu", pmtu.String(), pcap)
+	c.cmd = testenv.WireCheckCommand(t, checker, "--pmtu", pmtu.String(), pcap)
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 	c.start = time.Now()
 	if err := c.cmd.Start(); err != nil {
