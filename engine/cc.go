@@ -737,12 +737,15 @@ type CCState struct {
 	// window (ccPath.target), ns; 0 with no round trip measured yet or the
 	// delay response off.
 	Target int64
+	// TargetDelay is the engine's Config.TargetDelay (its default
+	// applied), ns; negative: the delay response is off.
+	TargetDelay int64
 }
 
 // Congestion returns the QP's congestion control state. Call it with the
 // engine serialised, as Output.
 func (qp *QP) Congestion() CCState {
-	s := CCState{Mode: qp.e.cfg.Congestion}
+	s := CCState{Mode: qp.e.cfg.Congestion, TargetDelay: qp.e.cfg.TargetDelay}
 	if p := qp.path; p != nil {
 		s.Window, s.PathInFlight, s.InFlight, s.Alpha, s.SRTT, s.MinRTT, s.PathQPs = int(p.cwnd), p.inflight, qp.req.ccOut, p.alpha, p.srtt, p.minRTT, p.refs
 		if p.minRTT != 0 && qp.e.cfg.TargetDelay >= 0 {

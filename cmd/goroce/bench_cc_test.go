@@ -15,12 +15,13 @@ import (
 var ccLine = regexp.MustCompile(`(?m)^ congestion: (\w+)  retransmits (\d+) \((\d+\.\d\d)% of (\d+) packets\)  timeouts (\d+)  NAKs (\d+)  probes (\d+)  CNPs sent (\d+) received (\d+)  window cuts (\d+)  ECN-marked (\d+)  rx drops signalled (\d+)$`)
 
 // ccWindowLine is the first QP's window line.
-var ccWindowLine = regexp.MustCompile(`(?m)^ congestion: QP 0x[0-9a-f]{4,}  window (\d+) packets  SRTT \d+\.\d\d usec(  alpha \d\.\d{3})?  QPs sharing it (\d+)$`)
+var ccWindowLine = regexp.MustCompile(`(?m)^ congestion: QP 0x[0-9a-f]{4,}  window (\d+) packets  SRTT \d+\.\d\d usec  min RTT \d+\.\d\d usec  delay target (off|\d+\.\d\d usec)(  alpha \d\.\d{3})?  QPs sharing it (\d+)$`)
 
 // TestBenchCongestion runs write_bw on loopback under each --cc: perftest's
 // table is as before, and after it the congestion line names the mode,
 // counts the run's packets (64 KiB messages: 16 packets each at least) and no
-// retransmission; a window line follows where the mode keeps a window;
+// retransmission; a window line follows where the mode keeps a window,
+// with the delay target in effect;
 // --cc-target takes a delay target or off. A bad --cc is a usage error
 // that names the modes, a bad --cc-target one that says what it takes.
 func TestBenchCongestion(t *testing.T) {
@@ -30,13 +31,14 @@ func TestBenchCongestion(t *testing.T) {
 		mode   string
 		window bool
 		qps    int
+		target string // the window line's delay target
 	}{
-		{nil, "ecn", true, 1},
-		{[]string{"--cc", "ecn", "-q", "2"}, "ecn", true, 2},
-		{[]string{"--cc=loss"}, "loss", true, 1},
-		{[]string{"--cc-target", "50us"}, "ecn", true, 1},
-		{[]string{"--cc-target", "off"}, "ecn", true, 1},
-		{[]string{"--cc", "off"}, "off", false, 1},
+		{nil, "ecn", true, 1, "100.00 usec"},
+		{[]string{"--cc", "ecn", "-q", "2"}, "ecn", true, 2, "100.00 usec"},
+		{[]string{"--cc=loss"}, "loss", true, 1, "100.00 usec"},
+		{[]string{"--cc-target", "50us"}, "ecn", true, 1, "50.00 usec"},
+		{[]string{"--cc-target", "off"}, "ecn", true, 1, "off"},
+		{[]string{"--cc", "off"}, "off", false, 1, ""},
 	} {
 		var out, errb bytes.Buffer
 		args := append([]string{"bench", "write_bw", "--loopback", "--addr", "127.0.6.3", "-s", "65536", "-n", strconv.Itoa(iters), "--timeout", "30s"}, c.args...)
@@ -59,8 +61,8 @@ func TestBenchCongestion(t *testing.T) {
 		if (w != nil) != c.window {
 			t.Errorf("%v: window line %q, want one: %v", c.args, w, c.window)
 		}
-		if w != nil && ((w[2] != "") != (c.mode == "ecn") || w[1] == "0") {
-			t.Errorf("%v: window line %q (alpha under ecn only)", c.args, w[0])
+		if w != nil && ((w[3] != "") != (c.mode == "ecn") || w[1] == "0" || w[2] != c.target) {
+			t.Errorf("%v: window line %q (delay target %s; alpha under ecn only)", c.args, w[0], c.target)
 		}
 	}
 	var out, errb bytes.Buffer

@@ -25,15 +25,20 @@ type Congestion struct {
 	Cuts         uint64        `json:"window_cuts"`
 	ECNMarked    uint64        `json:"ecn_marked"`
 	RxCongestion uint64        `json:"rx_drops_signalled"` // times the packet path reported receive drops
-	// QPN is the first QP's number, and Window, SRTT, Alpha and PathQPs
-	// its engine.CCState after the run: the window of the path to the
-	// peer in packets (0 for UD QPs and under CCOff), the smoothed round
-	// trip, DCQCN's alpha, the QPs sharing the window.
+	// QPN is the first QP's number, and Window, SRTT, MinRTT, Alpha and
+	// PathQPs its engine.CCState after the run: the window of the path to
+	// the peer in packets (0 for UD QPs and under CCOff), the smoothed and
+	// the least round trip, DCQCN's alpha, the QPs sharing the window.
 	QPN     uint32        `json:"qpn"`
 	Window  int           `json:"window,omitempty"`
 	SRTT    time.Duration `json:"srtt_ns,omitempty"`
+	MinRTT  time.Duration `json:"min_rtt_ns,omitempty"`
 	Alpha   float64       `json:"alpha,omitempty"`
 	PathQPs int           `json:"path_qps,omitempty"`
+	// TargetDelay is the delay target in effect (--cc-target): how far
+	// above MinRTT the round trip may rise before the window falls; 0
+	// with the delay response off (and with no window).
+	TargetDelay time.Duration `json:"target_delay_ns,omitempty"`
 }
 
 // statser is a device that counts what its engine did (*soft.Device).
@@ -64,7 +69,8 @@ func (s *session) ccEnd() {
 	cc := ccDelta(s.ccFrom, s.ccDev.Stats())
 	cc.Mode, cc.QPN = st.Mode, s.qps[0].Num()
 	if st.Window > 0 {
-		cc.Window, cc.SRTT, cc.Alpha, cc.PathQPs = st.Window, time.Duration(st.SRTT), st.Alpha, st.PathQPs
+		cc.Window, cc.SRTT, cc.MinRTT, cc.Alpha, cc.PathQPs = st.Window, time.Duration(st.SRTT), time.Duration(st.MinRTT), st.Alpha, st.PathQPs
+		cc.TargetDelay = time.Duration(max(st.TargetDelay, 0))
 	}
 	s.out.Congestion = cc
 }
@@ -96,7 +102,7 @@ func (c *Congestion) RetransmitPercent() float64 {
 
 // WriteCongestion prints c after a report's table (nothing when c is nil):
 // a line of the counters and, when the first QP had a window (RC under
-// loss or ecn), a line of its final window and round trip.
+// loss or ecn), a line of its final window, round trips and delay target.
 func WriteCongestion(w io.Writer, c *Congestion) {
 	if c == nil {
 		return
@@ -106,7 +112,13 @@ func WriteCongestion(w io.Writer, c *Congestion) {
 	if c.Window == 0 {
 		return
 	}
-	fmt.Fprintf(w, " congestion: QP 0x%04x  window %d packets  SRTT %.2f usec", c.QPN, c.Window, float64(c.SRTT)/float64(time.Microsecond))
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	fmt.Fprintf(w, " congestion: QP 0x%04x  window %d packets  SRTT %.2f usec  min RTT %.2f usec", c.QPN, c.Window, us(c.SRTT), us(c.MinRTT))
+	if c.TargetDelay > 0 {
+		fmt.Fprintf(w, "  delay target %.2f usec", us(c.TargetDelay))
+	} else {
+		fmt.Fprint(w, "  delay target off")
+	}
 	if c.Mode == engine.CCECN {
 		fmt.Fprintf(w, "  alpha %.3f", c.Alpha)
 	}

@@ -97,24 +97,25 @@ func TestRunCongestion(t *testing.T) {
 
 // TestWriteCongestion checks the report's congestion lines: none without
 // figures, the counters' line always, the window's only when the first QP
-// has one, alpha only under ecn.
+// has one, with its round trips and delay target (or off), alpha only
+// under ecn.
 func TestWriteCongestion(t *testing.T) {
 	counters := func(m engine.CCMode) Congestion {
 		return Congestion{Mode: m, Packets: 12800, Retransmits: 64, Timeouts: 1, NAKs: 2, Probes: 3, CNPsSent: 4, CNPsReceived: 5, Cuts: 6, ECNMarked: 7, RxCongestion: 8, QPN: 0x11}
 	}
 	const line = " retransmits 64 (0.50% of 12800 packets)  timeouts 1  NAKs 2  probes 3  CNPs sent 4 received 5  window cuts 6  ECN-marked 7  rx drops signalled 8\n"
 	ecn := counters(engine.CCECN)
-	ecn.Window, ecn.SRTT, ecn.Alpha, ecn.PathQPs = 42, 12345*time.Nanosecond, 0.25, 2
+	ecn.Window, ecn.SRTT, ecn.MinRTT, ecn.Alpha, ecn.PathQPs, ecn.TargetDelay = 42, 12345*time.Nanosecond, 9870*time.Nanosecond, 0.25, 2, 100*time.Microsecond
 	loss := counters(engine.CCLoss)
-	loss.Window, loss.SRTT, loss.PathQPs = 10, 2*time.Millisecond, 1
+	loss.Window, loss.SRTT, loss.MinRTT, loss.PathQPs = 10, 2*time.Millisecond, time.Millisecond, 1
 	for _, c := range []struct {
 		name string
 		cc   *Congestion
 		want string
 	}{
 		{"none", nil, ""},
-		{"ecn", &ecn, " congestion: ecn " + line + " congestion: QP 0x0011  window 42 packets  SRTT 12.35 usec  alpha 0.250  QPs sharing it 2\n"},
-		{"loss", &loss, " congestion: loss " + line + " congestion: QP 0x0011  window 10 packets  SRTT 2000.00 usec  QPs sharing it 1\n"},
+		{"ecn", &ecn, " congestion: ecn " + line + " congestion: QP 0x0011  window 42 packets  SRTT 12.35 usec  min RTT 9.87 usec  delay target 100.00 usec  alpha 0.250  QPs sharing it 2\n"},
+		{"loss", &loss, " congestion: loss " + line + " congestion: QP 0x0011  window 10 packets  SRTT 2000.00 usec  min RTT 1000.00 usec  delay target off  QPs sharing it 1\n"},
 		{"off", func() *Congestion { c := counters(engine.CCOff); return &c }(), " congestion: off " + line},
 		{"no-packets", &Congestion{Mode: engine.CCECN}, " congestion: ecn  retransmits 0 (0.00% of 0 packets)  timeouts 0  NAKs 0  probes 0  CNPs sent 0 received 0  window cuts 0  ECN-marked 0  rx drops signalled 0\n"},
 	} {
