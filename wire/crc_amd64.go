@@ -5,9 +5,9 @@ package wire
 import "golang.org/x/sys/cpu"
 
 // haveCRCFold512 says whether the processor (and operating system) has
-// what crcFold512 uses: icrc4's (haveCLMUL4) and AVX-512BW byte masks on
+// what crcFold512 uses: icrc4z's (haveCLMUL4Z) and AVX-512BW byte masks on
 // 128-bit registers (VL).
-var haveCRCFold512 = haveCLMUL4 && cpu.X86.HasAVX512VL
+var haveCRCFold512 = haveCLMUL4Z && cpu.X86.HasAVX512VL
 
 // crcFold512 returns the raw CRC register (no inversions) run from r over p,
 // len(p) >= 64.

@@ -74,14 +74,14 @@ last4: \
 	VPSRLQ     $32, Z3, Z3 \
 	VPXORQ     Z3, Z2, Z2
 
-// func icrc4(h uint64, pkts *[4][]byte, n int, diff *[4]uint32)
+// func icrc4z(h uint64, pkts *[4][]byte, n int, diff *[4]uint32)
 //
 // The four-lane pass over four packets of n+4 bytes (BTH to ICRC), v_j the
 // header register h with the complement of packet j's byte 4 above it (as
 // Set and Check build it): with diff nil it writes each ICRC into the
 // packet's last four bytes, else it writes into diff[j] the XOR of packet
 // j's ICRC as computed and as received.
-TEXT ·icrc4(SB), NOSPLIT, $0-32
+TEXT ·icrc4z(SB), NOSPLIT, $0-32
 	MOVQ pkts+8(FP), BX
 	MOVQ n+16(FP), CX
 	MOVQ 0(BX), SI
@@ -146,4 +146,162 @@ compare:
 	MOVL DX, 8(R11)
 	XORL (R10)(CX*1), R8
 	MOVL R8, 12(R11)
+	RET
+
+// LOAD2 loads the 16 bytes at off of packets A and B into the two 128-bit
+// lanes of Y (X its low lane).
+#define LOAD2(off, A, B, Y, X) \
+	VMOVDQU     (A)(off*1), X \
+	VINSERTI128 $1, (B)(off*1), Y, Y
+
+// FOLDY moves the block in Y forward by the constants in Y4 and XORs it
+// into the sum S, using T and U.
+#define FOLDY(Y, S, T, U) \
+	VPCLMULQDQ $0x00, Y4, Y, T \
+	VPCLMULQDQ $0x11, Y4, Y, U \
+	VPXOR      T, U, T \
+	VPXOR      T, S, S
+
+// BARRETTY reduces each lane of S (Y1 or Y9) as FOLD4 does, with the
+// constants in Y4..Y7, leaving the register in the third dword of each
+// lane of R, using T.
+#define BARRETTY(S, R, T) \
+	VPCLMULQDQ $0x00, Y4, S, R \
+	VPSRLDQ    $4, S, T \
+	VPXOR      T, R, R \
+	VPAND      Y6, R, T \
+	VPCLMULQDQ $0x10, Y4, T, T \
+	VPXOR      R, T, T \
+	VPAND      Y7, T, R \
+	VPCLMULQDQ $0x01, Y5, R, R \
+	VPSLLQ     $1, R, R \
+	VPAND      Y6, R, R \
+	VPCLMULQDQ $0x10, Y5, R, R \
+	VPSRLQ     $31, R, R \
+	VPSRLQ     $32, T, T \
+	VPXOR      T, R, R
+
+// VREG puts into lane L of Y (X its low lane) the register v of the packet
+// at P: h (DX) with the complement of the packet's byte 4 above it.
+#define VREG(P, L, Y, X) \
+	MOVBLZX 4(P), AX \
+	XORL    $0xFF, AX \
+	SHLQ    $32, AX \
+	ORQ     DX, AX \
+	VMOVQ   AX, X3 \
+	VINSERTI128 $L, X3, Y, Y
+
+// func icrc4y(h uint64, pkts *[4][]byte, n int, diff *[4]uint32)
+//
+// icrc4z's pass on 256-bit registers: packets 0 and 1 (SI, DI) in Y0..Y2,
+// packets 2 and 3 (R9, R10) in Y8..Y10, each block's folds of the two
+// registers independent of one another.
+TEXT ·icrc4y(SB), NOSPLIT, $0-32
+	MOVQ pkts+8(FP), BX
+	MOVQ n+16(FP), CX
+	MOVQ 0(BX), SI
+	MOVQ 24(BX), DI
+	MOVQ 48(BX), R9
+	MOVQ 72(BX), R10
+	LEAQ ·foldK(SB), R11
+	LEAQ ·foldShuf(SB), R12
+	MOVQ h+0(FP), DX
+	VPXOR Y0, Y0, Y0
+	VPXOR Y8, Y8, Y8
+	VREG(SI, 0, Y0, X0)
+	VREG(DI, 1, Y0, X0)
+	VREG(R9, 0, Y8, X8)
+	VREG(R10, 1, Y8, X8)
+	VPXOR Y1, Y1, Y1
+	VPXOR Y9, Y9, Y9
+	XORQ  R8, R8
+	MOVQ  CX, R13
+	ANDQ  $15, R13
+	JZ    whole4y
+
+	// A first partial block, as clmulRegister's.
+	LOAD2(R8, SI, DI, Y2, X2)
+	LOAD2(R8, R9, R10, Y10, X10)
+	VPXOR          Y0, Y2, Y2
+	VPXOR          Y8, Y10, Y10
+	VBROADCASTI128 (R12)(R13*1), Y3
+	VPSHUFB        Y3, Y2, Y2
+	VPSHUFB        Y3, Y10, Y10
+	VBROADCASTI128 16(R12)(R13*1), Y3
+	VPSHUFB        Y3, Y0, Y0
+	VPSHUFB        Y3, Y8, Y8
+	MOVQ           R13, R8
+	SUBQ           R13, CX
+	VBROADCASTI128 (R11)(CX*1), Y4
+	FOLDY(Y2, Y1, Y5, Y6)
+	FOLDY(Y10, Y9, Y13, Y14)
+
+whole4y:
+	LOAD2(R8, SI, DI, Y2, X2)
+	LOAD2(R8, R9, R10, Y10, X10)
+	VPXOR Y0, Y2, Y2
+	VPXOR Y8, Y10, Y10
+
+loop4y:
+	SUBQ           $16, CX
+	JZ             last4y
+	VBROADCASTI128 (R11)(CX*1), Y4
+	FOLDY(Y2, Y1, Y5, Y6)
+	FOLDY(Y10, Y9, Y13, Y14)
+	ADDQ           $16, R8
+	LOAD2(R8, SI, DI, Y2, X2)
+	LOAD2(R8, R9, R10, Y10, X10)
+	JMP            loop4y
+
+last4y:
+	VPXOR   Y2, Y1, Y1
+	VPXOR   Y10, Y9, Y9
+	LEAQ    ·barrett4(SB), R11
+	VMOVDQU 0(R11), Y4
+	VMOVDQU 64(R11), Y5
+	VMOVDQU 128(R11), Y6
+	VMOVDQU 192(R11), Y7
+	BARRETTY(Y1, Y2, Y3)
+	BARRETTY(Y9, Y10, Y11)
+	MOVQ    n+16(FP), CX
+	VPEXTRD $2, X2, AX
+	VEXTRACTI128 $1, Y2, X3
+	VPEXTRD $2, X3, BX
+	VPEXTRD $2, X10, DX
+	VEXTRACTI128 $1, Y10, X3
+	VPEXTRD $2, X3, R8
+	VZEROUPPER
+	NOTL AX
+	NOTL BX
+	NOTL DX
+	NOTL R8
+	MOVQ diff+24(FP), R11
+	TESTQ R11, R11
+	JNE  compare4y
+	MOVL AX, (SI)(CX*1)
+	MOVL BX, (DI)(CX*1)
+	MOVL DX, (R9)(CX*1)
+	MOVL R8, (R10)(CX*1)
+	RET
+
+compare4y:
+	XORL (SI)(CX*1), AX
+	MOVL AX, 0(R11)
+	XORL (DI)(CX*1), BX
+	MOVL BX, 4(R11)
+	XORL (R9)(CX*1), DX
+	MOVL DX, 8(R11)
+	XORL (R10)(CX*1), R8
+	MOVL R8, 12(R11)
+	RET
+
+// func cpuid(eax, ecx uint32) (a, b, c, d uint32)
+TEXT ·cpuid(SB), NOSPLIT, $0-24
+	MOVL eax+0(FP), AX
+	MOVL ecx+4(FP), CX
+	CPUID
+	MOVL AX, a+8(FP)
+	MOVL BX, b+12(FP)
+	MOVL CX, c+16(FP)
+	MOVL DX, d+20(FP)
 	RET
