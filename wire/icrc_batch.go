@@ -11,7 +11,10 @@ package wire
 // multiplications are slower than the tables (see icrc_fold.go); shared by
 // four packets they are not. Only packets of equal length share a pass (each
 // lane takes the same fold constants), which a burst of equal-sized
-// messages, or of full-MTU segments, gives.
+// messages, or of full-MTU segments, gives. Where VPCLMULQDQ comes with
+// AVX2 but not AVX-512 (AMD Zen 3), the pass runs on two 256-bit registers,
+// two packets in each, their folds independent (icrc4y): 34 against 85 ns
+// for the four WRITEs on such a processor.
 
 // barrett4 holds, repeated in the four lanes, the constants of
 // icrc4's reduction, in the reflected order of foldK: [x^95 mod P,
@@ -52,7 +55,7 @@ func barrettMu() uint64 {
 }
 
 // FourLaneICRC reports whether the processor runs the four-packet pass
-// (Set4, Diff4, SetBatch's runs): AVX-512 with VPCLMULQDQ. Without it they
+// (Set4, Diff4, SetBatch's runs): VPCLMULQDQ, with AVX-512 or AVX2. Without it they
 // fall back to one packet at a time, and a caller gains nothing by grouping
 // packets for them.
 func FourLaneICRC() bool { return haveCLMUL4 }
@@ -67,7 +70,7 @@ const (
 )
 
 // pass4 returns the length of the four packets' bytes the four-lane pass
-// hashes, or 0 when it does not take them: not IPv4, no AVX-512, lengths
+// hashes, or 0 when it does not take them: not IPv4, no VPCLMULQDQ, lengths
 // unequal or outside [Lane4MinLen, Lane4MaxLen].
 func (c *FlowICRC) pass4(pkts *[4][]byte) int {
 	n := len(pkts[0]) - ICRCLen
@@ -106,8 +109,8 @@ func (c *FlowICRC) Diff4(pkts *[4][]byte, d *[4]uint32) bool {
 
 // SetBatch writes the ICRC of each of pkts, transport packets of the flow,
 // into its last four bytes, as Set does for each; runs of four packets of
-// equal length are sealed together, about four times faster where the
-// processor allows (AVX-512 with VPCLMULQDQ). It returns the first error
+// equal length are sealed together, two to four times faster where the
+// processor allows (VPCLMULQDQ). It returns the first error
 // Set would have, the packets before it sealed.
 func (c *FlowICRC) SetBatch(pkts [][]byte) error {
 	for len(pkts) > 0 {
