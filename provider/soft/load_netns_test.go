@@ -372,6 +372,44 @@ func loadIncast(t *testing.T, r *netns.Router, name string, m engine.CCMode, wrs
 	return res
 }
 
+// loadTCPProbe starts the incast's latency probe (sender 0 to the
+// receiver, on devices of its own) beside TCP's load: it measures the idle
+// p99 at once, then pings from the load's start for secs seconds. The
+// function it returns waits for the pings and says what they measured, as
+// goroce's rows do, for the same probe beside TCP through the same
+// bottleneck.
+func loadTCPProbe(t *testing.T, r *netns.Router, secs int) func() string {
+	mode, _ := loadMode(t)
+	da := loadDevice(t, r.Hosts[0], r.HostAddrs[0], "tcpprobe0", mode)
+	db := loadDevice(t, r.Hosts[loadIncastSenders], r.HostAddrs[loadIncastSenders], "tcpprobe1", mode)
+	p := loadNewProbe(t, da, db, verbs.MTU1024)
+	idle, err := p.run(nil, loadIdlePings, 10*time.Second)
+	e2eMust(t, err)
+	idleP99 := loadPercentile(idle, 99)
+	type out struct {
+		rtts []time.Duration
+		err  error
+	}
+	done := make(chan out, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond) // iperf3's server starts first
+		rtts, err := p.run(nil, 1_000_000, time.Duration(secs)*time.Second-500*time.Millisecond)
+		done <- out{rtts, err}
+	}()
+	return func() string {
+		o := <-done
+		end := ""
+		if o.err != nil {
+			// Reported, not failed: through a queue TCP keeps full, a
+			// ping's QP may run out of retries, and the row says so.
+			end = fmt.Sprintf(", then %v", o.err)
+		}
+		p99 := loadPercentile(o.rtts, 99)
+		return fmt.Sprintf("; probe p99 %v (idle %v, %.1fx, %d pings%s)", p99.Round(time.Microsecond), idleP99.Round(time.Microsecond),
+			float64(p99)/float64(max(idleP99, 1)), len(o.rtts), end)
+	}
+}
+
 // loadSampleQueue reads the backlog of dev's root qdisc in ns every
 // millisecond until stop closes, and then sends the samples: the queue the
 // probe's packets wait in, apart from the hosts' own delays.
@@ -421,7 +459,8 @@ func loadQueueString(qs []uint32) string {
 // whose link to the receiver is a 500 Mbit/s token bucket with a 64 KB
 // queue; TCP (iperf3 -P 64) crosses the same bottleneck first, as the
 // anchor; a 64-byte SEND ping-pong on one more QP (sender 0 to the
-// receiver) probes the latency, idle and then beside the load. Cases:
+// receiver) probes the latency, idle and then beside the load (beside
+// TCP's too, on devices of its own: reported). Cases:
 //
 //   - drop: the queue drops (the default congestion control). No
 //     completion in error, the data intact, at most 5 % of the senders'
@@ -455,13 +494,14 @@ func TestLoadIncast(t *testing.T) {
 		netns.RequireTool(t, "iperf3")
 		r := loadIncastNet(t, false)
 		rx := r.Hosts[loadIncastSenders]
+		lat := loadTCPProbe(t, r, tcpSecs)
 		bps, sent, retr, err := loadTCP(rx, r.Hosts[0], r.HostAddrs[loadIncastSenders], 64, tcpSecs)
 		e2eMust(t, err)
 		st, err := r.Router.QdiscStats(r.RouterLinks[loadIncastSenders])
 		e2eMust(t, err)
 		tcpBps = bps
-		row := fmt.Sprintf("%-10s %4.0f Mbit/s (%.2fx the bottleneck), %d segments retransmitted (%.2f%% of %d MB at MSS 1448); bottleneck dropped %d",
-			"TCP -P 64", bps/1e6, bps/loadIncastRate, retr, 100*float64(retr)*1448/float64(max(sent, 1)), sent>>20, st.Dropped)
+		row := fmt.Sprintf("%-10s %4.0f Mbit/s (%.2fx the bottleneck), %d segments retransmitted (%.2f%% of %d MB at MSS 1448); bottleneck dropped %d%s",
+			"TCP -P 64", bps/1e6, bps/loadIncastRate, retr, 100*float64(retr)*1448/float64(max(sent, 1)), sent>>20, st.Dropped, lat())
 		rows = append(rows, row)
 		t.Log(row)
 	})
