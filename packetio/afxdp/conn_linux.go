@@ -219,37 +219,16 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 			c.release()
 		}
 	}()
-	if c.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
-		return nil, fmt.Errorf("packetio/afxdp: netlink: %w", err)
-	}
-	addrs, err := c.nl.AddrList(nil, family)
+	numRx, err := c.findInterface(family)
 	if err != nil {
-		return nil, fmt.Errorf("packetio/afxdp: list addresses: %w", err)
+		return nil, err
 	}
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == local {
-			c.ifidx = a.LinkIndex
-		}
-	}
-	if c.ifidx == 0 {
-		return nil, fmt.Errorf("packetio/afxdp: no interface has address %v", local)
-	}
-	l, err := c.nl.LinkByIndex(c.ifidx)
-	if err != nil {
-		return nil, fmt.Errorf("packetio/afxdp: interface %d: %w", c.ifidx, err)
-	}
-	at := l.Attrs()
-	c.ifname, c.mtu = at.Name, at.MTU
-	if len(at.HardwareAddr) != 6 {
-		return nil, fmt.Errorf("packetio/afxdp: %s is not an Ethernet interface: %w", c.ifname, errNotSupported)
-	}
-	c.srcMAC = wire.MAC(at.HardwareAddr)
 	if err := c.layout(&o); err != nil {
 		return nil, err
 	}
 	queues := o.Queues
 	if queues == 0 {
-		queues = max(1, at.NumRxQueues-o.Queue)
+		queues = max(1, numRx-o.Queue)
 	}
 	c.neigh = newNeighbours(c.nl, c.ifidx, o.ResolveTimeout, o.NeighbourTTL)
 
@@ -257,6 +236,56 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 		return nil, c.multiErr(err)
 	}
 	g := geometry{frames: o.Frames, rxFrames: o.RxFrames, frameSize: o.FrameSize, headroom: o.Headroom, populate: o.Populate, lock: o.Lock}
+	if err := c.bindQueues(&o, g, queues); err != nil {
+		return nil, err
+	}
+	if err := c.pollOn(); err != nil {
+		return nil, err
+	}
+	c.allocate(&o, g)
+	return c, nil
+}
+
+// findInterface finds the interface that holds c.local over netlink (a
+// handle kept in c.nl) and sets c.ifidx, c.ifname, c.mtu and c.srcMAC from
+// it; it returns how many receive queues the interface reports, and fails
+// when no interface holds the address or the one that does is not
+// Ethernet.
+func (c *Conn) findInterface(family int) (numRxQueues int, err error) {
+	if c.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+		return 0, fmt.Errorf("packetio/afxdp: netlink: %w", err)
+	}
+	addrs, err := c.nl.AddrList(nil, family)
+	if err != nil {
+		return 0, fmt.Errorf("packetio/afxdp: list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == c.local {
+			c.ifidx = a.LinkIndex
+		}
+	}
+	if c.ifidx == 0 {
+		return 0, fmt.Errorf("packetio/afxdp: no interface has address %v", c.local)
+	}
+	l, err := c.nl.LinkByIndex(c.ifidx)
+	if err != nil {
+		return 0, fmt.Errorf("packetio/afxdp: interface %d: %w", c.ifidx, err)
+	}
+	at := l.Attrs()
+	c.ifname, c.mtu = at.Name, at.MTU
+	if len(at.HardwareAddr) != 6 {
+		return 0, fmt.Errorf("packetio/afxdp: %s is not an Ethernet interface: %w", c.ifname, errNotSupported)
+	}
+	c.srcMAC = wire.MAC(at.HardwareAddr)
+	return at.NumRxQueues, nil
+}
+
+// bindQueues attaches the XDP program and binds an AF_XDP socket of
+// geometry g to each of queues queues from o.Queue, in the copy modes
+// o.Copy allows (zero-copy first), registering each with the program, and
+// sets c.mode to what it got. With o.Queues 0 (every queue in use) it
+// stops at the first queue the device refuses.
+func (c *Conn) bindQueues(o *Options, g geometry, queues int) error {
 	var binds []uint16
 	switch o.Copy {
 	case CopyAuto:
@@ -266,7 +295,7 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	case Copy:
 		binds = []uint16{unix.XDP_COPY}
 	default:
-		return nil, fmt.Errorf("packetio/afxdp: unknown copy mode %q", o.Copy)
+		return fmt.Errorf("packetio/afxdp: unknown copy mode %q", o.Copy)
 	}
 	if c.multi {
 		for i := range binds {
@@ -275,8 +304,8 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	}
 	// The program goes on first: some drivers accept zero-copy sockets only
 	// with XDP running.
-	if err = c.prog.attach(c.ifidx, o.Attach); err != nil {
-		return nil, c.multiErr(err)
+	if err := c.prog.attach(c.ifidx, o.Attach); err != nil {
+		return c.multiErr(err)
 	}
 	for q := o.Queue; q < o.Queue+queues; q++ {
 		s, err := openQueue(c.ifidx, q, g, binds)
@@ -284,11 +313,11 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 			if o.Queues == 0 && q > o.Queue && errors.Is(err, unix.EINVAL) {
 				break // past the queues in use (the kernel reports the most the device may have)
 			}
-			return nil, c.multiErr(fmt.Errorf("packetio/afxdp: %s queue %d: %w", c.ifname, q, err))
+			return c.multiErr(fmt.Errorf("packetio/afxdp: %s queue %d: %w", c.ifname, q, err))
 		}
 		c.socks = append(c.socks, s)
 		if err = c.prog.register(q, s.fd); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	c.mode = AttachGeneric
@@ -300,34 +329,42 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	} else {
 		c.mode += "/" + Copy
 	}
+	return nil
+}
 
-	// What Go's netpoller waits on: the socket, or an epoll instance over
-	// the sockets of several queues.
+// pollOn sets up what Go's netpoller waits on: the socket, or an epoll
+// instance over the sockets of several queues.
+func (c *Conn) pollOn() (err error) {
 	pfd := c.socks[0].fd
 	if len(c.socks) > 1 {
 		if c.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
-			return nil, fmt.Errorf("packetio/afxdp: epoll: %w", err)
+			return fmt.Errorf("packetio/afxdp: epoll: %w", err)
 		}
 		for _, s := range c.socks {
 			if err = unix.EpollCtl(c.epfd, unix.EPOLL_CTL_ADD, s.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(s.fd)}); err != nil {
-				return nil, fmt.Errorf("packetio/afxdp: epoll: %w", err)
+				return fmt.Errorf("packetio/afxdp: epoll: %w", err)
 			}
 		}
 		if err = unix.SetNonblock(c.epfd, true); err != nil {
-			return nil, fmt.Errorf("packetio/afxdp: epoll: %w", err)
+			return fmt.Errorf("packetio/afxdp: epoll: %w", err)
 		}
 		pfd = c.epfd
 	}
 	if c.f = os.NewFile(uintptr(pfd), "afxdp:"+c.ifname); c.f == nil {
-		return nil, fmt.Errorf("packetio/afxdp: bad descriptor %d", pfd)
+		return fmt.Errorf("packetio/afxdp: bad descriptor %d", pfd)
 	}
 	if c.raw, err = c.f.SyscallConn(); err != nil {
-		return nil, fmt.Errorf("packetio/afxdp: %w", err)
+		return fmt.Errorf("packetio/afxdp: %w", err)
 	}
 	if err = c.f.SetReadDeadline(time.Time{}); err != nil {
-		return nil, fmt.Errorf("packetio/afxdp: the socket cannot wait in the netpoller: %w", err)
+		return fmt.Errorf("packetio/afxdp: the socket cannot wait in the netpoller: %w", err)
 	}
+	return nil
+}
 
+// allocate makes the Conn's batches, the receive side's held frames and
+// the transmit side's free list of slots in the UMEM of geometry g.
+func (c *Conn) allocate(o *Options, g geometry) {
 	c.rx = make([]packetio.Packet, o.Batch)
 	c.held = make([][]uint64, len(c.socks))
 	for i := range c.held {
@@ -351,7 +388,6 @@ func Listen(local netip.Addr, opts Options) (_ *Conn, err error) {
 	}
 	c.lentF = make([]uint64, 0, o.Batch)
 	c.used = make([]bool, o.Batch)
-	return c, nil
 }
 
 // layout picks the frame size for the interface's MTU (o.FrameSize is set

@@ -62,74 +62,12 @@ func openSocket(ifindex, queue int, g geometry, bindFlags uint16) (_ *socket, er
 			s.close()
 		}
 	}()
-	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS
-	if g.populate {
-		flags |= unix.MAP_POPULATE
-	}
-	if s.umem, err = unix.Mmap(-1, 0, g.frames*g.frameSize, unix.PROT_READ|unix.PROT_WRITE, flags); err != nil {
-		return nil, sysErr("mmap UMEM", err)
-	}
-	if g.lock {
-		if err = unix.Mlock(s.umem); err != nil {
-			return nil, sysErr("mlock UMEM", err)
-		}
-	}
-	reg := unix.XDPUmemReg{
-		Addr:     uint64(uintptr(unsafe.Pointer(&s.umem[0]))),
-		Len:      uint64(len(s.umem)),
-		Size:     uint32(g.frameSize),
-		Headroom: uint32(g.headroom),
-	}
-	if err = setUmemReg(fd, &reg); err != nil {
-		return nil, sysErr("setsockopt XDP_UMEM_REG", err)
-	}
-	// Each ring has room for every frame that may be in it; ring sizes are
-	// powers of two.
-	rxN, txN := nextPow2(g.rxFrames), nextPow2(g.txFrames())
-	for _, r := range []struct {
-		name string
-		opt  int
-		n    int
-	}{
-		{"XDP_UMEM_FILL_RING", unix.XDP_UMEM_FILL_RING, rxN},
-		{"XDP_UMEM_COMPLETION_RING", unix.XDP_UMEM_COMPLETION_RING, txN},
-		{"XDP_RX_RING", unix.XDP_RX_RING, rxN},
-		{"XDP_TX_RING", unix.XDP_TX_RING, txN},
-	} {
-		if err = unix.SetsockoptInt(fd, unix.SOL_XDP, r.opt, r.n); err != nil {
-			return nil, sysErr("setsockopt "+r.name, err)
-		}
-	}
-	off, err := getMmapOffsets(fd)
-	if err != nil {
-		return nil, sysErr("getsockopt XDP_MMAP_OFFSETS", err)
-	}
-	mmap := func(name string, pgoff int64, ro unix.XDPRingOffset, n int, descSize uintptr) ([]byte, error) {
-		m, err := unix.Mmap(fd, pgoff, ringMapLen(ro, uint32(n), descSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
-		if err != nil {
-			return nil, sysErr("mmap "+name, err)
-		}
-		s.maps = append(s.maps, m)
-		return m, nil
-	}
-	var m []byte
-	if m, err = mmap("fill ring", unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, rxN, sizeofAddr); err != nil {
+	if err = s.registerUMEM(g); err != nil {
 		return nil, err
 	}
-	s.fill = newProducer[uint64](m, off.Fr, uint32(rxN))
-	if m, err = mmap("completion ring", unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, txN, sizeofAddr); err != nil {
+	if err = s.mapRings(g); err != nil {
 		return nil, err
 	}
-	s.comp = newConsumer[uint64](m, off.Cr, uint32(txN))
-	if m, err = mmap("RX ring", unix.XDP_PGOFF_RX_RING, off.Rx, rxN, sizeofDesc); err != nil {
-		return nil, err
-	}
-	s.rx = newConsumer[unix.XDPDesc](m, off.Rx, uint32(rxN))
-	if m, err = mmap("TX ring", unix.XDP_PGOFF_TX_RING, off.Tx, txN, sizeofDesc); err != nil {
-		return nil, err
-	}
-	s.tx = newProducer[unix.XDPDesc](m, off.Tx, uint32(txN))
-
 	// Every receive frame goes to the fill ring before binding, so that
 	// the kernel has frames from the first packet on.
 	start, got := s.fill.Reserve(uint32(g.rxFrames))
@@ -148,6 +86,85 @@ func openSocket(ifindex, queue int, g geometry, bindFlags uint16) (_ *socket, er
 	}
 	s.zerocopy = opts&unix.XDP_OPTIONS_ZEROCOPY != 0
 	return s, nil
+}
+
+// registerUMEM maps the socket's UMEM, g.frames frames of g.frameSize
+// bytes (populated and locked as g asks), and registers it with the
+// socket.
+func (s *socket) registerUMEM(g geometry) (err error) {
+	flags := unix.MAP_PRIVATE | unix.MAP_ANONYMOUS
+	if g.populate {
+		flags |= unix.MAP_POPULATE
+	}
+	if s.umem, err = unix.Mmap(-1, 0, g.frames*g.frameSize, unix.PROT_READ|unix.PROT_WRITE, flags); err != nil {
+		return sysErr("mmap UMEM", err)
+	}
+	if g.lock {
+		if err = unix.Mlock(s.umem); err != nil {
+			return sysErr("mlock UMEM", err)
+		}
+	}
+	reg := unix.XDPUmemReg{
+		Addr:     uint64(uintptr(unsafe.Pointer(&s.umem[0]))),
+		Len:      uint64(len(s.umem)),
+		Size:     uint32(g.frameSize),
+		Headroom: uint32(g.headroom),
+	}
+	if err = setUmemReg(s.fd, &reg); err != nil {
+		return sysErr("setsockopt XDP_UMEM_REG", err)
+	}
+	return nil
+}
+
+// mapRings sizes the socket's four rings (fill, completion, RX, TX) for
+// geometry g and maps them. Each ring has room for every frame that may be
+// in it; ring sizes are powers of two.
+func (s *socket) mapRings(g geometry) error {
+	rxN, txN := nextPow2(g.rxFrames), nextPow2(g.txFrames())
+	for _, r := range []struct {
+		name string
+		opt  int
+		n    int
+	}{
+		{"XDP_UMEM_FILL_RING", unix.XDP_UMEM_FILL_RING, rxN},
+		{"XDP_UMEM_COMPLETION_RING", unix.XDP_UMEM_COMPLETION_RING, txN},
+		{"XDP_RX_RING", unix.XDP_RX_RING, rxN},
+		{"XDP_TX_RING", unix.XDP_TX_RING, txN},
+	} {
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_XDP, r.opt, r.n); err != nil {
+			return sysErr("setsockopt "+r.name, err)
+		}
+	}
+	off, err := getMmapOffsets(s.fd)
+	if err != nil {
+		return sysErr("getsockopt XDP_MMAP_OFFSETS", err)
+	}
+	mmap := func(name string, pgoff int64, ro unix.XDPRingOffset, n int, descSize uintptr) ([]byte, error) {
+		m, err := unix.Mmap(s.fd, pgoff, ringMapLen(ro, uint32(n), descSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+		if err != nil {
+			return nil, sysErr("mmap "+name, err)
+		}
+		s.maps = append(s.maps, m)
+		return m, nil
+	}
+	var m []byte
+	if m, err = mmap("fill ring", unix.XDP_UMEM_PGOFF_FILL_RING, off.Fr, rxN, sizeofAddr); err != nil {
+		return err
+	}
+	s.fill = newProducer[uint64](m, off.Fr, uint32(rxN))
+	if m, err = mmap("completion ring", unix.XDP_UMEM_PGOFF_COMPLETION_RING, off.Cr, txN, sizeofAddr); err != nil {
+		return err
+	}
+	s.comp = newConsumer[uint64](m, off.Cr, uint32(txN))
+	if m, err = mmap("RX ring", unix.XDP_PGOFF_RX_RING, off.Rx, rxN, sizeofDesc); err != nil {
+		return err
+	}
+	s.rx = newConsumer[unix.XDPDesc](m, off.Rx, uint32(rxN))
+	if m, err = mmap("TX ring", unix.XDP_PGOFF_TX_RING, off.Tx, txN, sizeofDesc); err != nil {
+		return err
+	}
+	s.tx = newProducer[unix.XDPDesc](m, off.Tx, uint32(txN))
+	return nil
 }
 
 func bindName(flags uint16) string {

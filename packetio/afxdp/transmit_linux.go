@@ -2,6 +2,7 @@ package afxdp
 
 import (
 	"errors"
+	"net/netip"
 	"time"
 	"unsafe"
 
@@ -129,27 +130,10 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		if n > 0 && unsafe.SliceData(p.Buf) != &frame[c.hdrLen] {
 			copy(frame[c.hdrLen:], p.Buf) // not written in place (the caller replaced Buf)
 		}
-		et := uint16(wire.EtherTypeIPv4)
-		if c.hdrLen != wire.EthernetLen+wire.IPv4UDPLen {
-			et = wire.EtherTypeIPv6
-		}
-		wire.Ethernet(frame).Set(mac, c.srcMAC, et)
-		fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: packetio.PacketTOS(p.TOS, c.tos, c.noECN),
-			HopLimit: p.HopLimit, FlowLabel: p.FlowLabel}
-		if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
+		l, err := c.writeHeaders(frame, p, a, sport, mac)
+		if err != nil {
 			fail.Add(i, err)
 			continue
-		}
-		if et == wire.EtherTypeIPv6 {
-			// IPv6 requires the UDP checksum (the socket paths' kernel
-			// computes theirs).
-			f := wire.Frame{Buf: frame, IPVersion: 6, L3: wire.EthernetLen, L4: wire.EthernetLen + wire.IPv6Len, End: c.hdrLen + n}
-			f.SetUDPChecksum()
-		}
-		l := c.hdrLen + n
-		if l < minFrame {
-			clear(frame[l:minFrame])
-			l = minFrame
 		}
 		if l <= c.frameSize {
 			s.tx.Set(start+m, unix.XDPDesc{Addr: f, Len: uint32(l)})
@@ -158,20 +142,7 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 				c.pend[(f-c.txBase)/uint64(c.slot)] = 1
 			}
 		} else {
-			// Multi-buffer: one descriptor per frame of the slot, all but
-			// the last with XDP_PKT_CONTD.
-			nd := 0
-			for off := 0; off < l; off += c.frameSize {
-				dl := min(c.frameSize, l-off)
-				var opt uint32
-				if off+dl < l {
-					opt = unix.XDP_PKT_CONTD
-				}
-				s.tx.Set(start+m, unix.XDPDesc{Addr: f + uint64(off), Len: uint32(dl), Options: opt})
-				m++
-				nd++
-			}
-			c.pend[(f-c.txBase)/uint64(c.slot)] = uint8(nd)
+			m = c.putChain(s, start+m, f, l) - start
 			chains++
 		}
 		c.used[i] = true
@@ -179,13 +150,73 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 		bytes += uint64(n)
 	}
 	s.tx.Cancel(got - m)
+	c.submit(s, len(pkts), m > 0, loops, chains)
+	sent := framed + loops
+	if sent > 0 {
+		c.ctr.TxBatches.Add(1)
+	}
+	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
+}
+
+// writeHeaders writes the Ethernet header (to mac), the IP header and the
+// UDP header (from sport) in front of the transport packet p in its
+// frame, pads a short frame to minFrame, and returns the frame's length.
+// IPv6 requires the UDP checksum, which it computes (the socket paths'
+// kernel computes theirs).
+func (c *Conn) writeHeaders(frame []byte, p *packetio.Packet, a netip.Addr, sport uint16, mac wire.MAC) (int, error) {
+	n := len(p.Buf)
+	et := uint16(wire.EtherTypeIPv4)
+	if c.hdrLen != wire.EthernetLen+wire.IPv4UDPLen {
+		et = wire.EtherTypeIPv6
+	}
+	wire.Ethernet(frame).Set(mac, c.srcMAC, et)
+	fl := wire.Flow{Src: c.local, Dst: a, SrcPort: sport, DstPort: c.dstPort, TrafficClass: packetio.PacketTOS(p.TOS, c.tos, c.noECN),
+		HopLimit: p.HopLimit, FlowLabel: p.FlowLabel}
+	if _, err := fl.PseudoHeader(frame[wire.EthernetLen:wire.EthernetLen], n); err != nil {
+		return 0, err
+	}
+	if et == wire.EtherTypeIPv6 {
+		f := wire.Frame{Buf: frame, IPVersion: 6, L3: wire.EthernetLen, L4: wire.EthernetLen + wire.IPv6Len, End: c.hdrLen + n}
+		f.SetUDPChecksum()
+	}
+	l := c.hdrLen + n
+	if l < minFrame {
+		clear(frame[l:minFrame])
+		l = minFrame
+	}
+	return l, nil
+}
+
+// putChain puts a multi-buffer frame of l bytes at UMEM address f on the
+// TX ring from position at: one descriptor per frame of the slot, all but
+// the last with XDP_PKT_CONTD. It returns the position after them.
+func (c *Conn) putChain(s *socket, at uint32, f uint64, l int) uint32 {
+	nd := 0
+	for off := 0; off < l; off += c.frameSize {
+		dl := min(c.frameSize, l-off)
+		var opt uint32
+		if off+dl < l {
+			opt = unix.XDP_PKT_CONTD
+		}
+		s.tx.Set(at, unix.XDPDesc{Addr: f + uint64(off), Len: uint32(dl), Options: opt})
+		at++
+		nd++
+	}
+	c.pend[(f-c.txBase)/uint64(c.slot)] = uint8(nd)
+	return at
+}
+
+// submit ends a Transmit of n packets: the frames lent for packets that
+// did not go back to the free list, the TX ring's descriptors (when any)
+// go to the kernel, and the loopback and chain counters count.
+func (c *Conn) submit(s *socket, n int, any bool, loops, chains int) {
 	for i, f := range c.lentF {
-		if i >= len(pkts) || !c.used[i] {
+		if i >= n || !c.used[i] {
 			c.free = append(c.free, f)
 		}
 	}
 	c.lentF = c.lentF[:0]
-	if m > 0 {
+	if any {
 		s.tx.Submit()
 		c.kick(s)
 	}
@@ -195,11 +226,6 @@ func (c *Conn) Transmit(pkts []packetio.Packet) (int, error) {
 	if chains > 0 {
 		c.xctr.txChains.Add(uint64(chains))
 	}
-	sent := framed + loops
-	if sent > 0 {
-		c.ctr.TxBatches.Add(1)
-	}
-	return c.ctr.Transmitted(sent, bytes, &fail, pkts)
 }
 
 var (

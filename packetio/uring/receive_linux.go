@@ -72,53 +72,71 @@ func (c *Conn) Receive(deadline time.Time) ([]packetio.Packet, error) {
 			}
 		}
 		if wait == 1 && c.praw != nil && runtime.GOMAXPROCS(0) == 1 {
-			// Submit the arms and run task work without waiting, then
-			// wait in the netpoller.
-			if err := c.flush(); err != nil {
-				return nil, err
-			}
 			entered = true
-			if c.r.cq.ready() > 0 || c.pendLen > 0 {
-				continue
-			}
-			// The deadline first: a Wake that sees pollParked then
-			// replaces it, never the other way round.
-			if err := c.setPollDeadline(deadline); err != nil {
-				return nil, c.opErr("poll", err)
-			}
-			c.parked.Store(true)
-			c.pollParked.Store(true)
-			if c.waking.Load() || c.closed.Load() {
-				c.pollParked.Store(false)
-				c.parked.Store(false)
-				continue
-			}
-			err := c.waitPoll()
-			c.pollParked.Store(false)
-			c.parked.Store(false)
-			if err != nil {
-				return nil, c.opErr("poll", err)
-			}
-			continue // a Wake, a completion or the deadline: the loop tells which
+			err = c.waitInPoller(deadline)
+		} else {
+			var in bool
+			in, err = c.waitInRing(wait, arg)
+			entered = entered || in
 		}
-		// Wake sets waking, then writes the eventfd if parked; this side
-		// sets parked, then looks at waking: one of the two sees the
-		// other.
-		c.parked.Store(true)
-		if c.waking.Load() || c.closed.Load() {
-			c.parked.Store(false)
-			continue
+		if err != nil {
+			return nil, err
 		}
-		_, errno := c.r.submit(wait, arg)
+		// A Wake, a completion or the deadline: the loop tells which.
+	}
+}
+
+// waitInPoller submits the arms and runs task work without waiting, then,
+// with nothing completed, waits in Go's netpoller until a completion, a
+// Wake or the deadline.
+func (c *Conn) waitInPoller(deadline time.Time) error {
+	if err := c.flush(); err != nil {
+		return err
+	}
+	if c.r.cq.ready() > 0 || c.pendLen > 0 {
+		return nil
+	}
+	// The deadline first: a Wake that sees pollParked then replaces it,
+	// never the other way round.
+	if err := c.setPollDeadline(deadline); err != nil {
+		return c.opErr("poll", err)
+	}
+	c.parked.Store(true)
+	c.pollParked.Store(true)
+	if c.waking.Load() || c.closed.Load() {
+		c.pollParked.Store(false)
 		c.parked.Store(false)
-		entered = true
-		switch errno {
-		case 0, unix.ETIME, unix.EINTR, unix.EAGAIN, unix.EBUSY:
-		case unix.EEXIST:
-			return nil, ErrWrongThread
-		default:
-			return nil, c.opErr("io_uring_enter", errno)
-		}
+		return nil
+	}
+	err := c.waitPoll()
+	c.pollParked.Store(false)
+	c.parked.Store(false)
+	if err != nil {
+		return c.opErr("poll", err)
+	}
+	return nil
+}
+
+// waitInRing submits the arms and waits in io_uring_enter (wait: for a
+// completion; arg: until its timeout), unless a Wake or Close came first.
+// It reports whether it entered the ring.
+func (c *Conn) waitInRing(wait uint32, arg *getEventsArg) (entered bool, err error) {
+	// Wake sets waking, then writes the eventfd if parked; this side sets
+	// parked, then looks at waking: one of the two sees the other.
+	c.parked.Store(true)
+	if c.waking.Load() || c.closed.Load() {
+		c.parked.Store(false)
+		return false, nil
+	}
+	_, errno := c.r.submit(wait, arg)
+	c.parked.Store(false)
+	switch errno {
+	case 0, unix.ETIME, unix.EINTR, unix.EAGAIN, unix.EBUSY:
+		return true, nil
+	case unix.EEXIST:
+		return true, ErrWrongThread
+	default:
+		return true, c.opErr("io_uring_enter", errno)
 	}
 }
 
@@ -362,70 +380,21 @@ func (c *Conn) harvest() ([]packetio.Packet, error) {
 // or the segments of a GRO train. It returns how many packets it made and
 // how many datagrams it dropped.
 func (c *Conn) recvCompletion(e cqe, k int) (made int, drops uint64, err error) {
-	var slot int
-	if c.singleshot {
-		slot = int(udIdx(e.userData))
-		if slot >= c.nSlots || udGen(e.userData) != 0 {
-			return 0, 0, nil
-		}
-		c.inflight--
-		c.ssArmed--
-	} else {
-		if e.flags&cqeFMore == 0 {
-			c.msArmed = false
-			c.inflight--
-		}
-		if e.flags&cqeFBuffer == 0 {
-			slot = -1
-		} else {
-			slot = int(e.flags >> 16)
-		}
-		if slot >= c.nSlots {
-			return 0, 0, fmt.Errorf("packetio/uring: receive completion names buffer %d of %d", slot, c.nSlots)
-		}
+	slot, err := c.recvSlot(e)
+	if err != nil || slot == noSlot {
+		return 0, 0, err
 	}
 	if e.res < 0 {
-		errno := unix.Errno(-e.res)
 		if slot >= 0 {
 			c.release(slot)
 		}
-		switch {
-		case errno == unix.ENOBUFS || errno == unix.ECANCELED || errno == unix.EINTR || errno == unix.EAGAIN:
-			return 0, 0, nil // arm again
-		case errno == unix.EINVAL && !c.singleshot && !c.msWorked:
-			c.toSingleshot() // the kernel has no multishot RECVMSG
-			return 0, 0, nil
-		case udpsock.AsyncErrno(errno):
-			c.ctr.AsyncErrors.Add(1)
-			return 0, 0, nil
-		default:
-			return 0, 0, c.opErr("recvmsg", errno)
-		}
+		return 0, 0, c.recvFailed(unix.Errno(-e.res))
 	}
 	if slot < 0 {
 		return 0, 0, nil
 	}
 	base := slot * c.slotSize
-	// n is the datagram's (or train's) length, got the bytes of it in the
-	// slot: fewer when the kernel cut it (MSG_TRUNC).
-	var n, got, controllen int
-	var truncated, bad bool
-	if c.singleshot {
-		h := &c.ssHdrs[slot]
-		n = int(e.res) // the whole length: the RECVMSG asks for MSG_TRUNC
-		got = min(n, c.rxRoom)
-		controllen = int(h.Controllen)
-		truncated = h.Flags&unix.MSG_TRUNC != 0 || n > got
-		bad = h.Namelen < uint32(udpsock.SizeofSockaddrInet4)
-	} else {
-		c.msWorked = true
-		out := (*recvmsgOut)(unsafe.Pointer(&c.rxMem[base]))
-		n = int(out.payloadlen)
-		got = max(min(n, int(e.res)-slotPayload), 0)
-		controllen = int(min(out.controllen, controlSpace))
-		truncated = out.flags&unix.MSG_TRUNC != 0 || n > got
-		bad = int(e.res) < slotPayload || out.namelen < uint32(udpsock.SizeofSockaddrInet4)
-	}
+	n, got, controllen, truncated, bad := c.recvLengths(e, slot)
 	name := (*udpsock.Sockaddr)(unsafe.Pointer(&c.rxMem[base+slotName]))
 	from, ok := name.IP()
 	if bad || !ok {
@@ -466,6 +435,82 @@ func (c *Conn) recvCompletion(e cqe, k int) (made int, drops uint64, err error) 
 	}
 	c.rxSlots = append(c.rxSlots, uint16(slot))
 	return made, drops, nil
+}
+
+// noSlot is recvSlot's answer for a completion that is not a receive's
+// (a stale single-shot one).
+const noSlot = -2
+
+// recvSlot accounts for the receive completion e (the receives still
+// armed) and returns the buffer slot it filled: -1 when it names none (a
+// multishot error), noSlot when it is no receive of this ring's, or an
+// error when it names a slot that does not exist.
+func (c *Conn) recvSlot(e cqe) (int, error) {
+	if c.singleshot {
+		slot := int(udIdx(e.userData))
+		if slot >= c.nSlots || udGen(e.userData) != 0 {
+			return noSlot, nil
+		}
+		c.inflight--
+		c.ssArmed--
+		return slot, nil
+	}
+	if e.flags&cqeFMore == 0 {
+		c.msArmed = false
+		c.inflight--
+	}
+	if e.flags&cqeFBuffer == 0 {
+		return -1, nil
+	}
+	slot := int(e.flags >> 16)
+	if slot >= c.nSlots {
+		return 0, fmt.Errorf("packetio/uring: receive completion names buffer %d of %d", slot, c.nSlots)
+	}
+	return slot, nil
+}
+
+// recvFailed says what a receive that failed with errno means: nil when
+// the receive is only to be armed again (no buffer, cancelled,
+// interrupted; an ICMP error the socket reported, counted; multishot
+// RECVMSG refused, which turns the Conn to single-shot receives), else the
+// error.
+func (c *Conn) recvFailed(errno unix.Errno) error {
+	switch {
+	case errno == unix.ENOBUFS || errno == unix.ECANCELED || errno == unix.EINTR || errno == unix.EAGAIN:
+		return nil // arm again
+	case errno == unix.EINVAL && !c.singleshot && !c.msWorked:
+		c.toSingleshot() // the kernel has no multishot RECVMSG
+		return nil
+	case udpsock.AsyncErrno(errno):
+		c.ctr.AsyncErrors.Add(1)
+		return nil
+	default:
+		return c.opErr("recvmsg", errno)
+	}
+}
+
+// recvLengths reads what the receive completion e left in slot: n the
+// datagram's (or train's) length, got the bytes of it in the slot (fewer
+// when the kernel cut it, MSG_TRUNC), the control messages' length, and
+// whether it was cut or is malformed (no IPv4 source address).
+func (c *Conn) recvLengths(e cqe, slot int) (n, got, controllen int, truncated, bad bool) {
+	if c.singleshot {
+		h := &c.ssHdrs[slot]
+		n = int(e.res) // the whole length: the RECVMSG asks for MSG_TRUNC
+		got = min(n, c.rxRoom)
+		controllen = int(h.Controllen)
+		truncated = h.Flags&unix.MSG_TRUNC != 0 || n > got
+		bad = h.Namelen < uint32(udpsock.SizeofSockaddrInet4)
+		return
+	}
+	c.msWorked = true
+	out := (*recvmsgOut)(unsafe.Pointer(&c.rxMem[slot*c.slotSize]))
+	n = int(out.payloadlen)
+	got = max(min(n, int(e.res)-slotPayload), 0)
+	controllen = int(min(out.controllen, controlSpace))
+	truncated = out.flags&unix.MSG_TRUNC != 0 || n > got
+	bad = int(e.res) < slotPayload || out.namelen < uint32(udpsock.SizeofSockaddrInet4)
+	return
 }
 
 // release gives a slot back at once (a failed or dropped receive).
