@@ -57,6 +57,8 @@ side may be perftest. Run "goroce bench write_bw -h" for the flags.
 `, strings.Join(bench.Tests, " "))
 }
 
+// runBench is `goroce bench TEST`: perftest's ib_<TEST> on the device -d
+// names (default the soft device), or its raw-UDP baseline.
 func runBench(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		benchUsage(stderr)
@@ -74,39 +76,67 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := benchConfig{opts: bench.Options{Test: test}, stderr: stderr}
-	o := &c.opts
 	name := "bench " + args[0]
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	registerSoft(fs, &c.soft)
-	intFlag := func(short, long string, def int, usage string, p *int) {
-		fs.IntVar(p, short, def, usage)
-		fs.IntVar(p, long, def, "same as -"+short)
+	fs := c.flagSet(name)
+	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
+		return code
 	}
-	intFlag("p", "port", perftest.Port, "listen on/connect to TCP port `port`", &c.port)
+	switch {
+	case fs.NArg() > 1:
+		fs.Usage()
+		return 2
+	case fs.NArg() == 1:
+		c.host = fs.Arg(0)
+	}
+	if err := c.check(fs); err != nil {
+		fmt.Fprintf(stderr, "goroce %s: %v\n", name, err)
+		return 2
+	}
+	return c.run(name, stdout)
+}
+
+// flagSet returns the flag set of `goroce bench TEST`, name being
+// "bench TEST", with its flags bound to c and its usage going to c.stderr.
+func (c *benchConfig) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.stderr)
+	registerSoft(fs, &c.soft)
+	c.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(c.stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// register registers perftest's flags, under perftest's short and long
+// names, and goroce's own (--loopback, --baseline, --json, ...) on fs.
+func (c *benchConfig) register(fs *flag.FlagSet) {
+	o := &c.opts
+	intAlias(fs, "p", "port", perftest.Port, "listen on/connect to TCP port `port`", &c.port)
 	fs.StringVar(&c.devName, "d", "", "use device `dev` (default: the first device found, "+softName+")")
 	fs.StringVar(&c.devName, "ib-dev", "", "same as -d")
-	intFlag("i", "ib-port", 1, "use `port` of the device", &c.ibPort)
-	intFlag("x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address, then the interface's IPv6 addresses: 2 for RoCEv2 over IPv6 from --addr on an interface with one IPv4 address)", &o.GIDIndex)
-	intFlag("s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
+	intAlias(fs, "i", "ib-port", 1, "use `port` of the device", &c.ibPort)
+	intAlias(fs, "x", "gid-index", verbs.DefaultGIDIndex, "local port GID `index` (soft devices, as rdma_rxe: 0 the link-local IPv6 GID, 1 the IPv4-mapped address, then the interface's IPv6 addresses: 2 for RoCEv2 over IPv6 from --addr on an interface with one IPv4 address)", &o.GIDIndex)
+	intAlias(fs, "s", "size", 0, "size of message to exchange (default: 65536 for bandwidth, 2 for latency, 8 for atomics)", &o.Size)
 	fs.BoolVar(&o.All, "a", false, "run sizes from 2 till 2^23")
-	intFlag("I", "inline_size", 0, "max `size` of message to be sent inline (SEND and WRITE; 0..912, UD 884)", &o.Inline)
-	intFlag("l", "post_list", 1, "post lists of `n` work requests (bandwidth tests; -n a multiple of it; -Q defaults to it)", &o.PostList)
+	intAlias(fs, "I", "inline_size", 0, "max `size` of message to be sent inline (SEND and WRITE; 0..912, UD 884)", &o.Inline)
+	intAlias(fs, "l", "post_list", 1, "post lists of `n` work requests (bandwidth tests; -n a multiple of it; -Q defaults to it)", &o.PostList)
 	fs.BoolVar(&o.NoPeak, "N", false, "don't measure peak bandwidth (it prints as 0)")
 	fs.BoolVar(&o.NoPeak, "noPeak", false, "same as -N")
-	intFlag("u", "qp-timeout", bench.DefaultQPTimeout, "QP `timeout` code: the ACK timeout is 4.096 µs * 2^timeout (1..31)", &c.qpTimeout)
-	intFlag("S", "sl", 0, "service `level` (accepted; RoCEv2 packets carry none, and rdma_rxe ignores it too)", &c.sl)
+	intAlias(fs, "u", "qp-timeout", bench.DefaultQPTimeout, "QP `timeout` code: the ACK timeout is 4.096 µs * 2^timeout (1..31)", &c.qpTimeout)
+	intAlias(fs, "S", "sl", 0, "service `level` (accepted; RoCEv2 packets carry none, and rdma_rxe ignores it too)", &c.sl)
 	fs.BoolVar(&o.Duplex, "b", false, "measure bidirectional bandwidth (bandwidth tests, RC; both sides must give it): each side reports the sum of both directions")
 	fs.BoolVar(&o.Duplex, "bidirectional", false, "same as -b")
 	fs.BoolVar(&o.All, "all", false, "same as -a")
-	intFlag("n", "iters", bench.DefaultIters, "number of exchanges (at least 5)", &o.Iters)
-	intFlag("D", "duration", 0, "run the test for a customized period of `seconds` (RC)", &c.duration)
-	intFlag("q", "qp", 1, "num of QPs running in the process (bandwidth tests)", &o.QPs)
-	intFlag("t", "tx-depth", 0, "size of tx queue (default: 128 for bandwidth, 1 for latency)", &o.TxDepth)
-	intFlag("r", "rx-depth", bench.DefaultRxDepthSend, "rx queue size (SEND tests; with -c UD default: a receive for every message, -n, up to 16000)", &o.RxDepth)
-	intFlag("Q", "cq-mod", bench.DefaultCQMod, "generate a CQE every `n` requests (bandwidth tests)", &o.CQMod)
-	intFlag("m", "mtu", 0, "path MTU in bytes (256..4096; default: the port's active MTU)", &c.mtu)
-	intFlag("o", "outs", 0, "num of outstanding reads/atomics (default: the device's max for READ and atomic tests)", &o.OutReads)
+	intAlias(fs, "n", "iters", bench.DefaultIters, "number of exchanges (at least 5)", &o.Iters)
+	intAlias(fs, "D", "duration", 0, "run the test for a customized period of `seconds` (RC)", &c.duration)
+	intAlias(fs, "q", "qp", 1, "num of QPs running in the process (bandwidth tests)", &o.QPs)
+	intAlias(fs, "t", "tx-depth", 0, "size of tx queue (default: 128 for bandwidth, 1 for latency)", &o.TxDepth)
+	intAlias(fs, "r", "rx-depth", bench.DefaultRxDepthSend, "rx queue size (SEND tests; with -c UD default: a receive for every message, -n, up to 16000)", &o.RxDepth)
+	intAlias(fs, "Q", "cq-mod", bench.DefaultCQMod, "generate a CQE every `n` requests (bandwidth tests)", &o.CQMod)
+	intAlias(fs, "m", "mtu", 0, "path MTU in bytes (256..4096; default: the port's active MTU)", &c.mtu)
+	intAlias(fs, "o", "outs", 0, "num of outstanding reads/atomics (default: the device's max for READ and atomic tests)", &o.OutReads)
 	var cpuFreq bool
 	fs.BoolVar(&cpuFreq, "F", false, "do not fail on a CPU frequency warning (accepted; goroce reads an invariant TSC calibrated against the monotonic clock, or the monotonic clock)")
 	fs.BoolVar(&cpuFreq, "CPU-freq", false, "same as -F")
@@ -127,95 +157,122 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&c.events, "e", false, "sleep on CQ events: latency tests then arm the CQ and wait on its completion channel after 50 µs without a completion, and the soft device's driver blocks when idle (default for latency tests: poll busily, a processor per side, as perftest)")
 	fs.BoolVar(&c.events, "events", false, "same as -e")
 	fs.StringVar(&c.cpuProf, "cpuprofile", "", "write a CPU profile of this side's run to `file` (go tool pprof reads it; scripts/pgo-profile.sh merges such profiles into the build's default.pgo)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: goroce %s [flags]         start a server and wait for a client\n       goroce %s [flags] HOST    run against the server at HOST\n\nflags:\n", name, name)
-		fs.PrintDefaults()
+}
+
+// check checks the parsed flags and sets the options they stand for in
+// c.opts. Its error, a usage error, is the message to print after
+// "goroce bench TEST: ".
+func (c *benchConfig) check(fs *flag.FlagSet) error {
+	if err := c.checkNumbers(fs); err != nil {
+		return err
 	}
-	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
-		return code
+	if err := c.checkTypes(fs); err != nil {
+		return err
 	}
-	switch {
-	case fs.NArg() > 1:
-		fs.Usage()
-		return 2
-	case fs.NArg() == 1:
-		c.host = fs.Arg(0)
-	}
-	usageErr := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "goroce %s: "+format+"\n", append([]any{name}, a...)...)
-		return 2
-	}
+	return c.checkCombination()
+}
+
+// checkNumbers checks the ranges of the numeric flags that bench.Options
+// does not check itself (ports, MTU, QP timeout, service level, duration)
+// and converts them into c.opts. With a post list (-l) and no -Q, it asks
+// for a completion a list (CQMod 0), as perftest does.
+func (c *benchConfig) checkNumbers(fs *flag.FlagSet) error {
+	o := &c.opts
 	if c.port < 0 || c.port > 65535 {
-		return usageErr("port %d out of range", c.port)
+		return fmt.Errorf("port %d out of range", c.port)
 	}
 	if c.ibPort < 1 || c.ibPort > 255 {
-		return usageErr("IB port %d out of range", c.ibPort)
+		return fmt.Errorf("IB port %d out of range", c.ibPort)
 	}
 	o.Port = uint8(c.ibPort)
 	if c.mtu != 0 {
 		if o.MTU = verbs.MTUFromBytes(c.mtu); o.MTU == 0 {
-			return usageErr("MTU %d: want 256, 512, 1024, 2048 or 4096", c.mtu)
+			return fmt.Errorf("MTU %d: want 256, 512, 1024, 2048 or 4096", c.mtu)
 		}
 	}
 	if o.PostList > 1 && !cliflag.Given(fs, "Q", "cq-mod") {
 		o.CQMod = 0 // perftest's: a completion a list
 	}
 	if c.qpTimeout < 1 || c.qpTimeout > 31 {
-		return usageErr("QP timeout %d: want 1..31 (0, no retransmission timer, is not supported)", c.qpTimeout)
+		return fmt.Errorf("QP timeout %d: want 1..31 (0, no retransmission timer, is not supported)", c.qpTimeout)
 	}
 	o.QPTimeout = uint8(c.qpTimeout)
 	if c.sl < 0 || c.sl > 15 {
-		return usageErr("service level %d: want 0..15", c.sl)
+		return fmt.Errorf("service level %d: want 0..15", c.sl)
 	}
 	if c.duration < 0 {
-		return usageErr("duration %d must be positive", c.duration)
+		return fmt.Errorf("duration %d must be positive", c.duration)
 	}
 	o.Duration = time.Duration(c.duration) * time.Second
+	return nil
+}
+
+// checkTypes parses the atomic type (-A) and the connection type (-c)
+// into c.opts. UD, for SEND tests only, posts a receive for every message
+// unless -r says otherwise.
+func (c *benchConfig) checkTypes(fs *flag.FlagSet) error {
+	o := &c.opts
 	switch strings.ToUpper(c.atomic) {
 	case "FETCH_AND_ADD":
 		o.Atomic = verbs.WRAtomicFetchAndAdd
 	case "CMP_AND_SWAP":
 		o.Atomic = verbs.WRAtomicCmpAndSwp
 	default:
-		return usageErr("atomic type %q: want CMP_AND_SWAP or FETCH_AND_ADD", c.atomic)
+		return fmt.Errorf("atomic type %q: want CMP_AND_SWAP or FETCH_AND_ADD", c.atomic)
 	}
 	switch strings.ToUpper(c.conn) {
 	case "RC":
 	case "UD":
 		if o.Test.Verb != bench.Send {
-			return usageErr("UD connection only possible in SEND tests (send_bw, send_lat)")
+			return errors.New("UD connection only possible in SEND tests (send_bw, send_lat)")
 		}
 		o.UD = true
 		if !cliflag.Given(fs, "r", "rx-depth") {
 			o.RxDepth = 0 // bench's UD default: a receive for every message (Options.UD)
 		}
 	case "UC", "XRC", "DC", "SRD":
-		return usageErr("connection type %s is not supported: goroce bench runs RC and UD", c.conn)
+		return fmt.Errorf("connection type %s is not supported: goroce bench runs RC and UD", c.conn)
 	default:
-		return usageErr("unknown connection type %q", c.conn)
+		return fmt.Errorf("unknown connection type %q", c.conn)
 	}
+	return nil
+}
+
+// checkCombination refuses the modes that do not go together (--loopback,
+// --baseline, --baseline-ack, -c UD, -R, a HOST) and then the options
+// bench.Options.Check refuses.
+func (c *benchConfig) checkCombination() error {
+	o := &c.opts
 	if c.loopback && c.host != "" {
-		return usageErr("--loopback takes no HOST")
+		return errors.New("--loopback takes no HOST")
 	}
 	if c.baseline && c.loopback {
-		return usageErr("--baseline runs between two hosts (or namespaces), not with --loopback")
+		return errors.New("--baseline runs between two hosts (or namespaces), not with --loopback")
 	}
 	if o.BaseACK && !c.baseline {
-		return usageErr("--baseline-ack goes with --baseline")
+		return errors.New("--baseline-ack goes with --baseline")
 	}
 	if o.BaseACK && !o.Test.Lat {
-		return usageErr("--baseline-ack is for latency tests (send_lat, write_lat): a bandwidth baseline acknowledges as RoCE does already")
+		return errors.New("--baseline-ack is for latency tests (send_lat, write_lat): a bandwidth baseline acknowledges as RoCE does already")
 	}
 	if o.UD && (c.rdmaCM || c.baseline) {
-		return usageErr("-c UD runs over the Ethernet exchange on the soft device: not with -R or --baseline")
+		return errors.New("-c UD runs over the Ethernet exchange on the soft device: not with -R or --baseline")
 	}
 	if c.rdmaCM && c.baseline {
-		return usageErr("--baseline runs over TCP and UDP, not rdma_cm (-R)")
+		return errors.New("--baseline runs over TCP and UDP, not rdma_cm (-R)")
 	}
 	if chk := c.opts; chk.Check() != nil {
-		return usageErr("%v", chk.Check())
+		return fmt.Errorf("%v", chk.Check())
 	}
-	o.Progress = stderr
+	return nil
+}
+
+// tune sets how the run waits and spins: progress to c.stderr, busy
+// polling for latency tests without -e, and no driver spin where the
+// test's own loop drives the packet path.
+func (c *benchConfig) tune() {
+	o := &c.opts
+	o.Progress = c.stderr
 	o.Busy = o.Test.Lat && !c.events // perftest polls unless -e; its bandwidth tests here always may sleep
 	c.soft.Busy = o.Busy
 	passive := c.host == "" && !c.loopback && o.Test.Verb != bench.Send
@@ -228,6 +285,16 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		// wake-up (1.15x the 64 B WRITE rate).
 		c.soft.Spin = -1
 	}
+}
+
+// run runs the checked configuration: this side, or both with --loopback,
+// on one thread unless GOMAXPROCS is set, under the CPU profile
+// --cpuprofile asks for. It prints the error, if any, after
+// "goroce bench TEST: " and returns the exit code: 2 for a usage error the
+// run reports (bench.ErrUsage), such as settings the baseline does not
+// cover, 1 for any other error.
+func (c *benchConfig) run(name string, stdout io.Writer) int {
+	c.tune()
 	if os.Getenv("GOMAXPROCS") == "" {
 		// One thread per side, as perftest's. In a latency test the
 		// device's driver and the test's poll loop take turns
@@ -243,20 +310,20 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if c.cpuProf != "" {
 		stop, err := startCPUProfile(c.cpuProf)
 		if err != nil {
-			fmt.Fprintf(stderr, "goroce %s: %v\n", name, err)
+			fmt.Fprintf(c.stderr, "goroce %s: %v\n", name, err)
 			return 1
 		}
 		defer stop()
 	}
-	var err2 error
+	var err error
 	if c.loopback {
-		err2 = runBenchLoopback(&c, stdout)
+		err = runBenchLoopback(c, stdout)
 	} else {
-		err2 = runBenchSide(&c, stdout)
+		err = runBenchSide(c, stdout)
 	}
-	if err2 != nil {
-		fmt.Fprintf(stderr, "goroce %s: %v\n", name, err2)
-		if errors.Is(err2, bench.ErrUsage) {
+	if err != nil {
+		fmt.Fprintf(c.stderr, "goroce %s: %v\n", name, err)
+		if errors.Is(err, bench.ErrUsage) {
 			return 2
 		}
 		return 1

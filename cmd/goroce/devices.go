@@ -31,6 +31,14 @@ func registerSoft(fs *flag.FlagSet, s *devinfo.Soft) {
 	fs.Var(cliflag.Off{Off: &s.NoECN}, "ecn", "send packets ECN-capable, ECT(0), so that congested switches mark them CE instead of dropping them (default true; --ecn=false: not-ECT, for a network that mishandles ECN)")
 }
 
+// intAlias registers the int flag -short and its long spelling -long, both
+// setting *p, as perftest and rdma-core's programs take either. The long
+// one's usage only points to the short one, so that the help says it once.
+func intAlias(fs *flag.FlagSet, short, long string, def int, usage string, p *int) {
+	fs.IntVar(p, short, def, usage)
+	fs.IntVar(p, long, def, "same as -"+short)
+}
+
 // runDevices is `goroce devices`, as ibv_devices.
 func runDevices(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("devices", flag.ContinueOnError)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -81,10 +82,49 @@ type onceConfig struct {
 	json     bool
 }
 
+// runProbeOnce is `goroce probe once`: it probes the responders of the
+// hosts args names and prints each probe and a summary per host. It
+// returns 1 when a probe was lost or failed, 2 on usage or setup errors.
 func runProbeOnce(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c onceConfig
+	fs := c.flagSet(stderr)
+	if code, ok := cliflag.Parse(fs, args); !ok {
+		return code
+	}
+	hosts := fs.Args()
+	if len(hosts) == 0 {
+		fs.Usage()
+		return 2
+	}
+	if err := c.check(); err != nil {
+		fmt.Fprintln(stderr, "goroce probe once:", err)
+		return 2
+	}
+	labels := ping.Labels(c.labels, c.paths, c.prob, c.seed)
+	if !cliflag.Given(fs, "c", "count") {
+		c.count = ping.DefaultCount
+		if c.paths > 0 || c.labels > 0 {
+			c.count = len(labels)
+		}
+	}
+	lossy, err := c.probe(ctx, hosts, labels, stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "goroce probe once:", err)
+		return 2
+	}
+	if lossy {
+		return 1
+	}
+	return 0
+}
+
+// flagSet returns the flag set of `goroce probe once`, with its flags
+// bound to c and its usage going to stderr. It sets the interval and the
+// timeout to their default, a second each, before binding them, so that
+// the help shows it.
+func (c *onceConfig) flagSet(stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("probe once", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var c onceConfig
 	c.dev.register(fs)
 	c.interval, c.timeout = time.Second, time.Second
 	fs.IntVar(&c.count, "c", 0, "probes per host (default 5, or one per label with --labels or --paths)")
@@ -112,63 +152,46 @@ summary per host. Exit status 1 when a probe was lost or failed, 2 on usage or s
 flags:`)
 		fs.PrintDefaults()
 	}
-	if code, ok := cliflag.Parse(fs, args); !ok {
-		return code
-	}
-	hosts := fs.Args()
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	switch {
-	case len(hosts) == 0:
-		fs.Usage()
-		return 2
-	case c.labels != 0 && c.paths != 0:
-		fmt.Fprintln(stderr, "goroce probe once: --labels and --paths exclude each other")
-		return 2
-	case c.labels < 0 || c.paths < 0 || c.count < 0 || c.qpn > 0xFFFFFF || c.httpPort < 0 || c.httpPort > 0xFFFF:
-		fmt.Fprintln(stderr, "goroce probe once: a count, label count, path count, QPN or port out of range")
-		return 2
-	case c.prob <= 0 || c.prob >= 1:
-		fmt.Fprintln(stderr, "goroce probe once: --prob must be in (0, 1)")
-		return 2
-	case c.timeout <= 0:
-		fmt.Fprintln(stderr, "goroce probe once: -W must be positive")
-		return 2
-	}
-	labels := ping.Labels(c.labels, c.paths, c.prob, c.seed)
-	if !set["c"] && !set["count"] {
-		c.count = ping.DefaultCount
-		if c.paths > 0 || c.labels > 0 {
-			c.count = len(labels)
-		}
-	}
+	return fs
+}
 
+// check checks the parsed flags against each other and their ranges. Its
+// error is the message to print after "goroce probe once:".
+func (c *onceConfig) check() error {
+	switch {
+	case c.labels != 0 && c.paths != 0:
+		return errors.New("--labels and --paths exclude each other")
+	case c.labels < 0 || c.paths < 0 || c.count < 0 || c.qpn > 0xFFFFFF || c.httpPort < 0 || c.httpPort > 0xFFFF:
+		return errors.New("a count, label count, path count, QPN or port out of range")
+	case c.prob <= 0 || c.prob >= 1:
+		return errors.New("--prob must be in (0, 1)")
+	case c.timeout <= 0:
+		return errors.New("-W must be positive")
+	}
+	return nil
+}
+
+// probe opens the device, finds the responders of hosts (ping.ResolveAll)
+// and probes them over labels (ping.Main), printing to stdout a line per
+// probe and the summaries, or with --json one document. lossy is whether
+// a probe was lost or failed.
+func (c *onceConfig) probe(ctx context.Context, hosts []string, labels []uint32, stdout io.Writer) (lossy bool, err error) {
 	dev, err := c.dev.soft.OpenContext(c.dev.dev)
 	if err != nil {
-		fmt.Fprintln(stderr, "goroce probe once:", err)
-		return 2
+		return false, err
 	}
 	defer dev.Close()
 
 	hs, err := ping.ResolveAll(ctx, hosts, uint32(c.qpn), c.httpPort)
 	if err != nil {
-		fmt.Fprintln(stderr, "goroce probe once:", err)
-		return 2
+		return false, err
 	}
 	var lines io.Writer
 	if !c.json {
 		lines = stdout
 	}
-	lossy, err := ping.Main(ctx, dev.Context, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels,
+	return ping.Main(ctx, dev.Context, hs, ping.Config{Count: c.count, Interval: c.interval, Timeout: c.timeout, Labels: labels,
 		Lines: lines, Device: dev.Name, Provider: dev.Provider, JSON: c.json}, stdout)
-	if err != nil {
-		fmt.Fprintln(stderr, "goroce probe once:", err)
-		return 2
-	}
-	if lossy {
-		return 1
-	}
-	return 0
 }
 
 // runProbeResponder is `goroce probe responder`: it answers probes and
