@@ -80,19 +80,7 @@ next:
 func NewFabric(t testing.TB, o FabricOptions) *Fabric {
 	t.Helper()
 	Require(t)
-	total := 0
-	for _, h := range o.Groups {
-		if h < 1 || h > 60 {
-			t.Fatalf("netns: fabric group of %d hosts: want 1 to 60", h)
-		}
-		total += h
-	}
-	if len(o.Groups) < 1 || len(o.Groups) > 60 {
-		t.Fatalf("netns: fabric of %d groups: want 1 to 60", len(o.Groups))
-	}
-	if o.MTU <= 0 {
-		o.MTU = DefaultMTU
-	}
+	total := checkFabricOptions(t, &o)
 	spine, tors, hosts, n, err := claimFabric(len(o.Groups), total)
 	if err != nil {
 		skipOrFatal(t, err)
@@ -107,60 +95,8 @@ func NewFabric(t testing.TB, o FabricOptions) *Fabric {
 		spine.delete(t)
 	})
 	f := &Fabric{Spine: spine, ToRs: tors, Hosts: hosts, Uplink: "uplink"}
-	mtu := strconv.Itoa(o.MTU)
-	mac := func(kind, a, b int) net.HardwareAddr {
-		return net.HardwareAddr{0x02, byte(0x70 + kind), byte(n >> 8), byte(n), byte(a), byte(b)}
-	}
-	veth := func(aName, aNS string, aMAC net.HardwareAddr, bName, bNS string, bMAC net.HardwareAddr) []string {
-		return []string{"link", "add", "name", aName, "netns", aNS, "address", aMAC.String(), "mtu", mtu,
-			"type", "veth", "peer", "name", bName, "netns", bNS, "address", bMAC.String(), "mtu", mtu}
-	}
-	cmds := [][]string{{"-n", spine.Name, "link", "set", "lo", "up"}}
-	i := 0
-	for g, count := range o.Groups {
-		tor := tors[g]
-		sl := "t" + strconv.Itoa(g)
-		f.SpineLinks = append(f.SpineLinks, sl)
-		sa := netip.AddrFrom4([4]byte{10, 97, byte(g), 1})
-		ta := netip.AddrFrom4([4]byte{10, 97, byte(g), 2})
-		smac, tmac := mac(1, g, 1), mac(1, g, 2)
-		subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 98, byte(g), 0}), 24)
-		gw := netip.AddrFrom4([4]byte{10, 98, byte(g), 1})
-		cmds = append(cmds,
-			[]string{"-n", tor.Name, "link", "set", "lo", "up"},
-			veth(sl, spine.Name, smac, "uplink", tor.Name, tmac),
-			[]string{"-n", spine.Name, "addr", "add", sa.String() + "/30", "dev", sl},
-			[]string{"-n", spine.Name, "link", "set", sl, "up"},
-			[]string{"-n", spine.Name, "neigh", "replace", ta.String(), "lladdr", tmac.String(), "dev", sl, "nud", "permanent"},
-			[]string{"-n", spine.Name, "route", "add", subnet.String(), "via", ta.String(), "dev", sl},
-			[]string{"-n", tor.Name, "addr", "add", ta.String() + "/30", "dev", "uplink"},
-			[]string{"-n", tor.Name, "link", "set", "dev", "uplink", "up"},
-			[]string{"-n", tor.Name, "neigh", "replace", sa.String(), "lladdr", smac.String(), "dev", "uplink", "nud", "permanent"},
-			[]string{"-n", tor.Name, "route", "add", "default", "via", sa.String(), "dev", "uplink"},
-		)
-		for h := 0; h < count; h, i = h+1, i+1 {
-			hn := hosts[i]
-			hl := "h" + strconv.Itoa(i)
-			ha := netip.AddrFrom4([4]byte{10, 98, byte(g), byte(h + 2)})
-			rmac, hmac := mac(2, i, 1), mac(2, i, 2)
-			f.Group = append(f.Group, g)
-			f.Addrs = append(f.Addrs, ha)
-			f.HostLinks = append(f.HostLinks, hl)
-			cmds = append(cmds,
-				veth(hl, tor.Name, rmac, LinkName, hn.Name, hmac),
-				[]string{"-n", tor.Name, "link", "set", hl, "up"},
-				[]string{"-n", tor.Name, "route", "add", ha.String() + "/32", "dev", hl},
-				[]string{"-n", tor.Name, "neigh", "replace", ha.String(), "lladdr", hmac.String(), "dev", hl, "nud", "permanent"},
-				[]string{"-n", hn.Name, "link", "set", "lo", "up"},
-				[]string{"-n", hn.Name, "addr", "add", netip.PrefixFrom(ha, 32).String(), "dev", LinkName},
-				[]string{"-n", hn.Name, "link", "set", LinkName, "up"},
-				[]string{"-n", hn.Name, "neigh", "replace", gw.String(), "lladdr", rmac.String(), "dev", LinkName, "nud", "permanent"},
-				[]string{"-n", hn.Name, "route", "add", gw.String() + "/32", "dev", LinkName, "scope", "link"},
-				[]string{"-n", hn.Name, "route", "add", "default", "via", gw.String(), "dev", LinkName},
-			)
-		}
-	}
-	for _, c := range cmds {
+	b := &fabricBuilder{f: f, n: n, mtu: strconv.Itoa(o.MTU)}
+	for _, c := range b.build(o.Groups) {
 		if err := ip(c...); err != nil {
 			t.Fatal(err)
 		}
@@ -173,6 +109,119 @@ func NewFabric(t testing.TB, o FabricOptions) *Fabric {
 		}
 	}
 	return f
+}
+
+// checkFabricOptions fails the test unless o has 1 to 60 groups of 1 to
+// 60 hosts, sets o.MTU to DefaultMTU when unset, and returns the number of
+// hosts.
+func checkFabricOptions(t testing.TB, o *FabricOptions) int {
+	t.Helper()
+	total := 0
+	for _, h := range o.Groups {
+		if h < 1 || h > 60 {
+			t.Fatalf("netns: fabric group of %d hosts: want 1 to 60", h)
+		}
+		total += h
+	}
+	if len(o.Groups) < 1 || len(o.Groups) > 60 {
+		t.Fatalf("netns: fabric of %d groups: want 1 to 60", len(o.Groups))
+	}
+	if o.MTU <= 0 {
+		o.MTU = DefaultMTU
+	}
+	return total
+}
+
+// fabricBuilder lists the ip commands that wire up f, whose namespaces
+// exist but are empty, and fills in f's link names and addresses as it
+// goes.
+type fabricBuilder struct {
+	f    *Fabric
+	n    int    // the number in f's namespace names, also in its MAC addresses
+	mtu  string // of every veth end
+	cmds [][]string
+}
+
+// mac returns the address of a veth end: kind 1 is a link between the
+// spine and a ToR, kind 2 one between a ToR and a host; x numbers the
+// link (the ToR's group, the host), y its end (1 the upper, 2 the lower).
+// The fabric's number is in the middle two bytes.
+func (b *fabricBuilder) mac(kind, x, y int) net.HardwareAddr {
+	return net.HardwareAddr{0x02, byte(0x70 + kind), byte(b.n >> 8), byte(b.n), byte(x), byte(y)}
+}
+
+// veth returns the command that creates a veth pair: aName in namespace
+// aNS with address aMAC, bName in bNS with bMAC.
+func (b *fabricBuilder) veth(aName, aNS string, aMAC net.HardwareAddr, bName, bNS string, bMAC net.HardwareAddr) []string {
+	return []string{"link", "add", "name", aName, "netns", aNS, "address", aMAC.String(), "mtu", b.mtu,
+		"type", "veth", "peer", "name", bName, "netns", bNS, "address", bMAC.String(), "mtu", b.mtu}
+}
+
+// build returns the commands of a fabric whose groups[g] is the number of
+// hosts under ToR g: the spine's loopback, then group by group the ToR's
+// uplink and its hosts.
+func (b *fabricBuilder) build(groups []int) [][]string {
+	b.cmds = append(b.cmds, []string{"-n", b.f.Spine.Name, "link", "set", "lo", "up"})
+	i := 0
+	for g, count := range groups {
+		b.uplink(g)
+		for h := 0; h < count; h, i = h+1, i+1 {
+			b.host(g, h, i)
+		}
+	}
+	return b.cmds
+}
+
+// uplink adds the commands that link ToR g to the spine over 10.97.g.0/30,
+// with permanent neighbour entries at both ends, a route in the spine to
+// the group's 10.98.g.0/24 and the ToR's default route to the spine.
+func (b *fabricBuilder) uplink(g int) {
+	spine, tor := b.f.Spine, b.f.ToRs[g]
+	sl := "t" + strconv.Itoa(g)
+	b.f.SpineLinks = append(b.f.SpineLinks, sl)
+	sa := netip.AddrFrom4([4]byte{10, 97, byte(g), 1})
+	ta := netip.AddrFrom4([4]byte{10, 97, byte(g), 2})
+	smac, tmac := b.mac(1, g, 1), b.mac(1, g, 2)
+	subnet := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 98, byte(g), 0}), 24)
+	b.cmds = append(b.cmds,
+		[]string{"-n", tor.Name, "link", "set", "lo", "up"},
+		b.veth(sl, spine.Name, smac, "uplink", tor.Name, tmac),
+		[]string{"-n", spine.Name, "addr", "add", sa.String() + "/30", "dev", sl},
+		[]string{"-n", spine.Name, "link", "set", sl, "up"},
+		[]string{"-n", spine.Name, "neigh", "replace", ta.String(), "lladdr", tmac.String(), "dev", sl, "nud", "permanent"},
+		[]string{"-n", spine.Name, "route", "add", subnet.String(), "via", ta.String(), "dev", sl},
+		[]string{"-n", tor.Name, "addr", "add", ta.String() + "/30", "dev", "uplink"},
+		[]string{"-n", tor.Name, "link", "set", "dev", "uplink", "up"},
+		[]string{"-n", tor.Name, "neigh", "replace", sa.String(), "lladdr", smac.String(), "dev", "uplink", "nud", "permanent"},
+		[]string{"-n", tor.Name, "route", "add", "default", "via", sa.String(), "dev", "uplink"},
+	)
+}
+
+// host adds the commands that link host i, the h-th of group g, to ToR g:
+// the host's 10.98.g.(h+2)/32 with a route to it in the ToR, the gateway
+// 10.98.g.1 on the host's link and its default route, and permanent
+// neighbour entries at both ends.
+func (b *fabricBuilder) host(g, h, i int) {
+	tor, hn := b.f.ToRs[g], b.f.Hosts[i]
+	gw := netip.AddrFrom4([4]byte{10, 98, byte(g), 1})
+	hl := "h" + strconv.Itoa(i)
+	ha := netip.AddrFrom4([4]byte{10, 98, byte(g), byte(h + 2)})
+	rmac, hmac := b.mac(2, i, 1), b.mac(2, i, 2)
+	b.f.Group = append(b.f.Group, g)
+	b.f.Addrs = append(b.f.Addrs, ha)
+	b.f.HostLinks = append(b.f.HostLinks, hl)
+	b.cmds = append(b.cmds,
+		b.veth(hl, tor.Name, rmac, LinkName, hn.Name, hmac),
+		[]string{"-n", tor.Name, "link", "set", hl, "up"},
+		[]string{"-n", tor.Name, "route", "add", ha.String() + "/32", "dev", hl},
+		[]string{"-n", tor.Name, "neigh", "replace", ha.String(), "lladdr", hmac.String(), "dev", hl, "nud", "permanent"},
+		[]string{"-n", hn.Name, "link", "set", "lo", "up"},
+		[]string{"-n", hn.Name, "addr", "add", netip.PrefixFrom(ha, 32).String(), "dev", LinkName},
+		[]string{"-n", hn.Name, "link", "set", LinkName, "up"},
+		[]string{"-n", hn.Name, "neigh", "replace", gw.String(), "lladdr", rmac.String(), "dev", LinkName, "nud", "permanent"},
+		[]string{"-n", hn.Name, "route", "add", gw.String() + "/32", "dev", LinkName, "scope", "link"},
+		[]string{"-n", hn.Name, "route", "add", "default", "via", gw.String(), "dev", LinkName},
+	)
 }
 
 // Fault installs (or with rule "" removes) a named nftables fault in

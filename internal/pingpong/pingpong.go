@@ -90,16 +90,8 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	if c.SRQ {
-		if c.Type != verbs.QPTRC {
-			return errors.New("srq: the QPs are RC")
-		}
-		if c.NumQP > c.RxDepth {
-			return fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP", c.RxDepth, c.NumQP)
-		}
-		if c.NumQP < 1 || c.NumQP > MaxSRQQPs {
-			return fmt.Errorf("num_qp %d must be 1 to %d", c.NumQP, MaxSRQQPs)
-		}
+	if err := checkSRQ(c); err != nil {
+		return err
 	}
 	p := &pingpong{c: c, out: out, dev: dev}
 	defer func() {
@@ -118,6 +110,49 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 			return fmt.Errorf("couldn't request CQ notification: %w", err)
 		}
 	}
+	if err := p.localDests(); err != nil {
+		return err
+	}
+	if err := p.exchange(ctx); err != nil {
+		return err
+	}
+	if err := p.start(); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := p.loop(ctx); err != nil {
+		return err
+	}
+	end := time.Now()
+
+	p.report(end.Sub(start))
+	return nil
+}
+
+// checkSRQ refuses the settings ibv_srq_pingpong refuses: QPs other than
+// RC, fewer receives than QPs, and more QPs than it runs. Without c.SRQ
+// everything passes.
+func checkSRQ(c *Config) error {
+	if !c.SRQ {
+		return nil
+	}
+	if c.Type != verbs.QPTRC {
+		return errors.New("srq: the QPs are RC")
+	}
+	if c.NumQP > c.RxDepth {
+		return fmt.Errorf("rx_depth %d is too small for %d QPs -- must have at least one receive per QP", c.RxDepth, c.NumQP)
+	}
+	if c.NumQP < 1 || c.NumQP > MaxSRQQPs {
+		return fmt.Errorf("num_qp %d must be 1 to %d", c.NumQP, MaxSRQQPs)
+	}
+	return nil
+}
+
+// localDests fills p.local, a QP's each, with the port's LID, the QP's
+// number, a random PSN and the GID of c.GIDIndex (verbs.DefaultGIDIndex
+// when zero; a negative index, no GID, is refused).
+func (p *pingpong) localDests() error {
+	c := p.c
 	pa, err := p.vctx.QueryPort(uint8(c.IBPort))
 	if err != nil {
 		return fmt.Errorf("couldn't get port info: %w", err)
@@ -135,19 +170,30 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 	for _, qp := range p.qps {
 		p.local = append(p.local, cm.Dest{LID: pa.LID, QPN: qp.Num(), PSN: rand.Uint32() & 0xffffff, GID: gid})
 	}
+	return nil
+}
 
+// printLocal prints the local addresses as the examples do.
+func (p *pingpong) printLocal() {
 	sep := ","
-	if c.Type == verbs.QPTUD {
+	if p.c.Type == verbs.QPTUD {
 		sep = ":" // ud_pingpong prints "PSN 0x%06x: GID %s"
 	}
-	printLocal := func() {
-		for _, l := range p.local {
-			fmt.Fprintf(p.out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n",
-				l.LID, l.QPN, l.PSN, sep, cm.FormatGID(l.GID))
-		}
+	for _, l := range p.local {
+		fmt.Fprintf(p.out, "  local address:  LID 0x%04x, QPN 0x%06x, PSN 0x%06x%s GID %s\n",
+			l.LID, l.QPN, l.PSN, sep, cm.FormatGID(l.GID))
 	}
+}
+
+// exchange trades addresses with the other side over TCP, the client
+// dialling and the server accepting, prints both sides' and connects the
+// QPs to the remote ones. The server connects them while it answers (as
+// pp_server_exch_dest does), so that they are ready when the client, which
+// connects its own once it has the answer, sends.
+func (p *pingpong) exchange(ctx context.Context) (err error) {
+	c := p.c
 	if c.Host != "" {
-		printLocal()
+		p.printLocal()
 		if c.SRQ {
 			p.remote, err = cm.DialSRQ(ctx, c.Host, c.Port, p.local)
 		} else {
@@ -158,23 +204,8 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 		if err != nil {
 			return err
 		}
-	} else {
-		ln, err := cm.Listen(c.Port)
-		if err != nil {
-			return err
-		}
-		printLocal() // once listening, so that a client started on this line finds the port open
-		if c.SRQ {
-			p.remote, err = cm.AcceptSRQ(ctx, ln, p.local, p.connect)
-		} else {
-			var r cm.Dest
-			r, err = cm.Accept(ctx, ln, p.local[0], func(r cm.Dest) error { return p.connect([]cm.Dest{r}) })
-			p.remote = []cm.Dest{r}
-		}
-		ln.Close()
-		if err != nil {
-			return err
-		}
+	} else if err := p.accept(ctx); err != nil {
+		return err
 	}
 	for _, r := range p.remote {
 		fmt.Fprintf(p.out, "  remote address: %s\n", r)
@@ -184,36 +215,68 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 			return err
 		}
 	}
+	return nil
+}
 
+// accept is the server's side of exchange: it listens on c.Port, prints
+// the local addresses and takes one client's, connecting the QPs before it
+// answers.
+func (p *pingpong) accept(ctx context.Context) error {
+	c := p.c
+	ln, err := cm.Listen(c.Port)
+	if err != nil {
+		return err
+	}
+	p.printLocal() // once listening, so that a client started on this line finds the port open
+	if c.SRQ {
+		p.remote, err = cm.AcceptSRQ(ctx, ln, p.local, p.connect)
+	} else {
+		var r cm.Dest
+		r, err = cm.Accept(ctx, ln, p.local[0], func(r cm.Dest) error { return p.connect([]cm.Dest{r}) })
+		p.remote = []cm.Dest{r}
+	}
+	ln.Close()
+	return err
+}
+
+// start readies the exchanges: every QP waits for a receive, and the
+// client (with c.Check, after zeroing the first byte of each page as the
+// examples do) sends first on each.
+func (p *pingpong) start() error {
+	c := p.c
 	p.pending = make([]int, len(p.qps))
 	for i := range p.pending {
 		p.pending[i] = recvWRID
 	}
-	if c.Host != "" {
-		if c.Check {
-			off := 0
-			if c.Type == verbs.QPTUD {
-				off = grh
-			}
-			pageSize := 4096
-			for i := 0; i < c.Size; i += pageSize {
-				p.buf[off+i] = 0 // i / page_size % sizeof(char), as the examples write it
-			}
+	if c.Host == "" {
+		return nil
+	}
+	if c.Check {
+		off := 0
+		if c.Type == verbs.QPTUD {
+			off = grh
 		}
-		for i := range p.qps {
-			if err := p.postSend(i); err != nil {
-				return err
-			}
-			p.pending[i] |= sendWRID
+		pageSize := 4096
+		for i := 0; i < c.Size; i += pageSize {
+			p.buf[off+i] = 0 // i / page_size % sizeof(char), as the examples write it
 		}
 	}
-	start := time.Now()
-	if err := p.loop(ctx); err != nil {
-		return err
+	for i := range p.qps {
+		if err := p.postSend(i); err != nil {
+			return err
+		}
+		p.pending[i] |= sendWRID
 	}
-	end := time.Now()
+	return nil
+}
 
-	usec := float32(end.Sub(start).Microseconds())
+// report prints the rates of a run whose exchanges took d and, where the
+// examples check the data received with -c (ud_pingpong's client,
+// srq_pingpong's server), each page whose first byte is not the zero the
+// client wrote there.
+func (p *pingpong) report(d time.Duration) {
+	c := p.c
+	usec := float32(d.Microseconds())
 	bytes := int64(c.Size) * int64(c.Iters) * 2
 	fmt.Fprintf(p.out, "%d bytes in %.2f seconds = %.2f Mbit/sec\n", bytes, float64(usec)/1e6, float64(bytes)*8/float64(usec))
 	fmt.Fprintf(p.out, "%d iters in %.2f seconds = %.2f usec/iter\n", c.Iters, float64(usec)/1e6, float64(usec/float32(c.Iters)))
@@ -231,7 +294,6 @@ func Run(ctx context.Context, c *Config, dev verbs.Device, out io.Writer) (err e
 			}
 		}
 	}
-	return nil
 }
 
 // init creates the objects: pp_init_ctx.
@@ -253,10 +315,8 @@ func (p *pingpong) init() (err error) {
 	}
 	// The channel also serves the polling loop when it has been idle for a
 	// while (see loop).
-	{
-		if p.ch, err = p.vctx.CreateCompChannel(); err != nil {
-			return fmt.Errorf("couldn't create completion channel: %w", err)
-		}
+	if p.ch, err = p.vctx.CreateCompChannel(); err != nil {
+		return fmt.Errorf("couldn't create completion channel: %w", err)
 	}
 	if p.pd, err = p.vctx.AllocPD(); err != nil {
 		return fmt.Errorf("couldn't allocate PD: %w", err)
@@ -277,6 +337,20 @@ func (p *pingpong) init() (err error) {
 	if p.cq, err = p.vctx.CreateCQ(c.RxDepth+nqp, p.ch); err != nil {
 		return fmt.Errorf("couldn't create CQ: %w", err)
 	}
+	if err := p.createQPs(nqp); err != nil {
+		return err
+	}
+	if err := p.modifyToInit(); err != nil {
+		return err
+	}
+	p.initWRs(bufLen)
+	return nil
+}
+
+// createQPs creates the nqp QPs on p.cq and, with c.SRQ, the SRQ they
+// share (then their own receive queues are empty).
+func (p *pingpong) createQPs(nqp int) (err error) {
+	c := p.c
 	attr := verbs.QPInitAttr{SendCQ: p.cq, RecvCQ: p.cq, QPType: c.Type,
 		Cap: verbs.QPCap{MaxSendWR: 1, MaxRecvWR: uint32(c.RxDepth), MaxSendSGE: 1, MaxRecvSGE: 1}}
 	if c.SRQ {
@@ -295,6 +369,13 @@ func (p *pingpong) init() (err error) {
 		}
 		p.qps = append(p.qps, qp)
 	}
+	return nil
+}
+
+// modifyToInit moves the QPs to INIT on c.IBPort: RC ones with no remote
+// access, UD ones with UDQKey.
+func (p *pingpong) modifyToInit() error {
+	c := p.c
 	init := verbs.QPAttr{State: verbs.QPSInit, PKeyIndex: 0, PortNum: uint8(c.IBPort)}
 	mask := verbs.AttrState | verbs.AttrPKeyIndex | verbs.AttrPort
 	if c.Type == verbs.QPTRC {
@@ -311,7 +392,14 @@ func (p *pingpong) init() (err error) {
 			return fmt.Errorf("failed to modify QP to INIT: %w", err)
 		}
 	}
+	return nil
+}
 
+// initWRs prepares the work requests every exchange posts again: a receive
+// of the whole bufLen-byte buffer and a signaled send of c.Size bytes
+// (for UD, from behind the room of the GRH).
+func (p *pingpong) initWRs(bufLen int) {
+	c := p.c
 	sendOff := 0
 	if c.Type == verbs.QPTUD {
 		sendOff = grh
@@ -319,7 +407,6 @@ func (p *pingpong) init() (err error) {
 	p.recv[0] = verbs.RecvWR{WRID: recvWRID, SGList: []verbs.SGE{{Addr: p.mr.Addr(), Length: uint32(bufLen), LKey: p.mr.LKey()}}}
 	p.send[0] = verbs.SendWR{WRID: sendWRID, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
 		SGList: []verbs.SGE{{Addr: p.mr.Addr() + uint64(sendOff), Length: uint32(c.Size), LKey: p.mr.LKey()}}}
-	return nil
 }
 
 // connect aims the QPs at remote's, QP i at remote[i]: pp_connect_ctx. As
