@@ -446,6 +446,10 @@ func (fs *Flows) pairing(rf *Flow, q wire.PSN) *Flow {
 	return fallback
 }
 
+// response takes a response packet of flow rf: it counts NAKs and RNR
+// NAKs, pairs rf with the request flow it answers on its first response,
+// and applies the response to that flow's messages. A response that
+// answers nothing counts as unmatched.
 func (fs *Flows) response(rf *Flow, p *Packet) {
 	psn := p.Wire.BTH().PSN()
 	if aeth := p.Wire.AETH(); aeth != nil && p.Wire.Info.Operation == wire.OpAcknowledge {
@@ -464,72 +468,97 @@ func (fs *Flows) response(rf *Flow, p *Packet) {
 		}
 		rf.Answers, q.AnsweredBy = q, rf
 	}
-	info := p.Wire.Info
-	switch info.Operation {
+	var matched bool
+	switch p.Wire.Info.Operation {
 	case wire.OpAcknowledge:
-		s := p.Wire.AETH().Syndrome()
-		if s.IsACK() {
-			q.ackThrough(psn, p)
-			return
-		}
-		// A NAK or RNR NAK for PSN q acknowledges everything before it.
-		q.ackThrough(psn.Sub(1), p)
-		m := q.find(psn)
-		if m == nil {
-			rf.Stats.Unmatched++
-			return
-		}
-		switch {
-		case s.IsRNR():
-			m.RNRNAKs++
-			m.RNRTimer = wire.RNRTimer(s.Value())
-			if !m.final() {
-				m.answer(StatusRNR, p)
-				m.Syndrome = s
-			}
-		case s == wire.NAKPSNSequence:
-			m.SeqNAKs++ // the requester goes back to this PSN
-		default:
-			if !m.final() {
-				m.answer(StatusNAK, p)
-				m.Syndrome = s
-			}
-		}
+		matched = q.answerAck(p, psn)
 	case wire.OpReadResponse:
-		m := q.find(psn)
-		if m == nil || m.Op != wire.OpReadRequest {
-			rf.Stats.Unmatched++
-			return
-		}
-		q.ackThrough(m.FirstPSN.Sub(1), p)
-		if !m.spanKnown && info.Position == wire.PosFirst && wire.ValidMTU(p.Wire.PayloadLen) {
-			m.LastPSN, m.spanKnown = m.FirstPSN.Add(readSpan(m.DMALen, p.Wire.PayloadLen)-1), true
-		}
-		if !m.readSeen || psn.After(m.readHigh) {
-			m.readSeen, m.readHigh = true, psn
-			m.ReadPackets++
-			m.ReadBytes += p.Wire.PayloadLen
-		}
-		if info.Position == wire.PosLast || info.Position == wire.PosOnly {
-			if !m.spanKnown {
-				m.LastPSN, m.spanKnown = psn, true
-			}
-			if !m.final() {
-				m.answer(StatusAcked, p)
-			}
-		}
+		matched = q.answerRead(p, psn)
 	case wire.OpAtomicAcknowledge:
-		m := q.find(psn)
-		if m == nil || (m.Op != wire.OpCompareSwap && m.Op != wire.OpFetchAdd) {
-			rf.Stats.Unmatched++
-			return
+		matched = q.answerAtomic(p, psn)
+	}
+	if !matched {
+		rf.Stats.Unmatched++
+	}
+}
+
+// answerAck applies the ACK, NAK or RNR NAK p, whose PSN is psn, to the
+// flow's requests. It reports whether p answers a message: an ACK always
+// does (even when it acknowledges none), a NAK only when a message
+// occupies psn.
+func (f *Flow) answerAck(p *Packet, psn wire.PSN) bool {
+	s := p.Wire.AETH().Syndrome()
+	if s.IsACK() {
+		f.ackThrough(psn, p)
+		return true
+	}
+	// A NAK or RNR NAK for PSN q acknowledges everything before it.
+	f.ackThrough(psn.Sub(1), p)
+	m := f.find(psn)
+	if m == nil {
+		return false
+	}
+	switch {
+	case s.IsRNR():
+		m.RNRNAKs++
+		m.RNRTimer = wire.RNRTimer(s.Value())
+		if !m.final() {
+			m.answer(StatusRNR, p)
+			m.Syndrome = s
 		}
-		q.ackThrough(m.FirstPSN.Sub(1), p)
-		m.HasOrig, m.Orig = true, p.Wire.AtomicAckETH().Orig()
+	case s == wire.NAKPSNSequence:
+		m.SeqNAKs++ // the requester goes back to this PSN
+	default:
+		if !m.final() {
+			m.answer(StatusNAK, p)
+			m.Syndrome = s
+		}
+	}
+	return true
+}
+
+// answerRead applies a READ RESPONSE packet p with PSN psn to the READ
+// request of the flow that occupies psn: it counts the packet once, learns
+// the READ's span from its first or last response, and marks the READ
+// acked by its last. It reports false when no READ occupies psn.
+func (f *Flow) answerRead(p *Packet, psn wire.PSN) bool {
+	m := f.find(psn)
+	if m == nil || m.Op != wire.OpReadRequest {
+		return false
+	}
+	f.ackThrough(m.FirstPSN.Sub(1), p)
+	pos := p.Wire.Info.Position
+	if !m.spanKnown && pos == wire.PosFirst && wire.ValidMTU(p.Wire.PayloadLen) {
+		m.LastPSN, m.spanKnown = m.FirstPSN.Add(readSpan(m.DMALen, p.Wire.PayloadLen)-1), true
+	}
+	if !m.readSeen || psn.After(m.readHigh) {
+		m.readSeen, m.readHigh = true, psn
+		m.ReadPackets++
+		m.ReadBytes += p.Wire.PayloadLen
+	}
+	if pos == wire.PosLast || pos == wire.PosOnly {
+		if !m.spanKnown {
+			m.LastPSN, m.spanKnown = psn, true
+		}
 		if !m.final() {
 			m.answer(StatusAcked, p)
 		}
-	default:
-		rf.Stats.Unmatched++
 	}
+	return true
+}
+
+// answerAtomic applies an ATOMIC ACKNOWLEDGE p with PSN psn to the atomic
+// request of the flow that occupies psn, recording the original remote
+// value. It reports false when no atomic occupies psn.
+func (f *Flow) answerAtomic(p *Packet, psn wire.PSN) bool {
+	m := f.find(psn)
+	if m == nil || (m.Op != wire.OpCompareSwap && m.Op != wire.OpFetchAdd) {
+		return false
+	}
+	f.ackThrough(m.FirstPSN.Sub(1), p)
+	m.HasOrig, m.Orig = true, p.Wire.AtomicAckETH().Orig()
+	if !m.final() {
+		m.answer(StatusAcked, p)
+	}
+	return true
 }

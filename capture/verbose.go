@@ -248,12 +248,40 @@ func appendUDPVerbose(b []byte, p *Packet) []byte {
 	return append(b, " (incorrect)\n"...)
 }
 
+// appendTransportVerbose appends the transport headers: the BTH and, when
+// the packet parsed, its extension headers, the CNP's reserved bytes and
+// the payload length.
 func appendTransportVerbose(b []byte, p *Packet) []byte {
 	bth := p.BTH()
 	if bth == nil {
 		b = appendInt(field(b, 1, "transport"), len(p.Transport))
 		return append(b, " bytes, too short for a BTH\n"...)
 	}
+	b = appendBTHVerbose(b, p, bth)
+	if !p.Parsed {
+		return b
+	}
+	w := &p.Wire
+	b = appendExtVerbose(b, w)
+	if pad := cnpPad(w); pad != nil {
+		b = line(b, 1, "CNP reserved: 16 bytes")
+		if !isZero(pad) {
+			b = append(b, ", not zero"...)
+		}
+		b = append(b, '\n')
+	}
+	b = appendInt(field(b, 1, "payload"), w.PayloadLen)
+	b = append(b, " bytes"...)
+	if pad := bth.PadCount(); pad > 0 {
+		b = append(b, " + "...)
+		b = appendInt(b, pad)
+		b = append(b, " pad"...)
+	}
+	return append(b, '\n')
+}
+
+// appendBTHVerbose appends p's BTH, every field, the reserved ones too.
+func appendBTHVerbose(b []byte, p *Packet, bth wire.BTH) []byte {
 	b = heading(b, 1, "BTH")
 	b = appendHex(field(b, 2, "opcode"), uint64(bth.Opcode()), 2)
 	b = append(append(append(b, ' '), opcodeName(p, bth)...), '\n')
@@ -270,11 +298,12 @@ func appendTransportVerbose(b []byte, p *Packet) []byte {
 	b = fieldHex(b, 2, "reserved (7 bits)", uint64(bth.Resv7()), 2)
 	b = appendUint(field(b, 2, "PSN"), uint64(bth.PSN()))
 	b = appendHex(append(b, " ("...), uint64(bth.PSN()), 6)
-	b = append(b, ")\n"...)
-	if !p.Parsed {
-		return b
-	}
-	w := &p.Wire
+	return append(b, ")\n"...)
+}
+
+// appendExtVerbose appends the extension headers the parsed packet w
+// carries after its BTH (RDETH to FETH), each with its fields.
+func appendExtVerbose(b []byte, w *wire.Packet) []byte {
 	if h := w.RDETH(); h != nil {
 		b = heading(b, 1, "RDETH")
 		b = fieldHex(b, 2, "EE context", uint64(h.EEC()), 6)
@@ -325,19 +354,5 @@ func appendTransportVerbose(b []byte, p *Packet) []byte {
 		b = fieldInt(b, 2, "placement type (1 global, 2 persistent)", int(h.PlacementType()))
 		b = fieldInt(b, 2, "selectivity level (0 range, 1 memory region)", int(h.Selectivity()))
 	}
-	if pad := cnpPad(w); pad != nil {
-		b = line(b, 1, "CNP reserved: 16 bytes")
-		if !isZero(pad) {
-			b = append(b, ", not zero"...)
-		}
-		b = append(b, '\n')
-	}
-	b = appendInt(field(b, 1, "payload"), w.PayloadLen)
-	b = append(b, " bytes"...)
-	if pad := bth.PadCount(); pad > 0 {
-		b = append(b, " + "...)
-		b = appendInt(b, pad)
-		b = append(b, " pad"...)
-	}
-	return append(b, '\n')
+	return b
 }

@@ -74,12 +74,59 @@ type demo struct {
 	steps  int
 	fails  int
 	faults []*fault.Conn
-	paths  []string // the packet path of each device, when Options.Path chose it
+	paths  []string        // the packet path of each device, when Options.Path chose it
+	pcap   *tee.PcapWriter // where record writes every packet; nil: no pcap file
 }
 
 // Run runs the demo and returns an error if any step did not end as it
 // should.
 func Run(o Options) error {
+	o.defaults()
+	d := &demo{o: o, w: o.Out, dec: capture.Decoder{PMTU: o.MTU.Bytes()}}
+	if o.NewConn == nil {
+		d.o.NewConn = d.openPath
+	}
+	if o.Pcap != "" {
+		f, err := os.Create(o.Pcap)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if d.pcap, err = tee.NewPcapWriter(f); err != nil {
+			return err
+		}
+	}
+	record := d.record
+	var err error
+	if d.a, err = d.newNode("soft0", o.A, record); err != nil {
+		return err
+	}
+	defer d.a.dev.Close()
+	if d.b, err = d.newNode("soft1", o.B, record); err != nil {
+		return err
+	}
+	defer d.b.dev.Close()
+	if err := d.connect(); err != nil {
+		return err
+	}
+	d.run()
+	d.summary()
+	if d.pcap != nil {
+		if err := d.pcap.Err(); err != nil {
+			return err
+		}
+		fmt.Fprintf(d.w, "packets written to %s\n", o.Pcap)
+	}
+	if d.fails > 0 {
+		return fmt.Errorf("demo: %d of %d steps did not end as expected", d.fails, d.steps)
+	}
+	return nil
+}
+
+// defaults gives the options left zero their defaults: the two loopback
+// addresses, MTU 1024, 2500-byte messages, standard output and 5 s a
+// step.
+func (o *Options) defaults() {
 	if !o.A.IsValid() {
 		o.A = netip.MustParseAddr("127.0.0.1")
 	}
@@ -98,50 +145,36 @@ func Run(o Options) error {
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
 	}
-	d := &demo{o: o, w: o.Out, dec: capture.Decoder{PMTU: o.MTU.Bytes()}}
-	if o.NewConn == nil {
-		d.o.NewConn = func(local netip.Addr) (packetio.Conn, error) {
-			c, ch, err := paths.Open(local, o.Path, paths.Options{Port: o.Port})
-			if err == nil {
-				d.paths = append(d.paths, ch.String())
-			}
-			return c, err
-		}
+}
+
+// openPath opens the packet path Options.Path names on local, the default
+// of Options.NewConn, and remembers which path it chose for connect to
+// show.
+func (d *demo) openPath(local netip.Addr) (packetio.Conn, error) {
+	c, ch, err := paths.Open(local, d.o.Path, paths.Options{Port: d.o.Port})
+	if err == nil {
+		d.paths = append(d.paths, ch.String())
 	}
-	var pw *tee.PcapWriter
-	if o.Pcap != "" {
-		f, err := os.Create(o.Pcap)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if pw, err = tee.NewPcapWriter(f); err != nil {
-			return err
-		}
+	return c, err
+}
+
+// record is the tee of both devices: it writes every packet to the pcap
+// file, if there is one, and keeps a copy of each packet sent for the
+// current step to show.
+func (d *demo) record(t time.Time, dir tee.Dir, src, dst netip.Addr, sport uint16, b []byte) {
+	if d.pcap != nil {
+		d.pcap.Write(t, dir, src, dst, sport, b)
 	}
-	record := func(t time.Time, dir tee.Dir, src, dst netip.Addr, sport uint16, b []byte) {
-		if pw != nil {
-			pw.Write(t, dir, src, dst, sport, b)
-		}
-		if dir == tee.Out {
-			d.mu.Lock()
-			d.pkts = append(d.pkts, wirePkt{t, src, dst, sport, append([]byte(nil), b...)})
-			d.mu.Unlock()
-		}
+	if dir == tee.Out {
+		d.mu.Lock()
+		d.pkts = append(d.pkts, wirePkt{t, src, dst, sport, append([]byte(nil), b...)})
+		d.mu.Unlock()
 	}
-	var err error
-	if d.a, err = d.newNode("soft0", o.A, record); err != nil {
-		return err
-	}
-	defer d.a.dev.Close()
-	if d.b, err = d.newNode("soft1", o.B, record); err != nil {
-		return err
-	}
-	defer d.b.dev.Close()
-	if err := d.connect(); err != nil {
-		return err
-	}
-	d.run()
+}
+
+// summary prints the count of steps and of those that failed, each
+// device's counters, and what the fault injectors did, if any.
+func (d *demo) summary() {
 	fmt.Fprintf(d.w, "\n%d steps, %d did not end as expected.\n", d.steps, d.fails)
 	for _, n := range []*node{d.a, d.b} {
 		s := n.dev.Stats()
@@ -153,16 +186,6 @@ func Run(o Options) error {
 		fmt.Fprintf(d.w, "faults injected into soft%d's packets: %d sent, %d dropped, %d duplicated, %d reordered, %d corrupted\n",
 			i, fs.Sent, fs.Dropped, fs.Duplicated, fs.Reordered, fs.Corrupted)
 	}
-	if pw != nil {
-		if err := pw.Err(); err != nil {
-			return err
-		}
-		fmt.Fprintf(d.w, "packets written to %s\n", o.Pcap)
-	}
-	if d.fails > 0 {
-		return fmt.Errorf("demo: %d of %d steps did not end as expected", d.fails, d.steps)
-	}
-	return nil
 }
 
 func (d *demo) newNode(name string, addr netip.Addr, f tee.Func) (*node, error) {

@@ -64,24 +64,8 @@ func (a *Agent) discover(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		next := now.Add(time.Hour)
-		for _, p := range peers {
-			if p.busy {
-				continue
-			}
-			if !p.due.After(now) && inFlight < a.opts.DiscoveryWorkers {
-				p.busy = true
-				inFlight++
-				go a.fetchSelf(ctx, p, results)
-				continue
-			}
-			if p.due.Before(next) {
-				next = p.due
-			}
-		}
-		if inFlight >= a.opts.DiscoveryWorkers {
-			next = now.Add(time.Hour) // a result wakes the loop
-		}
+		var next time.Time
+		inFlight, next = a.startFetches(ctx, peers, inFlight, results, now)
 		timer.Reset(max(next.Sub(now), time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -90,21 +74,7 @@ func (a *Agent) discover(ctx context.Context) {
 			}
 			return
 		case set := <-a.peerSet:
-			// A reload: keep the peers that stay (with what they know).
-			// A peer whose node changed (renamed, regrouped) is a new
-			// record.
-			for addr, p := range peers {
-				if set[addr] != p {
-					p.gone = true
-					delete(peers, addr)
-				}
-			}
-			for addr, p := range set {
-				if _, ok := peers[addr]; !ok {
-					p.due = now
-					peers[addr] = p
-				}
-			}
+			reloadPeers(peers, set, now)
 		case p := <-a.rediscover:
 			// Lost probes hint that the responder restarted; a peer
 			// already failing is in its backoff, which holds: a dead
@@ -116,39 +86,96 @@ func (a *Agent) discover(ctx context.Context) {
 		case r := <-results:
 			inFlight--
 			r.p.busy = false
-			if r.p.gone {
-				continue
+			if r.p.gone || !a.fetched(r, now) {
+				continue // the unresolved peers are the same
 			}
-			if r.err != nil {
-				r.p.failures++
-				r.p.due = now.Add(a.opts.backoff(r.p.failures))
-				a.discoveryErrors.Inc()
-				if r.p.failures == 1 || r.p.failures%10 == 0 {
-					a.log.Info("responder not reachable yet", "target", r.p.node.Name, "addr", r.p.node.Addr, "failures", r.p.failures, "err", r.err)
-				}
-				continue
-			}
-			info, err := peerInfoOf(r.p.node, r.self, now)
-			if err != nil {
-				r.p.failures++
-				r.p.due = now.Add(a.opts.backoff(r.p.failures))
-				a.discoveryErrors.Inc()
-				a.log.Warn("bad responder description", "target", r.p.node.Name, "err", err)
-				continue
-			}
-			old := r.p.info.Load()
-			if old == nil || !samePeers(old.peers, info.peers) {
-				a.log.Info("responder found", "target", r.p.node.Name, "addr", r.p.node.Addr, "qpns", r.self.QPNs, "timestamps", r.self.Timestamps)
-			}
-			r.p.info.Store(info)
-			r.p.lostRun.Store(0)
-			r.p.failures = 0
-			r.p.due = now.Add(a.opts.Refresh)
-			a.discoveryOK.Inc()
 		case <-timer.C:
 		}
 		a.unresolved.Set(float64(countUnresolved(peers)))
 	}
+}
+
+// startFetches starts a fetch of every peer that is due and not being
+// fetched, as long as fewer than Options.DiscoveryWorkers fetches are in
+// flight (inFlight of them before the call). It returns the fetches in
+// flight after the call and when the loop should next wake: when the
+// next peer falls due, or in an hour when every worker is busy (a
+// result wakes the loop then).
+func (a *Agent) startFetches(ctx context.Context, peers map[netip.Addr]*peer, inFlight int, results chan<- discoveryResult, now time.Time) (int, time.Time) {
+	next := now.Add(time.Hour)
+	for _, p := range peers {
+		if p.busy {
+			continue
+		}
+		if !p.due.After(now) && inFlight < a.opts.DiscoveryWorkers {
+			p.busy = true
+			inFlight++
+			go a.fetchSelf(ctx, p, results)
+			continue
+		}
+		if p.due.Before(next) {
+			next = p.due
+		}
+	}
+	if inFlight >= a.opts.DiscoveryWorkers {
+		next = now.Add(time.Hour) // a result wakes the loop
+	}
+	return inFlight, next
+}
+
+// reloadPeers makes peers the reloaded set: it keeps the peers that stay
+// (with what they know), marks the others gone and drops them, and adds
+// the new ones, due now. A peer whose node changed (renamed, regrouped) is
+// a new record.
+func reloadPeers(peers, set map[netip.Addr]*peer, now time.Time) {
+	for addr, p := range peers {
+		if set[addr] != p {
+			p.gone = true
+			delete(peers, addr)
+		}
+	}
+	for addr, p := range set {
+		if _, ok := peers[addr]; !ok {
+			p.due = now
+			peers[addr] = p
+		}
+	}
+}
+
+// fetched takes the outcome of a fetch of a peer that is still wanted:
+// the peer's responders on success, due again after Options.Refresh; a
+// failure (unreachable, or a description that makes no peer) counted and
+// logged, and the peer due again after its backoff. It reports whether
+// the fetch succeeded, the only outcome that can change the count of
+// unresolved peers.
+func (a *Agent) fetched(r discoveryResult, now time.Time) bool {
+	if r.err != nil {
+		r.p.failures++
+		r.p.due = now.Add(a.opts.backoff(r.p.failures))
+		a.discoveryErrors.Inc()
+		if r.p.failures == 1 || r.p.failures%10 == 0 {
+			a.log.Info("responder not reachable yet", "target", r.p.node.Name, "addr", r.p.node.Addr, "failures", r.p.failures, "err", r.err)
+		}
+		return false
+	}
+	info, err := peerInfoOf(r.p.node, r.self, now)
+	if err != nil {
+		r.p.failures++
+		r.p.due = now.Add(a.opts.backoff(r.p.failures))
+		a.discoveryErrors.Inc()
+		a.log.Warn("bad responder description", "target", r.p.node.Name, "err", err)
+		return false
+	}
+	old := r.p.info.Load()
+	if old == nil || !samePeers(old.peers, info.peers) {
+		a.log.Info("responder found", "target", r.p.node.Name, "addr", r.p.node.Addr, "qpns", r.self.QPNs, "timestamps", r.self.Timestamps)
+	}
+	r.p.info.Store(info)
+	r.p.lostRun.Store(0)
+	r.p.failures = 0
+	r.p.due = now.Add(a.opts.Refresh)
+	a.discoveryOK.Inc()
+	return true
 }
 
 func countUnresolved(peers map[netip.Addr]*peer) int {

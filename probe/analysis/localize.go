@@ -68,19 +68,48 @@ func Localize(paths []PathStat) []Component {
 	if len(degraded) == 0 {
 		return nil
 	}
-	groupOf := map[string]string{}
-	for _, p := range paths {
-		groupOf[p.Src] = p.SrcGroup
-		groupOf[p.Dst] = p.DstGroup
+	cands := linkCandidates(paths, degraded)
+	cands = append(cands, hostCandidates(paths)...)
+	cands = append(cands, groupCandidates(paths)...)
+	sort.Slice(cands, func(a, b int) bool {
+		if cands[a].rank != cands[b].rank {
+			return cands[a].rank < cands[b].rank
+		}
+		return cands[a].c.Name < cands[b].c.Name
+	})
+	chosen := dropRedundant(greedyCover(cands, len(degraded)))
+	out := make([]Component, 0, len(chosen))
+	for _, c := range chosen {
+		c.c.Paths = len(c.paths)
+		out = append(out, c.c)
 	}
+	sort.Slice(out, func(a, b int) bool {
+		ra, rb := kindRank(out[a].Kind), kindRank(out[b].Kind)
+		if ra != rb {
+			return ra < rb
+		}
+		return out[a].Name < out[b].Name
+	})
+	return out
+}
 
+// linkCandidates returns the link candidate of every degraded path
+// (degraded holds their indices into paths). A link explains its own path
+// alone, so that every degraded path can be explained.
+func linkCandidates(paths []PathStat, degraded []int) []candidate {
 	var cands []candidate
-	// Links.
 	for _, i := range degraded {
 		p := paths[i]
 		cands = append(cands, candidate{c: Component{Kind: KindLink, Name: LinkName(p.Src, p.Dst)}, rank: 2, paths: []int{i}})
 	}
-	// Hosts.
+	return cands
+}
+
+// hostCandidates returns the hosts that are candidates: those with no
+// healthy path from or to them whose degraded paths involve at least two
+// other hosts. Each explains all of its degraded paths. The order is that
+// of a map's iteration; Localize sorts the candidates.
+func hostCandidates(paths []PathStat) []candidate {
 	type hostInfo struct {
 		healthy bool
 		peers   map[string]bool
@@ -109,12 +138,21 @@ func Localize(paths []PathStat) []Component {
 			}
 		}
 	}
+	var cands []candidate
 	for name, h := range hosts {
 		if !h.healthy && len(h.peers) >= 2 {
 			cands = append(cands, candidate{c: Component{Kind: KindHost, Name: name}, rank: 1, paths: h.paths})
 		}
 	}
-	// Groups.
+	return cands
+}
+
+// groupCandidates returns the groups that are candidates: those with no
+// healthy path crossing their boundary whose degraded crossing paths
+// involve at least two hosts inside and two outside. Each explains all of
+// its degraded paths, the ones inside it included. The order is that of a
+// map's iteration; Localize sorts the candidates.
+func groupCandidates(paths []PathStat) []candidate {
 	type groupInfo struct {
 		healthy       bool
 		inner, outer  map[string]bool
@@ -153,22 +191,23 @@ func Localize(paths []PathStat) []Component {
 			}
 		}
 	}
+	var cands []candidate
 	for name, g := range groups {
 		if !g.healthy && g.crossDegraded > 0 && len(g.inner) >= 2 && len(g.outer) >= 2 {
 			cands = append(cands, candidate{c: Component{Kind: KindGroup, Name: name}, rank: 0, paths: g.paths})
 		}
 	}
-	sort.Slice(cands, func(a, b int) bool {
-		if cands[a].rank != cands[b].rank {
-			return cands[a].rank < cands[b].rank
-		}
-		return cands[a].c.Name < cands[b].c.Name
-	})
+	return cands
+}
 
-	// Greedy cover.
+// greedyCover chooses among the sorted candidates until the degraded
+// paths (ndegraded of them) are all explained: each time the candidate
+// that explains the most paths not yet explained, the first in cands on
+// ties.
+func greedyCover(cands []candidate, ndegraded int) []candidate {
 	explained := map[int]bool{}
 	var chosen []candidate
-	for len(explained) < len(degraded) {
+	for len(explained) < ndegraded {
 		best, bestN := -1, 0
 		for k, c := range cands {
 			n := 0
@@ -189,7 +228,13 @@ func Localize(paths []PathStat) []Component {
 			explained[i] = true
 		}
 	}
-	// Drop the redundant, finest first.
+	return chosen
+}
+
+// dropRedundant removes from chosen every candidate whose paths the
+// others explain, the last chosen (the finest) first, and returns what
+// remains.
+func dropRedundant(chosen []candidate) []candidate {
 	for k := len(chosen) - 1; k >= 0; k-- {
 		count := map[int]int{}
 		for j, c := range chosen {
@@ -211,19 +256,7 @@ func Localize(paths []PathStat) []Component {
 			chosen = append(chosen[:k], chosen[k+1:]...)
 		}
 	}
-	out := make([]Component, 0, len(chosen))
-	for _, c := range chosen {
-		c.c.Paths = len(c.paths)
-		out = append(out, c.c)
-	}
-	sort.Slice(out, func(a, b int) bool {
-		ra, rb := kindRank(out[a].Kind), kindRank(out[b].Kind)
-		if ra != rb {
-			return ra < rb
-		}
-		return out[a].Name < out[b].Name
-	})
-	return out
+	return chosen
 }
 
 func kindRank(k string) int {

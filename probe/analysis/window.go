@@ -246,12 +246,7 @@ func (w *Window) Add(r probe.Result) {
 			w.dropped++
 			return
 		}
-		p = &path{dst: dst, dstGroup: r.Peer.Group, class: r.Class, slices: make([]slice, w.o.Buckets), labels: make(map[uint32]*labelStat)}
-		for i := range p.slices {
-			p.slices[i].epoch = -1
-		}
-		p.labelEpoch = [2]int64{-1, -1}
-		w.paths[dst] = p
+		p = w.newPath(dst, r.Peer.Group, r.Class)
 	}
 	if r.Class != "" {
 		p.class = r.Class
@@ -274,23 +269,12 @@ func (w *Window) Add(r probe.Result) {
 		if s.rttSpill != nil && len(s.rttSpill) == rttBuckets {
 			s.rttSpill[b]++
 		} else if s.rtt[b] == math.MaxUint16 {
-			if cap(s.rttSpill) < rttBuckets {
-				s.rttSpill = make([]uint32, rttBuckets)
-			}
-			s.rttSpill = s.rttSpill[:rttBuckets]
-			for i, c := range s.rtt {
-				s.rttSpill[i] = uint32(c)
-			}
-			s.rttSpill[b]++
+			s.spill(b)
 		} else {
 			s.rtt[b]++
 		}
 		s.rttCount++
-		pd, rd := int64(r.ProberDelay), int64(r.ResponderDelay)
-		s.proberSum += pd
-		s.responderSum += rd
-		s.proberMax = max(s.proberMax, pd)
-		s.responderMax = max(s.responderMax, rd)
+		s.addDelays(int64(r.ProberDelay), int64(r.ResponderDelay))
 	case probe.OutcomeLost:
 		s.sent++
 		s.lost++
@@ -302,7 +286,53 @@ func (w *Window) Add(r probe.Result) {
 	if r.Outcome != probe.OutcomeOK && r.Outcome != probe.OutcomeLost {
 		return
 	}
-	// Per label, over two half windows.
+	w.addLabel(p, ns, r.FlowLabel, r.Outcome == probe.OutcomeLost)
+}
+
+// newPath starts tracking the path to dst, with empty slices and label
+// half windows, and returns it. It is called with w.mu held, once per
+// path.
+func (w *Window) newPath(dst, dstGroup, class string) *path {
+	p := &path{dst: dst, dstGroup: dstGroup, class: class, slices: make([]slice, w.o.Buckets), labels: make(map[uint32]*labelStat)}
+	for i := range p.slices {
+		p.slices[i].epoch = -1
+	}
+	p.labelEpoch = [2]int64{-1, -1}
+	w.paths[dst] = p
+	return p
+}
+
+// addDelays adds the host delays of a completed probe, prober pd and
+// responder rd (ns), to the slice's sums and maxima. It is small enough to
+// be inlined into Add.
+func (s *slice) addDelays(pd, rd int64) {
+	s.proberSum += pd
+	s.responderSum += rd
+	s.proberMax = max(s.proberMax, pd)
+	s.responderMax = max(s.responderMax, rd)
+}
+
+// spill moves the slice's RTT histogram to rttSpill, counters of 32 bits,
+// and counts one RTT in bucket b there. Add calls it when bucket b of the
+// 16-bit histogram is full; the slice keeps counting in rttSpill until it
+// is reused.
+func (s *slice) spill(b int) {
+	if cap(s.rttSpill) < rttBuckets {
+		s.rttSpill = make([]uint32, rttBuckets)
+	}
+	s.rttSpill = s.rttSpill[:rttBuckets]
+	for i, c := range s.rtt {
+		s.rttSpill[i] = uint32(c)
+	}
+	s.rttSpill[b]++
+}
+
+// addLabel counts a resolved probe sent at ns (Unix nanoseconds) with flow
+// label label, lost or not, in the path's per-label counters of its half
+// window; the other half window keeps the previous one. Probes older than
+// both half windows are ignored, and so are new labels when MaxLabels are
+// tracked and none can be pruned. It is called with w.mu held.
+func (w *Window) addLabel(p *path, ns int64, label uint32, lost bool) {
 	he := ns / w.half
 	hi := int(he % 2)
 	if p.labelEpoch[hi] != he {
@@ -314,7 +344,7 @@ func (w *Window) Add(r probe.Result) {
 			ls.sent[hi], ls.lost[hi] = 0, 0
 		}
 	}
-	ls := p.labels[r.FlowLabel]
+	ls := p.labels[label]
 	if ls == nil {
 		if len(p.labels) >= w.o.MaxLabels {
 			w.pruneLabels(p)
@@ -323,10 +353,10 @@ func (w *Window) Add(r probe.Result) {
 			}
 		}
 		ls = &labelStat{}
-		p.labels[r.FlowLabel] = ls
+		p.labels[label] = ls
 	}
 	ls.sent[hi]++
-	if r.Outcome == probe.OutcomeLost {
+	if lost {
 		ls.lost[hi]++
 	}
 }

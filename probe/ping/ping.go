@@ -92,91 +92,132 @@ type Host struct {
 // last was sent, or ctx ends (then it returns ctx's error).
 func Run(ctx context.Context, p *probe.Prober, results <-chan probe.Result, hs []*Host, c Config) error {
 	labels := c.Labels
-	// The probes and their results: each seq maps to its host and index.
-	type sentProbe struct {
-		h *Host
-		i int
-	}
-	bySeq := map[uint64]sentProbe{}
-	pending := 0
-	handle := func(r probe.Result) {
-		sp, ok := bySeq[r.Seq]
-		if !ok {
-			return
-		}
-		if r.Outcome == probe.OutcomeLate {
-			sp.h.late++
-		} else {
-			sp.h.results = append(sp.h.results, r)
-			pending--
-			if r.Outcome == probe.OutcomeOK {
-				sp.h.stamps = r.Timestamps
-			}
-		}
-		if c.Lines != nil {
-			printProbe(c.Lines, sp.h, sp.i, r)
-		}
-	}
+	rn := &run{bySeq: map[uint64]sentProbe{}, lines: c.Lines}
 	tick := time.NewTimer(0)
 	defer tick.Stop()
 	for i := 0; i < c.Count; i++ {
 		if i > 0 {
 			tick.Reset(c.Interval)
-		wait:
-			for {
-				select {
-				case r := <-results:
-					handle(r)
-				case <-tick.C:
-					break wait
-				case <-ctx.Done():
-					return ctx.Err()
-				}
+			if err := rn.wait(ctx, results, tick); err != nil {
+				return err
 			}
 		}
-		for _, h := range hs {
-			peer := h.Peer
-			peer.QPN = h.QPNs[i%len(h.QPNs)]
-			seq, err := p.ProbeSeq(peer, labels[i%len(labels)], "")
-			if err != nil {
-				h.notSent++
-				h.sendError = err.Error()
-				if c.Lines != nil {
-					fmt.Fprintf(c.Lines, "%s: probe %d not sent: %v\n", h.Arg, i, err)
-				}
-				continue
-			}
-			h.sent++
-			pending++
-			bySeq[seq] = sentProbe{h, i}
+		rn.send(p, hs, i, labels[i%len(labels)])
+	}
+	if err := rn.drain(ctx, results, c.Timeout+500*time.Millisecond); err != nil {
+		return err
+	}
+	// Late ACKs of lost probes come within a moment, if at all.
+	rn.late(results, 50*time.Millisecond)
+	return nil
+}
+
+// sentProbe is a probe Run sent: its host and its index among the host's
+// probes.
+type sentProbe struct {
+	h *Host
+	i int
+}
+
+// run is the state of one Run: the probes sent, by sequence number, the
+// number of them without an outcome yet, and where the ping-like lines go
+// (nil for nowhere).
+type run struct {
+	bySeq   map[uint64]sentProbe
+	pending int
+	lines   io.Writer
+}
+
+// handle takes one result: a late ACK is counted apart, any other outcome
+// is the probe's and resolves it. Results of probes the run did not send
+// are ignored.
+func (rn *run) handle(r probe.Result) {
+	sp, ok := rn.bySeq[r.Seq]
+	if !ok {
+		return
+	}
+	if r.Outcome == probe.OutcomeLate {
+		sp.h.late++
+	} else {
+		sp.h.results = append(sp.h.results, r)
+		rn.pending--
+		if r.Outcome == probe.OutcomeOK {
+			sp.h.stamps = r.Timestamps
 		}
 	}
-	deadline := time.NewTimer(c.Timeout + 500*time.Millisecond)
-	defer deadline.Stop()
-drain:
-	for pending > 0 {
+	if rn.lines != nil {
+		printProbe(rn.lines, sp.h, sp.i, r)
+	}
+}
+
+// send sends probe number i to every host through p, with flow label
+// label and the next of the host's QPNs, and counts the probes sent and
+// not sent.
+func (rn *run) send(p *probe.Prober, hs []*Host, i int, label uint32) {
+	for _, h := range hs {
+		peer := h.Peer
+		peer.QPN = h.QPNs[i%len(h.QPNs)]
+		seq, err := p.ProbeSeq(peer, label, "")
+		if err != nil {
+			h.notSent++
+			h.sendError = err.Error()
+			if rn.lines != nil {
+				fmt.Fprintf(rn.lines, "%s: probe %d not sent: %v\n", h.Arg, i, err)
+			}
+			continue
+		}
+		h.sent++
+		rn.pending++
+		rn.bySeq[seq] = sentProbe{h, i}
+	}
+}
+
+// wait handles the results that arrive until t fires. It returns ctx's
+// error if ctx ends first.
+func (rn *run) wait(ctx context.Context, results <-chan probe.Result, t *time.Timer) error {
+	for {
 		select {
 		case r := <-results:
-			handle(r)
-		case <-deadline.C:
-			break drain
+			rn.handle(r)
+		case <-t.C:
+			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
-	// Late ACKs of lost probes come within a moment, if at all.
-	grace := time.NewTimer(50 * time.Millisecond)
-	defer grace.Stop()
-late:
-	for {
+}
+
+// drain handles results until every probe sent has an outcome or d has
+// passed. It returns ctx's error if ctx ends first.
+func (rn *run) drain(ctx context.Context, results <-chan probe.Result, d time.Duration) error {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for rn.pending > 0 {
 		select {
 		case r := <-results:
-			handle(r)
-		case <-grace.C:
-			break late
+			rn.handle(r)
+		case <-deadline.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	return nil
+}
+
+// late handles the results that arrive within d, the late ACKs of lost
+// probes. It waits d whether or not ctx has ended: d is short.
+func (rn *run) late(results <-chan probe.Result, d time.Duration) {
+	grace := time.NewTimer(d)
+	defer grace.Stop()
+	for {
+		select {
+		case r := <-results:
+			rn.handle(r)
+		case <-grace.C:
+			return
+		}
+	}
 }
 
 // Resolve finds the responder of host arg: from its self document at

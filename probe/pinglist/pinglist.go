@@ -280,9 +280,35 @@ func invalid(format string, a ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
 }
 
+// build turns the decoded file into a List: the settings and classes with
+// their defaults, the nodes, the static targets and the groups, checking
+// each on the way.
 func build(f *file) (*List, error) {
 	l := &List{Classes: make(map[string]Class, 3)}
-	s := &l.Settings
+	if err := buildSettings(&l.Settings, f); err != nil {
+		return nil, err
+	}
+	if err := l.buildClasses(f.Classes); err != nil {
+		return nil, err
+	}
+	l.Nodes = make([]Node, 0, len(f.Nodes))
+	l.byAddr = make(map[netip.Addr]int32, len(f.Nodes)+len(f.Static))
+	names := make(map[string]int, len(f.Nodes)+len(f.Static))
+	if err := l.addNodes(f.Nodes, names); err != nil {
+		return nil, err
+	}
+	if err := l.addStatic(f.Static, names); err != nil {
+		return nil, err
+	}
+	l.buildGroups()
+	return l, nil
+}
+
+// buildSettings fills s from the file's settings, with the defaults for
+// every value the file leaves out, and checks them. Labels, when the file
+// gives none, is the smallest count that covers the paths with the
+// probability asked for, capped at MaxLabels.
+func buildSettings(s *Settings, f *file) error {
 	fs := &f.Settings
 	s.Timeout = orDuration(fs.Timeout, DefaultTimeout)
 	s.Paths = orInt(fs.Paths, DefaultPaths)
@@ -305,130 +331,164 @@ func build(f *file) (*List, error) {
 	}
 	s.MaxP99RTT = orDuration(fs.SLA.MaxP99RTT, DefaultMaxP99RTT)
 	s.MinProbes = orInt(fs.SLA.MinProbes, DefaultMinProbes)
-	switch {
-	case s.Timeout < 0:
-		return nil, invalid("settings.timeout %v is negative", s.Timeout)
-	case s.Paths < 1 || s.Paths > 256:
-		return nil, invalid("settings.paths %d is not in [1, 256]", s.Paths)
-	case !(s.Probability > 0 && s.Probability < 1):
-		return nil, invalid("settings.probability %v is not in (0, 1)", s.Probability)
-	case s.HTTPPort < 1 || s.HTTPPort > 65535:
-		return nil, invalid("settings.http_port %d is not a port", s.HTTPPort)
-	case s.Window < time.Second:
-		return nil, invalid("settings.window %v is shorter than 1s", s.Window)
-	case s.ResponderQPs < 1 || s.ResponderQPs > 64:
-		return nil, invalid("settings.responder_qps %d is not in [1, 64]", s.ResponderQPs)
-	case s.MaxPairs < 1:
-		return nil, invalid("settings.max_pairs %d is not positive", s.MaxPairs)
-	case !(s.MaxLoss >= 0 && s.MaxLoss <= 1):
-		return nil, invalid("settings.sla.max_loss %v is not in [0, 1]", s.MaxLoss)
-	case s.MaxP99RTT < 0:
-		return nil, invalid("settings.sla.max_p99_rtt %v is negative", s.MaxP99RTT)
-	case s.MinProbes < 1:
-		return nil, invalid("settings.sla.min_probes %d is not positive", s.MinProbes)
-	case s.RailPairs != RailPairsSame && s.RailPairs != RailPairsAll:
-		return nil, invalid("settings.rail_pairs %q is not %s or %s", s.RailPairs, RailPairsSame, RailPairsAll)
-	case fs.Labels < 0 || fs.Labels > MaxLabels:
-		return nil, invalid("settings.labels %d is not in [0, %d]", fs.Labels, MaxLabels)
+	if err := checkSettings(s, fs.Labels); err != nil {
+		return err
 	}
 	s.Labels = fs.Labels
 	if s.Labels == 0 {
 		s.Labels = min(labelCount(s.Paths, s.Probability), MaxLabels)
 	}
+	return nil
+}
 
-	// Classes.
-	for name := range f.Classes {
+// checkSettings returns an error naming the first setting of s out of its
+// range, or labels (the file's settings.labels, 0 when it gives none) when
+// it is not in [0, MaxLabels]; nil when all are valid.
+func checkSettings(s *Settings, labels int) error {
+	switch {
+	case s.Timeout < 0:
+		return invalid("settings.timeout %v is negative", s.Timeout)
+	case s.Paths < 1 || s.Paths > 256:
+		return invalid("settings.paths %d is not in [1, 256]", s.Paths)
+	case !(s.Probability > 0 && s.Probability < 1):
+		return invalid("settings.probability %v is not in (0, 1)", s.Probability)
+	case s.HTTPPort < 1 || s.HTTPPort > 65535:
+		return invalid("settings.http_port %d is not a port", s.HTTPPort)
+	case s.Window < time.Second:
+		return invalid("settings.window %v is shorter than 1s", s.Window)
+	case s.ResponderQPs < 1 || s.ResponderQPs > 64:
+		return invalid("settings.responder_qps %d is not in [1, 64]", s.ResponderQPs)
+	case s.MaxPairs < 1:
+		return invalid("settings.max_pairs %d is not positive", s.MaxPairs)
+	case !(s.MaxLoss >= 0 && s.MaxLoss <= 1):
+		return invalid("settings.sla.max_loss %v is not in [0, 1]", s.MaxLoss)
+	case s.MaxP99RTT < 0:
+		return invalid("settings.sla.max_p99_rtt %v is negative", s.MaxP99RTT)
+	case s.MinProbes < 1:
+		return invalid("settings.sla.min_probes %d is not positive", s.MinProbes)
+	case s.RailPairs != RailPairsSame && s.RailPairs != RailPairsAll:
+		return invalid("settings.rail_pairs %q is not %s or %s", s.RailPairs, RailPairsSame, RailPairsAll)
+	case labels < 0 || labels > MaxLabels:
+		return invalid("settings.labels %d is not in [0, %d]", labels, MaxLabels)
+	}
+	return nil
+}
+
+// buildClasses fills l.Classes with the three classes, each from its
+// entry in the file (if any) over the defaults. A class name the file
+// gives that is none of the three is an error.
+func (l *List) buildClasses(classes map[string]fileClass) error {
+	for name := range classes {
 		switch name {
 		case ClassToRMesh, ClassInterToR, ClassStatic:
 		default:
-			return nil, invalid("unknown class %q (the classes are %s, %s and %s)", name, ClassToRMesh, ClassInterToR, ClassStatic)
+			return invalid("unknown class %q (the classes are %s, %s and %s)", name, ClassToRMesh, ClassInterToR, ClassStatic)
 		}
 	}
 	for _, name := range []string{ClassToRMesh, ClassInterToR, ClassStatic} {
-		fc := f.Classes[name]
-		c := Class{Enabled: true, Rate: DefaultRate, MaxRate: DefaultMaxClassRate, Seed: fc.Seed, DSCP: DefaultDSCP}
-		if fc.DSCP != nil {
-			if *fc.DSCP < 0 || *fc.DSCP > 63 {
-				return nil, invalid("classes.%s.dscp %d is not a DSCP (0 to 63)", name, *fc.DSCP)
-			}
-			c.DSCP = *fc.DSCP
-		}
-		if name == ClassStatic {
-			c.Rate = DefaultStaticRate
-		}
-		if name == ClassInterToR {
-			c.Sample = DefaultSample
-		}
-		if fc.Enabled != nil {
-			c.Enabled = *fc.Enabled
-		}
-		if fc.Rate != nil {
-			c.Rate = *fc.Rate
-		}
-		if fc.MaxRate != nil {
-			c.MaxRate = *fc.MaxRate
-		}
-		if fc.Sample != nil {
-			if name != ClassInterToR {
-				return nil, invalid("classes.%s.sample: only %s takes a sample", name, ClassInterToR)
-			}
-			c.Sample = *fc.Sample
-		}
-		if !validRate(c.Rate) {
-			return nil, invalid("classes.%s.rate %v is not a positive rate", name, c.Rate)
-		}
-		if !validRate(c.MaxRate) {
-			return nil, invalid("classes.%s.max_rate %v is not a positive rate", name, c.MaxRate)
-		}
-		if c.Sample < 0 {
-			return nil, invalid("classes.%s.sample %d is negative", name, c.Sample)
+		c, err := buildClass(name, classes[name])
+		if err != nil {
+			return err
 		}
 		l.Classes[name] = c
 	}
+	return nil
+}
 
-	// Nodes.
-	l.Nodes = make([]Node, 0, len(f.Nodes))
-	l.byAddr = make(map[netip.Addr]int32, len(f.Nodes)+len(f.Static))
-	names := make(map[string]int, len(f.Nodes)+len(f.Static))
-	l.groupIndex = make(map[string]int32)
-	for i, fn := range f.Nodes {
+// buildClass returns the class name as the file's entry fc configures it,
+// with the defaults for what fc leaves out, and checks it.
+func buildClass(name string, fc fileClass) (Class, error) {
+	c := Class{Enabled: true, Rate: DefaultRate, MaxRate: DefaultMaxClassRate, Seed: fc.Seed, DSCP: DefaultDSCP}
+	if fc.DSCP != nil {
+		if *fc.DSCP < 0 || *fc.DSCP > 63 {
+			return Class{}, invalid("classes.%s.dscp %d is not a DSCP (0 to 63)", name, *fc.DSCP)
+		}
+		c.DSCP = *fc.DSCP
+	}
+	if name == ClassStatic {
+		c.Rate = DefaultStaticRate
+	}
+	if name == ClassInterToR {
+		c.Sample = DefaultSample
+	}
+	if fc.Enabled != nil {
+		c.Enabled = *fc.Enabled
+	}
+	if fc.Rate != nil {
+		c.Rate = *fc.Rate
+	}
+	if fc.MaxRate != nil {
+		c.MaxRate = *fc.MaxRate
+	}
+	if fc.Sample != nil {
+		if name != ClassInterToR {
+			return Class{}, invalid("classes.%s.sample: only %s takes a sample", name, ClassInterToR)
+		}
+		c.Sample = *fc.Sample
+	}
+	if !validRate(c.Rate) {
+		return Class{}, invalid("classes.%s.rate %v is not a positive rate", name, c.Rate)
+	}
+	if !validRate(c.MaxRate) {
+		return Class{}, invalid("classes.%s.max_rate %v is not a positive rate", name, c.MaxRate)
+	}
+	if c.Sample < 0 {
+		return Class{}, invalid("classes.%s.sample %d is negative", name, c.Sample)
+	}
+	return c, nil
+}
+
+// addNodes appends the file's nodes to l.Nodes, a multi-rail node as one
+// Node a rail, and indexes them by address in l.byAddr. It records every
+// node name in names (with its index in nodes) so that the static targets
+// can be checked against them; names and addresses must be unique.
+func (l *List) addNodes(nodes []fileNode, names map[string]int) error {
+	for i, fn := range nodes {
 		if fn.Name == "" {
-			return nil, invalid("nodes[%d]: no name", i)
+			return invalid("nodes[%d]: no name", i)
 		}
 		if strings.Contains(fn.Name, RailSep) {
-			return nil, invalid("node %q: a name may not contain %q (it separates a node's rails)", fn.Name, RailSep)
+			return invalid("node %q: a name may not contain %q (it separates a node's rails)", fn.Name, RailSep)
 		}
 		if j, dup := names[fn.Name]; dup {
-			return nil, invalid("node %q: duplicate name (also nodes[%d])", fn.Name, j)
+			return invalid("node %q: duplicate name (also nodes[%d])", fn.Name, j)
 		}
 		names[fn.Name] = i
 		rails, err := nodeRails(fn)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, n := range rails {
 			if j, dup := l.byAddr[n.Addr]; dup {
-				return nil, invalid("node %q: duplicate address %s (also node %q)", n.Name, n.Addr, l.Nodes[j].Name)
+				return invalid("node %q: duplicate address %s (also node %q)", n.Name, n.Addr, l.Nodes[j].Name)
 			}
 			l.byAddr[n.Addr] = int32(len(l.Nodes))
 			l.Nodes = append(l.Nodes, n)
 		}
 	}
-	staticAddrs := make(map[netip.Addr]bool, len(f.Static))
-	for i, fs := range f.Static {
+	return nil
+}
+
+// addStatic appends the file's static targets to l.Static, each with the
+// static class's rate unless it gives its own. Their names and addresses
+// may clash neither with each other nor with the nodes' (names holds the
+// nodes' names; the targets' are added to it).
+func (l *List) addStatic(static []fileStatic, names map[string]int) error {
+	staticAddrs := make(map[netip.Addr]bool, len(static))
+	for i, fs := range static {
 		a, err := parseAddr(fs.Addr)
 		if err != nil {
-			return nil, invalid("static[%d]: %v", i, err)
+			return invalid("static[%d]: %v", i, err)
 		}
 		name := fs.Name
 		if name == "" {
 			name = a.String()
 		}
 		if _, dup := l.byAddr[a]; dup || staticAddrs[a] {
-			return nil, invalid("static target %q: duplicate address %s", name, a)
+			return invalid("static target %q: duplicate address %s", name, a)
 		}
 		if _, dup := names[name]; dup || strings.Contains(name, RailSep) {
-			return nil, invalid("static target %q: duplicate name, or one with %q", name, RailSep)
+			return invalid("static target %q: duplicate name, or one with %q", name, RailSep)
 		}
 		staticAddrs[a] = true
 		names[name] = -1
@@ -437,12 +497,17 @@ func build(f *file) (*List, error) {
 			rate = *fs.Rate
 		}
 		if !validRate(rate) {
-			return nil, invalid("static target %q: rate %v is not a positive rate", name, rate)
+			return invalid("static target %q: rate %v is not a positive rate", name, rate)
 		}
 		l.Static = append(l.Static, StaticTarget{Node: Node{Name: name, Addr: a, Group: fs.Group}, Rate: rate})
 	}
+	return nil
+}
 
-	// Groups, sorted, each with its nodes sorted by name.
+// buildGroups groups l.Nodes by their Group: the group names sorted, each
+// group's nodes sorted by name, and the index of every group by name.
+func (l *List) buildGroups() {
+	l.groupIndex = make(map[string]int32)
 	for i, n := range l.Nodes {
 		g, ok := l.groupIndex[n.Group]
 		if !ok {
@@ -468,7 +533,6 @@ func build(f *file) (*List, error) {
 		sort.Slice(m, func(a, b int) bool { return l.Nodes[m[a]].Name < l.Nodes[m[b]].Name })
 	}
 	l.groupNames, l.groupNodes = gn, gm
-	return l, nil
 }
 
 // nodeRails returns the Nodes of one node of the file: itself, or one a
