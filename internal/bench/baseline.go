@@ -269,132 +269,40 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 	n := o.Iters
 	tposted := timestamps(n)
 	clk := newClock()
-	dgram := func(seq uint32, length int) error {
-		pkts := b.conn.TxBatch(1)
-		if len(pkts) == 0 {
-			return packetio.ErrClosed
-		}
-		pkts[0].Buf = pkts[0].Buf[:length]
-		binary.BigEndian.PutUint32(pkts[0].Buf, seq)
-		pkts[0].Addr = b.peer
-		_, err := b.conn.Transmit(pkts[:1])
-		return err
-	}
-	// acked counts the peer's ACK datagrams received (Options.BaseACK);
-	// got whether this side has received a message it has not yet
-	// acknowledged.
-	acked, got := 0, false
-	// ackCheck: every ACK but the last (on the server, the last two: the
-	// client sends each behind its next message) arrived before the last
-	// message; fewer mean the baseline is not what it says.
-	ackCheck := func() error {
-		if o.BaseACK && acked < n-2 {
-			return fmt.Errorf("raw UDP ping-pong: %d ACK datagrams of %d arrived", acked, n)
-		}
-		return nil
-	}
-	send := func(i int) error {
-		if err := dgram(uint32(i), size); err != nil || !o.BaseACK || !got {
-			return err
-		}
-		got = false
-		return dgram(baseAckSeq, baseAckLen)
-	}
-	// wait returns the sequence numbers received until one >= want.
-	wait := func(want int, retry func() error) error {
-		since := time.Now()
-		for {
-			deadline := b.past
-			if !o.Busy && time.Since(since) > baseSpin {
-				deadline = time.Now().Add(baseBlock)
-			}
-			pk, err := b.conn.Receive(deadline)
-			if err != nil {
-				return err
-			}
-			done := false
-			for _, p := range pk {
-				if len(p.Buf) < 4 {
-					continue
-				}
-				switch seq := binary.BigEndian.Uint32(p.Buf); {
-				case seq == baseAckSeq && len(p.Buf) == baseAckLen:
-					acked++
-				case int(seq) >= want:
-					done, got = true, true
-				}
-			}
-			if done {
-				return nil
-			}
-			if len(pk) == 0 {
-				if time.Since(since) > baseRetry && retry != nil {
-					if err := retry(); err != nil {
-						return err
-					}
-					since = time.Now()
-				}
-				if err := b.ctx.Err(); err != nil {
-					return err
-				}
-				runtime.Gosched()
-			}
-		}
-	}
+	p := basePing{b: b, o: &o, size: size, n: n}
 	for i := 0; i < n; i++ {
 		if o.Client {
 			tposted[i] = clk.now()
-			if err := send(i); err != nil {
+			if err := p.send(i); err != nil {
 				return Result{}, err
 			}
-			if err := wait(i, func() error { return send(i) }); err != nil {
+			if err := p.wait(i, true); err != nil {
 				return Result{}, fmt.Errorf("raw UDP ping-pong %d: %w", i, err)
 			}
 		} else {
-			if err := wait(i, nil); err != nil {
+			if err := p.wait(i, false); err != nil {
 				return Result{}, fmt.Errorf("raw UDP ping-pong %d: %w", i, err)
 			}
 			tposted[i] = clk.now()
-			if err := send(i); err != nil {
+			if err := p.send(i); err != nil {
 				return Result{}, err
 			}
 		}
 	}
 	if !o.Client {
-		// Answer the client's retries of the last one until it is done.
-		done := make(chan error, 1)
-		go func() { _, err := ctl.HandShake(perftest.Dest{}); done <- err }()
-		for {
-			select {
-			case err := <-done:
-				if err == nil {
-					err = ackCheck()
-				}
-				return Result{}, err
-			default:
-			}
-			pk, err := b.conn.Receive(time.Now().Add(baseBlock))
-			if err != nil {
-				return Result{}, err
-			}
-			for _, p := range pk {
-				if len(p.Buf) >= 4 && int(binary.BigEndian.Uint32(p.Buf)) == n-1 {
-					send(n - 1)
-				}
-			}
-		}
+		return Result{}, p.answerLast(ctl)
 	}
-	if o.BaseACK && o.Client {
+	if o.BaseACK {
 		// The last reply's ACK, which the server takes in while it waits
 		// for the end.
-		if err := dgram(baseAckSeq, baseAckLen); err != nil {
+		if err := p.transmit(baseAckSeq, baseAckLen, false); err != nil {
 			return Result{}, err
 		}
 	}
 	if _, err := ctl.HandShake(perftest.Dest{}); err != nil {
 		return Result{}, err
 	}
-	if err := ackCheck(); err != nil {
+	if err := p.ackCheck(); err != nil {
 		return Result{}, err
 	}
 	r := latResult(o.Size, tposted, 2)
@@ -402,4 +310,126 @@ func (b *baseline) pingPong(o Options, ctl *perftest.Conn) (Result, error) {
 		return r, fmt.Errorf("raw UDP ping-pong: no figures")
 	}
 	return r, nil
+}
+
+// basePing is what the latency baseline's sends and waits (pingPong)
+// share: the length of a message's datagram, the number of exchanges, the
+// peer's ACK datagrams received (acked, Options.BaseACK), and whether this
+// side has received a message it has not yet acknowledged (got).
+type basePing struct {
+	b     *baseline
+	o     *Options
+	size  int
+	n     int
+	acked int
+	got   bool
+}
+
+// transmit sends one datagram of length bytes that starts with seq and,
+// with ack, behind it the ACK of the message last received, in a Transmit
+// of its own.
+func (p *basePing) transmit(seq uint32, length int, ack bool) error {
+	pkts := p.b.conn.TxBatch(1)
+	if len(pkts) == 0 {
+		return packetio.ErrClosed
+	}
+	pkts[0].Buf = pkts[0].Buf[:length]
+	binary.BigEndian.PutUint32(pkts[0].Buf, seq)
+	pkts[0].Addr = p.b.peer
+	if _, err := p.b.conn.Transmit(pkts[:1]); err != nil || !ack {
+		return err
+	}
+	p.got = false
+	return p.transmit(baseAckSeq, baseAckLen, false)
+}
+
+// send sends message i and, with Options.BaseACK, the ACK of the message
+// last received if not yet sent. It runs once per exchange: it must stay
+// small enough to be inlined.
+func (p *basePing) send(i int) error {
+	return p.transmit(uint32(i), p.size, p.o.BaseACK && p.got)
+}
+
+// wait takes in datagrams until a message numbered want or later arrives,
+// counting the ACKs among them. It polls for baseSpin, unless busy, then
+// sleeps in Receive; with retry it sends message want again after
+// baseRetry without it.
+func (p *basePing) wait(want int, retry bool) error {
+	b, o := p.b, p.o
+	since := time.Now()
+	for {
+		deadline := b.past
+		if !o.Busy && time.Since(since) > baseSpin {
+			deadline = time.Now().Add(baseBlock)
+		}
+		pk, err := b.conn.Receive(deadline)
+		if err != nil {
+			return err
+		}
+		done := false
+		for _, d := range pk {
+			if len(d.Buf) < 4 {
+				continue
+			}
+			switch seq := binary.BigEndian.Uint32(d.Buf); {
+			case seq == baseAckSeq && len(d.Buf) == baseAckLen:
+				p.acked++
+			case int(seq) >= want:
+				done, p.got = true, true
+			}
+		}
+		if done {
+			return nil
+		}
+		if len(pk) == 0 {
+			if time.Since(since) > baseRetry && retry {
+				if err := p.send(want); err != nil {
+					return err
+				}
+				since = time.Now()
+			}
+			if err := b.ctx.Err(); err != nil {
+				return err
+			}
+			runtime.Gosched()
+		}
+	}
+}
+
+// ackCheck fails the run when ACKs went missing (Options.BaseACK): every
+// ACK but the last (on the server, the last two: the client sends each
+// behind its next message) arrived before the last message; fewer mean the
+// baseline is not what it says.
+func (p *basePing) ackCheck() error {
+	if p.o.BaseACK && p.acked < p.n-2 {
+		return fmt.Errorf("raw UDP ping-pong: %d ACK datagrams of %d arrived", p.acked, p.n)
+	}
+	return nil
+}
+
+// answerLast is the server's end of the ping-pong: it answers the client's
+// retries of the last message until the client's closing handshake on ctl
+// comes, then checks the ACKs.
+func (p *basePing) answerLast(ctl *perftest.Conn) error {
+	done := make(chan error, 1)
+	go func() { _, err := ctl.HandShake(perftest.Dest{}); done <- err }()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				err = p.ackCheck()
+			}
+			return err
+		default:
+		}
+		pk, err := p.b.conn.Receive(time.Now().Add(baseBlock))
+		if err != nil {
+			return err
+		}
+		for _, d := range pk {
+			if len(d.Buf) >= 4 && int(binary.BigEndian.Uint32(d.Buf)) == p.n-1 {
+				p.send(p.n - 1)
+			}
+		}
+	}
 }

@@ -239,12 +239,42 @@ type Outcome struct {
 // calls it.
 func (o *Options) Check() error { return o.normalize() }
 
-// normalize fills in the defaults and checks o.
+// normalize fills in the defaults and checks o. The steps go in a fixed
+// order: of two bad options, the same one is always reported, and a
+// default is in place before the checks that use it.
 func (o *Options) normalize() error {
 	t := o.Test
 	if t.Verb < Send || t.Verb > Atomic {
 		return fmt.Errorf("%w: test %v", ErrUsage, t)
 	}
+	if err := o.normalizeSize(); err != nil {
+		return err
+	}
+	if err := o.normalizeRun(); err != nil {
+		return err
+	}
+	if err := o.normalizeTransport(); err != nil {
+		return err
+	}
+	if err := o.normalizeModeration(); err != nil {
+		return err
+	}
+	if err := o.normalizePort(); err != nil {
+		return err
+	}
+	if o.WarmUp && (t.Lat || t.Verb == Send) {
+		return fmt.Errorf("%w: --perform_warm_up is valid in WRITE, READ and atomic bandwidth tests", ErrUsage)
+	}
+	if o.Verify && (o.Duration > 0 || o.All || t.Verb == Atomic) {
+		return fmt.Errorf("%w: --verify applies to SEND, WRITE and READ tests with -n", ErrUsage)
+	}
+	return nil
+}
+
+// normalizeSize fills in and checks the message size, and for atomics the
+// operation: an atomic is always 8 bytes.
+func (o *Options) normalizeSize() error {
+	t := o.Test
 	if o.Size == 0 {
 		o.Size = DefaultSizeBW
 		if t.Lat {
@@ -270,6 +300,13 @@ func (o *Options) normalize() error {
 	if o.Size < 1 || o.Size > MaxSize {
 		return fmt.Errorf("%w: size %d not in 1..%d", ErrUsage, o.Size, MaxSize)
 	}
+	return nil
+}
+
+// normalizeRun fills in and checks how long the test runs (iterations or
+// duration), the QPs and the sends outstanding on each.
+func (o *Options) normalizeRun() error {
+	t := o.Test
 	if o.Iters == 0 {
 		o.Iters = DefaultIters
 	}
@@ -300,6 +337,14 @@ func (o *Options) normalize() error {
 	if o.TxDepth < 1 || o.TxDepth > 15000 {
 		return fmt.Errorf("%w: tx depth %d not in 1..15000", ErrUsage, o.TxDepth)
 	}
+	return nil
+}
+
+// normalizeTransport fills in and checks what the QPs are made with: UD or
+// RC, the inline size, the ACK timeout, both directions (-b) and the
+// receives posted.
+func (o *Options) normalizeTransport() error {
+	t := o.Test
 	if o.UD && t.Verb != Send {
 		return fmt.Errorf("%w: UD connection only possible in SEND tests (send_bw, send_lat)", ErrUsage)
 	}
@@ -330,11 +375,18 @@ func (o *Options) normalize() error {
 	if o.RxDepth < 1 || o.RxDepth > 16384 {
 		return fmt.Errorf("%w: rx depth %d not in 1..16384", ErrUsage, o.RxDepth)
 	}
+	return nil
+}
+
+// normalizeModeration fills in and checks the post list and the CQ
+// moderation, which the post list's length sets by default and must be a
+// multiple of; neither may exceed the tx depth.
+func (o *Options) normalizeModeration() error {
 	if o.PostList < 0 || o.PostList > 1024 {
 		return fmt.Errorf("%w: post list %d not in 1..1024", ErrUsage, o.PostList)
 	}
 	if o.PostList > 1 {
-		if t.Lat {
+		if o.Test.Lat {
 			return fmt.Errorf("%w: post list is supported in bandwidth tests only", ErrUsage)
 		}
 		if o.Duration == 0 && o.Iters%o.PostList != 0 {
@@ -358,6 +410,12 @@ func (o *Options) normalize() error {
 	if o.PostList > o.TxDepth {
 		return fmt.Errorf("%w: post list %d longer than the tx depth %d", ErrUsage, o.PostList, o.TxDepth)
 	}
+	return nil
+}
+
+// normalizePort fills in and checks the path's settings: the MTU offered,
+// the outstanding reads accepted, the port and the GID index.
+func (o *Options) normalizePort() error {
 	if o.MTU != 0 && o.MTU.Bytes() == 0 {
 		return fmt.Errorf("%w: MTU %d", ErrUsage, o.MTU)
 	}
@@ -372,12 +430,6 @@ func (o *Options) normalize() error {
 	}
 	if o.GIDIndex < 0 {
 		return fmt.Errorf("%w: GID index %d (RoCE needs a GID)", ErrUsage, o.GIDIndex)
-	}
-	if o.WarmUp && (t.Lat || t.Verb == Send) {
-		return fmt.Errorf("%w: --perform_warm_up is valid in WRITE, READ and atomic bandwidth tests", ErrUsage)
-	}
-	if o.Verify && (o.Duration > 0 || o.All || t.Verb == Atomic) {
-		return fmt.Errorf("%w: --verify applies to SEND, WRITE and READ tests with -n", ErrUsage)
 	}
 	return nil
 }
@@ -585,39 +637,71 @@ func (s *session) setup(pa verbs.PortAttr) (err error) {
 	if s.pd, err = s.vctx.AllocPD(); err != nil {
 		return fmt.Errorf("couldn't allocate a PD: %w", err)
 	}
+	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
+	rx, err := s.regBuffers(access)
+	if err != nil {
+		return err
+	}
+	q := o.QPs
+	if s.cq, err = s.vctx.CreateCQ(q*(max(o.TxDepth, 16)+rx)+1, s.ch); err != nil {
+		return fmt.Errorf("couldn't create a CQ: %w", err)
+	}
+	s.sq = o.TxDepth
+	if o.Test.Lat {
+		s.sq = max(o.TxDepth, 16)
+	}
+	return s.createQPs(pa, gid, qpt, access, rx, s.outReads(da))
+}
+
+// regBuffers allocates and registers the buffer, a slot per QP for its
+// messages out and one for those in, and with Verify in SEND tests the
+// receive slots the messages are checked in. It returns the receives each
+// QP takes: RxDepth in SEND tests, otherwise 1.
+func (s *session) regBuffers(access verbs.AccessFlags) (rx int, err error) {
+	o := &s.o
 	q := o.QPs
 	s.buf = make([]byte, 2*q*s.buff+s.rxHead)
 	packetio.Prefault(s.buf) // the peer's first WRITEs or READ responses then take no page faults
-	access := verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	if s.mr, err = s.pd.RegMR(s.buf, access); err != nil {
-		return fmt.Errorf("couldn't register the buffer: %w", err)
+		return 0, fmt.Errorf("couldn't register the buffer: %w", err)
 	}
-	rx := 1
+	rx = 1
 	if o.Test.Verb == Send {
 		rx = o.RxDepth
 		if o.Verify {
 			s.vbuf = make([]byte, q*rx*inc(s.maxSize+s.grh, s.cacheLine))
 			packetio.Prefault(s.vbuf)
 			if s.vmr, err = s.pd.RegMR(s.vbuf, verbs.AccessLocalWrite); err != nil {
-				return fmt.Errorf("couldn't register the receive slots: %w", err)
+				return 0, fmt.Errorf("couldn't register the receive slots: %w", err)
 			}
 		}
 	}
-	if s.cq, err = s.vctx.CreateCQ(q*(max(o.TxDepth, 16)+rx)+1, s.ch); err != nil {
-		return fmt.Errorf("couldn't create a CQ: %w", err)
-	}
-	outReads := o.OutReads
+	return rx, nil
+}
+
+// outReads is the READs and atomics each QP accepts outstanding, as this
+// side offers it to the peer: Options.OutReads, by default the device's
+// max_qp_rd_atom for READ and atomic tests and 1 for the others, at most
+// the device's.
+func (s *session) outReads(da verbs.DeviceAttr) int {
+	outReads := s.o.OutReads
 	if outReads == 0 {
 		outReads = 1
-		if o.Test.Verb == Read || o.Test.Verb == Atomic {
+		if s.o.Test.Verb == Read || s.o.Test.Verb == Atomic {
 			outReads = da.MaxQPRdAtom
 		}
 	}
-	outReads = min(outReads, da.MaxQPRdAtom, 0xFFFF)
-	s.sq = o.TxDepth
-	if o.Test.Lat {
-		s.sq = max(o.TxDepth, 16)
-	}
+	return min(outReads, da.MaxQPRdAtom, 0xFFFF)
+}
+
+// createQPs creates the QPs of type qpt, with rx receives each, brings
+// them to INIT and records each one's keys for the peer (Outcome.Local):
+// its number, a random PSN, the buffer's R_Key and the address of its
+// slot for the peer's messages, with the port's LID, the GID and
+// outReads.
+func (s *session) createQPs(pa verbs.PortAttr, gid verbs.GID, qpt verbs.QPType, access verbs.AccessFlags, rx, outReads int) error {
+	o := &s.o
+	q := o.QPs
 	for i := 0; i < q; i++ {
 		qp, err := s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, QPType: qpt,
 			Cap: verbs.QPCap{MaxSendWR: uint32(s.sq), MaxRecvWR: uint32(rx), MaxSendSGE: 1, MaxRecvSGE: 1, MaxInlineData: uint32(o.Inline)}})
@@ -730,28 +814,56 @@ func (s *session) sizes() []int {
 // script runs the program's sequence of handshakes, traffic and reports:
 // each perftest program has its own (see its main).
 func (s *session) script(ctx context.Context) error {
-	o := &s.o
-	q := o.QPs
-	each := func() error {
-		for i := 0; i < q; i++ {
-			if err := s.hand(i); err != nil {
+	if err := s.handshakes(); err != nil {
+		return err
+	}
+	o, t := &s.o, s.o.Test
+	switch {
+	case o.Duplex && t.Verb != Send: // write_bw, read_bw, atomic_bw -b
+		return s.scriptDuplex(ctx)
+	case !t.Lat && t.Verb != Send:
+		return s.scriptBW(ctx)
+	case t.Verb == Send:
+		return s.scriptSend(ctx)
+	case t.Verb == Write: // write_lat: no exchange after the test
+		for _, size := range s.sizes() {
+			r, err := s.runWriteLat(ctx, size)
+			if err != nil {
 				return err
 			}
+			s.out.Results = append(s.out.Results, r)
 		}
 		return nil
+	default: // read_lat, atomic_lat: the server only waits
+		if !o.Client {
+			return s.finish()
+		}
+		for _, size := range s.sizes() {
+			r, err := s.runReadAtomicLat(ctx, size)
+			if err != nil {
+				return err
+			}
+			s.out.Results = append(s.out.Results, r)
+		}
+		return s.finish()
 	}
+}
+
+// handshakes runs the program's handshakes before its traffic, the QPs'
+// connection among them, in the program's order. The data goes in place
+// before the peer can reach it: a READ may start as soon as the last
+// handshake is through.
+func (s *session) handshakes() error {
+	o := &s.o
 	var seq []func() error
-	one := func() error { return s.hand(0) }
 	switch {
 	case !o.Test.Lat && o.Test.Verb != Send: // write_bw, read_bw, atomic_bw
-		seq = []func() error{each, s.connect, each, one}
+		seq = []func() error{s.handEach, s.connect, s.handEach, s.handOne}
 	case o.Test.Verb == Send: // send_bw, send_lat
-		seq = []func() error{each, s.connect, one, each}
+		seq = []func() error{s.handEach, s.connect, s.handOne, s.handEach}
 	default: // write_lat, read_lat, atomic_lat
-		seq = []func() error{one, each, s.connect, each, one}
+		seq = []func() error{s.handOne, s.handEach, s.connect, s.handEach, s.handOne}
 	}
-	// The data goes in place before the peer can reach it: a READ may
-	// start as soon as the last handshake is through.
 	s.fill()
 	for i, f := range seq {
 		if i == len(seq)-1 {
@@ -764,131 +876,149 @@ func (s *session) script(ctx context.Context) error {
 			return err
 		}
 	}
-	t := o.Test
-	switch {
-	case o.Duplex && t.Verb != Send: // write_bw, read_bw, atomic_bw -b
-		for _, size := range s.sizes() {
-			if err := one(); err != nil {
+	return nil
+}
+
+// handEach exchanges the keys of every QP, a handshake each.
+func (s *session) handEach() error {
+	for i := 0; i < s.o.QPs; i++ {
+		if err := s.hand(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handOne is a handshake with the first QP's keys alone: the programs'
+// way of keeping the two sides in step.
+func (s *session) handOne() error { return s.hand(0) }
+
+// finish ends the exchange with the peer (perftest.Conn.Finish), waiting
+// up to 2 seconds for the peer's end.
+func (s *session) finish() error { return s.conn.Finish(s.out.Local[0], 2*time.Second) }
+
+// scriptDuplex is write_bw's, read_bw's and atomic_bw's sequence with -b:
+// both sides run each size, after a handshake, and exchange their reports
+// (addPeer).
+func (s *session) scriptDuplex(ctx context.Context) error {
+	for _, size := range s.sizes() {
+		if err := s.handOne(); err != nil {
+			return err
+		}
+		r, err := s.runBW(ctx, size)
+		if err != nil {
+			return err
+		}
+		if s.o.All {
+			// perftest 4.6 and later sync after each size of -a too
+			// (its version, 6.06, is what the peer compares).
+			if err := s.handOne(); err != nil {
 				return err
 			}
-			r, err := s.runBW(ctx, size)
-			if err != nil {
+		}
+		if err := s.addPeer(&r); err != nil {
+			return err
+		}
+	}
+	return s.finish()
+}
+
+// scriptBW is write_bw's, read_bw's and atomic_bw's sequence: the client
+// runs every size, then a handshake and the exchange of reports, in which
+// it sends the last size's figures; the server waits for the handshake,
+// checks what was written, and reports the client's row as its own.
+func (s *session) scriptBW(ctx context.Context) error {
+	o := &s.o
+	if !o.Client {
+		// The client runs; its sync comes when it is done.
+		if err := s.handOne(); err != nil {
+			return err
+		}
+		if err := s.checkTargets(); err != nil {
+			return err
+		}
+		rep, err := s.conn.ExchangeReports(perftest.Report{})
+		if err != nil {
+			return err
+		}
+		s.out.Results = append(s.out.Results, Result{Size: int(rep.Size), Iters: rep.Iters, BWPeak: rep.BWPeak,
+			BWAvg: rep.BWAvg, MsgRate: rep.MsgRate, Remote: true, Verified: o.Verify})
+		return s.finish()
+	}
+	var last Result
+	for _, size := range s.sizes() {
+		r, err := s.runBW(ctx, size)
+		if err != nil {
+			return err
+		}
+		s.out.Results = append(s.out.Results, r)
+		last = r
+	}
+	if err := s.handOne(); err != nil {
+		return err
+	}
+	if _, err := s.conn.ExchangeReports(perftest.Report{Size: uint64(last.Size), Iters: last.Iters,
+		BWPeak: last.BWPeak, BWAvg: last.BWAvg, MsgRate: last.MsgRate}); err != nil {
+		return err
+	}
+	return s.finish()
+}
+
+// scriptSend is send_bw's and send_lat's sequence: for each size the
+// receives are posted where messages come in, a handshake, the run, and
+// under -a (bandwidth) another handshake.
+func (s *session) scriptSend(ctx context.Context) error {
+	o, t := &s.o, s.o.Test
+	sizes := s.sizes()
+	for k, size := range sizes {
+		if !o.Client || t.Lat || o.Duplex {
+			if err := s.postRecvs(size); err != nil {
 				return err
 			}
-			if o.All {
-				// perftest 4.6 and later sync after each size of -a too
-				// (its version, 6.06, is what the peer compares).
-				if err := one(); err != nil {
-					return err
-				}
+		}
+		if err := s.handOne(); err != nil {
+			return err
+		}
+		r, err := s.runSend(ctx, size)
+		if errors.Is(err, ErrUDLoss) && !t.Lat {
+			// The server of send_bw reports what arrived and ends the
+			// exchange as after any run: the client, whose sends all
+			// completed, cannot know of the loss, and ends cleanly.
+			s.out.Results = append(s.out.Results, r)
+			if ferr := s.finish(); ferr != nil {
+				return fmt.Errorf("%w; then: %w", err, ferr)
 			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if o.Duplex {
 			if err := s.addPeer(&r); err != nil {
 				return err
 			}
-		}
-		return s.conn.Finish(s.out.Local[0], 2*time.Second)
-	case !t.Lat && t.Verb != Send:
-		if !o.Client {
-			// The client runs; its sync comes when it is done.
-			if err := one(); err != nil {
-				return err
-			}
-			if err := s.checkTargets(); err != nil {
-				return err
-			}
-			rep, err := s.conn.ExchangeReports(perftest.Report{})
-			if err != nil {
-				return err
-			}
-			s.out.Results = append(s.out.Results, Result{Size: int(rep.Size), Iters: rep.Iters, BWPeak: rep.BWPeak,
-				BWAvg: rep.BWAvg, MsgRate: rep.MsgRate, Remote: true, Verified: o.Verify})
-			return s.conn.Finish(s.out.Local[0], 2*time.Second)
-		}
-		var last Result
-		for _, size := range s.sizes() {
-			r, err := s.runBW(ctx, size)
-			if err != nil {
-				return err
-			}
-			s.out.Results = append(s.out.Results, r)
-			last = r
-		}
-		if err := one(); err != nil {
-			return err
-		}
-		if _, err := s.conn.ExchangeReports(perftest.Report{Size: uint64(last.Size), Iters: last.Iters,
-			BWPeak: last.BWPeak, BWAvg: last.BWAvg, MsgRate: last.MsgRate}); err != nil {
-			return err
-		}
-		return s.conn.Finish(s.out.Local[0], 2*time.Second)
-	case t.Verb == Send:
-		sizes := s.sizes()
-		for k, size := range sizes {
-			if !o.Client || t.Lat || o.Duplex {
-				if err := s.postRecvs(size); err != nil {
-					return err
-				}
-			}
-			if err := one(); err != nil {
-				return err
-			}
-			var r Result
-			var err error
-			if t.Lat {
-				r, err = s.runSendLat(ctx, size)
-			} else if o.Client || o.Duplex {
-				r, err = s.runBW(ctx, size)
-			} else {
-				r, err = s.runSendServer(ctx, size)
-			}
-			if errors.Is(err, ErrUDLoss) && !t.Lat {
-				// The server of send_bw reports what arrived and ends the
-				// exchange as after any run: the client, whose sends all
-				// completed, cannot know of the loss, and ends cleanly.
-				s.out.Results = append(s.out.Results, r)
-				if ferr := s.conn.Finish(s.out.Local[0], 2*time.Second); ferr != nil {
-					return fmt.Errorf("%w; then: %w", err, ferr)
-				}
-				return err
-			}
-			if err != nil {
-				return err
-			}
-			if o.Duplex {
-				if err := s.addPeer(&r); err != nil {
-					return err
-				}
-			} else {
-				s.out.Results = append(s.out.Results, r)
-			}
-			if o.All && !t.Lat && k < len(sizes) {
-				if err := one(); err != nil {
-					return err
-				}
-			}
-		}
-		return s.conn.Finish(s.out.Local[0], 2*time.Second)
-	case t.Verb == Write: // write_lat: no exchange after the test
-		for _, size := range s.sizes() {
-			r, err := s.runWriteLat(ctx, size)
-			if err != nil {
-				return err
-			}
+		} else {
 			s.out.Results = append(s.out.Results, r)
 		}
-		return nil
-	default: // read_lat, atomic_lat: the server only waits
-		if !o.Client {
-			return s.conn.Finish(s.out.Local[0], 2*time.Second)
-		}
-		for _, size := range s.sizes() {
-			r, err := s.runReadAtomicLat(ctx, size)
-			if err != nil {
+		if o.All && !t.Lat && k < len(sizes) {
+			if err := s.handOne(); err != nil {
 				return err
 			}
-			s.out.Results = append(s.out.Results, r)
 		}
-		return s.conn.Finish(s.out.Local[0], 2*time.Second)
+	}
+	return s.finish()
+}
+
+// runSend runs a SEND test's size on this side: send_lat's ping-pong,
+// send_bw's client (with -b, both sides), or send_bw's server.
+func (s *session) runSend(ctx context.Context, size int) (Result, error) {
+	switch {
+	case s.o.Test.Lat:
+		return s.runSendLat(ctx, size)
+	case s.o.Client || s.o.Duplex:
+		return s.runBW(ctx, size)
+	default:
+		return s.runSendServer(ctx, size)
 	}
 }
 

@@ -24,8 +24,20 @@ const ResultLine = "------------------------------------------------------------
 func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 	var b strings.Builder
 	o.normalize() // the settings the run used: the defaults filled in (a bad o never ran)
-	t := o.Test
 	b.WriteString(ResultLine)
+	writeTitle(&b, &o)
+	writeSettings(&b, devName, path, &o, out)
+	b.WriteString(ResultLine)
+	writeAddresses(&b, o.Test, out)
+	b.WriteString(ResultLine)
+	io.WriteString(w, b.String())
+	WriteRows(w, o, out)
+}
+
+// writeTitle prints the report's title line: the verb (for atomics the
+// operation too) and the kind of test.
+func writeTitle(b *strings.Builder, o *Options) {
+	t := o.Test
 	b.WriteString("                    " + testVerbNames[t.Verb] + " ")
 	if t.Verb == Atomic {
 		if o.Atomic == verbs.WRAtomicCmpAndSwp {
@@ -36,75 +48,79 @@ func WriteReport(w io.Writer, devName, path string, o Options, out *Outcome) {
 	}
 	if t.Lat {
 		b.WriteString("Latency Test\n")
-	} else {
-		if o.Duplex {
-			b.WriteString("Bidirectional ")
-		}
-		if o.PostList > 1 {
-			b.WriteString("Post List ")
-		}
-		b.WriteString("BW Test\n")
+		return
 	}
-	qps := o.QPs
-	fmt.Fprintf(&b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
+	if o.Duplex {
+		b.WriteString("Bidirectional ")
+	}
+	if o.PostList > 1 {
+		b.WriteString("Post List ")
+	}
+	b.WriteString("BW Test\n")
+}
+
+// writeSettings prints the test's settings, as those of perftest's report
+// that apply to the test and this side.
+func writeSettings(b *strings.Builder, devName, path string, o *Options, out *Outcome) {
+	t := o.Test
+	fmt.Fprintf(b, " Dual-port       : OFF\t\tDevice         : %s\n", devName)
 	if path != "" {
-		fmt.Fprintf(&b, " Packet path     : %s\n", path)
+		fmt.Fprintf(b, " Packet path     : %s\n", path)
 	}
-	fmt.Fprintf(&b, " Number of qps   : %d\t\tTransport type : IB\n", qps)
+	fmt.Fprintf(b, " Number of qps   : %d\t\tTransport type : IB\n", o.QPs)
 	conn := "RC"
 	if o.UD {
 		conn = "UD"
 	}
-	fmt.Fprintf(&b, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
+	fmt.Fprintf(b, " Connection type : %s\t\tUsing SRQ      : OFF\n", conn)
 	if o.Client || o.Duplex {
-		fmt.Fprintf(&b, " TX depth        : %d\n", o.TxDepth)
+		fmt.Fprintf(b, " TX depth        : %d\n", o.TxDepth)
 		if o.PostList > 1 {
-			fmt.Fprintf(&b, " Post List       : %d\n", o.PostList)
+			fmt.Fprintf(b, " Post List       : %d\n", o.PostList)
 		}
 	}
 	if t.Verb == Send && (!o.Client || t.Lat || o.Duplex) {
-		fmt.Fprintf(&b, " RX depth        : %d\n", o.RxDepth)
+		fmt.Fprintf(b, " RX depth        : %d\n", o.RxDepth)
 	}
 	if !t.Lat {
-		fmt.Fprintf(&b, " CQ Moderation   : %d\n", o.CQMod)
+		fmt.Fprintf(b, " CQ Moderation   : %d\n", o.CQMod)
 	}
-	fmt.Fprintf(&b, " Mtu             : %d[B]\n", out.MTU.Bytes())
+	fmt.Fprintf(b, " Mtu             : %d[B]\n", out.MTU.Bytes())
 	b.WriteString(" Link type       : Ethernet\n")
-	fmt.Fprintf(&b, " GID index       : %d\n", o.GIDIndex)
+	fmt.Fprintf(b, " GID index       : %d\n", o.GIDIndex)
 	if t.Verb == Read || t.Verb == Atomic {
 		if len(out.Local) > 0 {
-			fmt.Fprintf(&b, " Outstand reads  : %d\n", out.Local[0].OutReads)
+			fmt.Fprintf(b, " Outstand reads  : %d\n", out.Local[0].OutReads)
 		}
 	} else {
-		fmt.Fprintf(&b, " Max inline data : %d[B]\n", o.Inline)
+		fmt.Fprintf(b, " Max inline data : %d[B]\n", o.Inline)
 	}
 	if out.RDMACM {
 		b.WriteString(" rdma_cm QPs\t : ON\n Data ex. method : rdma_cm\n")
 	} else {
 		b.WriteString(" rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n")
 	}
-	b.WriteString(ResultLine)
-	// As ctx_print_pingpong_data: READ adds the outstanding reads, READ and
-	// WRITE the R_Key and address; SEND and atomics print neither. Under
-	// -R perftest prints the basic format only (its exchange's verb is
-	// SEND).
+}
+
+// writeAddresses prints this side's keys and GID for each QP, then the
+// peer's it received, as ctx_print_pingpong_data: READ adds the
+// outstanding reads, READ and WRITE the R_Key and address; SEND and
+// atomics print neither. Under -R perftest prints the basic format only
+// (its exchange's verb is SEND).
+func writeAddresses(b *strings.Builder, t Test, out *Outcome) {
 	rdma := (t.Verb == Write || t.Verb == Read) && !out.RDMACM
 	outs := t.Verb == Read && !out.RDMACM
-	for i, d := range out.Local {
-		fmt.Fprintf(&b, " local address: %s\n", d.Format(rdma, outs))
-		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
-		_ = i
+	for _, d := range out.Local {
+		fmt.Fprintf(b, " local address: %s\n", d.Format(rdma, outs))
+		fmt.Fprintf(b, " GID: %s\n", perftest.FormatGID(d.GID))
 	}
 	for _, d := range out.Remote {
 		if d.QPN == 0 && d.GID == (verbs.GID{}) {
 			continue
 		}
-		fmt.Fprintf(&b, " remote address: %s\n", d.Format(rdma, outs))
-		fmt.Fprintf(&b, " GID: %s\n", perftest.FormatGID(d.GID))
+		fmt.Fprintf(b, " remote address: %s\n", d.Format(rdma, outs))
+		fmt.Fprintf(b, " GID: %s\n", perftest.FormatGID(d.GID))
 	}
-	b.WriteString(ResultLine)
-	io.WriteString(w, b.String())
-	WriteRows(w, o, out)
 }
 
 // WriteRows prints the result table and the lines that follow it.

@@ -205,69 +205,105 @@ func wcError(w *verbs.WC, what string, n uint64) error {
 // too, and the server posts nothing before the first has arrived, so that
 // its clock starts with the client's).
 func (s *session) runBW(ctx context.Context, size int) (Result, error) {
-	o := &s.o
-	q := len(s.qps)
-	n := uint64(o.Iters)
-	timed := o.Duration > 0
-	var tposted, tcompleted []int64
-	if !timed {
-		tposted = timestamps(int(n) * q)
-		tcompleted = timestamps(int(n) * q)
-		runtime.GC() // as before the last handshake (script), for these arrays
-	}
-	scnt := make([]uint64, q)
-	ccnt := make([]uint64, q)
-	lastSig := make([]uint64, q)
-	cursors := make([]slotCursor, q)
-	toSig := make([]int, q) // posts until the next signaled one (CQ moderation)
-	for i := range cursors {
-		cursors[i], toSig[i] = newSlotCursor(size, s.cycle, s.cacheLine), o.CQMod
-	}
-	// A post is a list of PostList work requests (-l; one by default),
-	// each with its own SGE.
-	pl := max(o.PostList, 1)
-	sges := make([]verbs.SGE, pl)
-	wrs := make([]verbs.SendWR, pl)
-	opcode := map[Verb]verbs.WROpcode{Send: verbs.WRSend, Write: verbs.WRRDMAWrite, Read: verbs.WRRDMARead, Atomic: o.Atomic}[o.Test.Verb]
-	for j := range wrs {
-		wrs[j] = verbs.SendWR{Opcode: opcode, SGList: sges[j : j+1]}
-		if s.ahs != nil {
-			wrs[j].RemoteQKey = UDQKey
-		}
-		if opcode == verbs.WRAtomicFetchAndAdd {
-			wrs[j].CompareAdd = 1 // ATOMIC_ADD_VALUE
-		}
-	}
-	inline := s.inline(size)
-	base := s.mr.Addr()
-	if o.WarmUp {
-		if err := s.warmUp(ctx, wrs[:1], size); err != nil {
+	b := s.newBWRun(size)
+	if s.o.WarmUp {
+		if err := s.warmUp(ctx, b.wrs[:1], size); err != nil {
 			return Result{}, err
 		}
 	}
-	clk := newClock()
-	w := waiter{s: s, clk: clk}
-	pr := progress{s: s, clk: clk}
-	var deadline int64
-	wctx := ctx // a timed run's ends at its time: a sleep on the channel must not outlast it
-	if timed {
-		deadline = int64(o.Duration)
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, o.Duration)
-		defer cancel()
+	completed, first, lastDone, err := s.bwLoop(ctx, &b, size)
+	if err != nil {
+		return Result{}, err
 	}
-	var posted, completed, sigOut uint64
+	return s.bwResult(size, completed, lastDone-first, &b)
+}
+
+// bwRun is what a bandwidth test's loop (bwLoop) posts and counts with: the
+// work requests of a post and their SGEs; per QP the messages posted and
+// completed, the count at its last signaled work request (a completion's
+// WRID counts the messages since), the posts until its next signaled one
+// (CQ moderation), where in its slot its next message goes, and with
+// Duplex SEND the messages received; and unless the run is timed, the
+// times each message was posted and completed (perftest's tposted and
+// tcompleted).
+type bwRun struct {
+	sges                []verbs.SGE
+	wrs                 []verbs.SendWR
+	scnt, ccnt, lastSig []uint64
+	toSig               []int
+	cursors             []slotCursor
+	rcnt                []uint64
+	tposted, tcompleted []int64
+}
+
+// newBWRun makes a bandwidth test's counts and work requests for messages
+// of size bytes. A post is a list of PostList work requests (-l; one by
+// default), each with its own SGE. With Verify a SEND test sends every
+// message from the start of its slot, whose bytes the receiver checks
+// against the pattern from its first on: its cursors stay at 0.
+func (s *session) newBWRun(size int) bwRun {
+	o := &s.o
+	q := len(s.qps)
+	var b bwRun
+	if o.Duration == 0 {
+		b.tposted = timestamps(o.Iters * q)
+		b.tcompleted = timestamps(o.Iters * q)
+		runtime.GC() // as before the last handshake (script), for these arrays
+	}
+	b.scnt, b.ccnt, b.lastSig = make([]uint64, q), make([]uint64, q), make([]uint64, q)
+	b.cursors, b.toSig = make([]slotCursor, q), make([]int, q)
+	for i := range b.cursors {
+		b.toSig[i] = o.CQMod
+		if !o.Verify || o.Test.Verb != Send {
+			b.cursors[i] = newSlotCursor(size, s.cycle, s.cacheLine)
+		}
+	}
+	pl := max(o.PostList, 1)
+	b.sges, b.wrs = make([]verbs.SGE, pl), make([]verbs.SendWR, pl)
+	opcode := map[Verb]verbs.WROpcode{Send: verbs.WRSend, Write: verbs.WRRDMAWrite, Read: verbs.WRRDMARead, Atomic: o.Atomic}[o.Test.Verb]
+	for j := range b.wrs {
+		b.wrs[j] = verbs.SendWR{Opcode: opcode, SGList: b.sges[j : j+1]}
+		if s.ahs != nil {
+			b.wrs[j].RemoteQKey = UDQKey
+		}
+		if opcode == verbs.WRAtomicFetchAndAdd {
+			b.wrs[j].CompareAdd = 1 // ATOMIC_ADD_VALUE
+		}
+	}
+	if o.Duplex && o.Test.Verb == Send {
+		b.rcnt = make([]uint64, q)
+	}
+	return b
+}
+
+// bwLoop is a bandwidth test's traffic, timed from its first post: it
+// keeps every QP's window full, a post of PostList work requests at a
+// time, and takes the completions, until all messages have completed
+// (with Duplex SEND, all of the peer's have arrived too) or a timed run's
+// time is up. It returns the messages completed, the time of the first
+// post and that of the last completion. Its counts are local variables
+// (the slices of b copied in), as the loop runs once per post. It is one
+// function of about 100 lines on purpose: split into a post step and a
+// completion step, each pass would make two more calls the compiler does
+// not inline, inside the loop the report times.
+func (s *session) bwLoop(ctx context.Context, b *bwRun, size int) (uint64, int64, int64, error) {
+	o := &s.o
+	q, n, timed, total := len(s.qps), uint64(o.Iters), o.Duration > 0, uint64(o.Iters*len(s.qps))
+	scnt, ccnt, lastSig, toSig, cursors := b.scnt, b.ccnt, b.lastSig, b.toSig, b.cursors
+	sges, wrs, rcnt, tposted, tcompleted := b.sges, b.wrs, b.rcnt, b.tposted, b.tcompleted
+	pl, inline, base := len(wrs), s.inline(size), s.mr.Addr()
+	clk := newClock()
+	w, pr := waiter{s: s, clk: clk}, progress{s: s, clk: clk}
+	deadline := int64(o.Duration) // 0 unless timed
+	wctx, cancel := waitContext(ctx, o.Duration)
+	defer cancel()
+	var posted, completed, sigOut, got uint64 // got: messages received (Duplex SEND)
 	var first, lastDone int64 = -1, 0
 	bi := o.Duplex && o.Test.Verb == Send
-	var rcnt []uint64
-	var got uint64 // messages received (bi)
 	hold := bi && !o.Client
-	if bi {
-		rcnt = make([]uint64, q)
-	}
 	for {
 		stopPosting := timed && clk.now() >= deadline || hold
-		if !timed && completed == n*uint64(q) && (!bi || got == n*uint64(q)) || timed && stopPosting && (sigOut == 0 || o.Test.Verb == Send) {
+		if !timed && completed == total && (!bi || got == total) || timed && stopPosting && (sigOut == 0 || o.Test.Verb == Send) {
 			// A timed SEND ends at its time, as perftest's: the last
 			// messages may wait for receives the server, on its own
 			// clock, no longer posts.
@@ -280,9 +316,6 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 				sig := 0
 				for j := range wrs {
 					off := cursors[i].next()
-					if o.Verify && o.Test.Verb == Send {
-						off = 0
-					}
 					sges[j] = verbs.SGE{Addr: base + uint64(i*s.buff+off), Length: uint32(size), LKey: s.mr.LKey()}
 					wr := &wrs[j]
 					wr.RemoteAddr, wr.RKey = r.VAddr+uint64(off), r.RKey
@@ -300,58 +333,42 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 					}
 				}
 				if _, err := s.qps[i].PostSend(wrs); err != nil {
-					return Result{}, fmt.Errorf("couldn't post send: QP %d, scnt=%d: %w", i, scnt[i], err)
+					return 0, 0, 0, fmt.Errorf("couldn't post send: QP %d, scnt=%d: %w", i, scnt[i], err)
 				}
 				t := clk.now()
 				if first < 0 {
 					first = t
 				}
-				if !timed {
-					for range pl {
-						tposted[posted] = t
-						posted++
-					}
-				} else {
-					posted += uint64(pl)
-				}
+				posted = stamp(tposted, posted, uint64(pl), t, timed)
 				sigOut += uint64(sig)
 				scnt[i] += uint64(pl)
 				progressed = true
 			}
 		}
-		k := s.cq.Poll(s.wc[:])
-		if k > 0 {
+		if k := s.cq.Poll(s.wc[:]); k > 0 {
 			t := clk.now()
 			for j := 0; j < k; j++ {
 				wc := &s.wc[j]
 				if wc.Status != verbs.WCSuccess {
-					return Result{}, wcError(wc, "completions", completed)
+					return 0, 0, 0, wcError(wc, "completions", completed)
 				}
 				if bi && wc.Opcode == verbs.WCRecv {
 					if err := s.received(wc, rcnt, size); err != nil {
-						return Result{}, err
+						return 0, 0, 0, err
 					}
-					got++
-					hold = false
+					got, hold = got+1, false
 					continue
 				}
-				i := int(wc.WRID >> 32)
-				c := wc.WRID & 0xFFFFFFFF
+				i, c := int(wc.WRID>>32), wc.WRID&0xFFFFFFFF
 				if i >= q || ccnt[i]+c > scnt[i] {
-					return Result{}, fmt.Errorf("completion for an unknown work request %#x", wc.WRID)
+					return 0, 0, 0, fmt.Errorf("completion for an unknown work request %#x", wc.WRID)
 				}
 				ccnt[i] += c
 				sigOut--
-				for ; c > 0; c-- {
-					if !timed {
-						tcompleted[completed] = t
-					}
-					completed++
-				}
-				lastDone = t
+				completed, lastDone = stamp(tcompleted, completed, c, t, timed), t
 			}
 			progressed = true
-			pr.tick(completed, n*uint64(q), size)
+			pr.tick(completed, total, size)
 		}
 		if progressed {
 			w.busy()
@@ -361,15 +378,56 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 			if timed && ctx.Err() == nil {
 				continue // the time is up: the loop's test ends the run
 			}
-			if bi {
-				return Result{}, fmt.Errorf("waiting for completions (%d of %d done, %d of %d messages received): %w", completed, posted, got, n*uint64(q), err)
-			}
-			return Result{}, fmt.Errorf("waiting for completions (%d of %d done): %w", completed, posted, err)
+			return 0, 0, 0, bwWaitError(err, bi, completed, posted, got, total)
 		}
-		pr.tick(completed, n*uint64(q), size)
+		pr.tick(completed, total, size)
 	}
+	return completed, first, lastDone, nil
+}
+
+// stamp records the time t of the k messages from the at-th on in ts,
+// unless the run is timed (and keeps no times), and returns the count
+// after them. It runs for every post and completion: it must stay small
+// enough to be inlined.
+func stamp(ts []int64, at, k uint64, t int64, timed bool) uint64 {
+	if timed {
+		return at + k
+	}
+	for ; k > 0; k-- {
+		ts[at] = t
+		at++
+	}
+	return at
+}
+
+// waitContext is the context a bandwidth test's waits use: a timed run's
+// (d > 0) ends at its time, so that a sleep on the completion channel does
+// not outlast it.
+func waitContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
+// bwWaitError is the error of a bandwidth test whose wait for completions
+// failed: how many of the messages posted had completed, and with Duplex
+// SEND how many of the peer's had arrived.
+func bwWaitError(err error, bi bool, completed, posted, got, total uint64) error {
+	if bi {
+		return fmt.Errorf("waiting for completions (%d of %d done, %d of %d messages received): %w", completed, posted, got, total, err)
+	}
+	return fmt.Errorf("waiting for completions (%d of %d done): %w", completed, posted, err)
+}
+
+// bwResult is the client's row of a bandwidth test (print_report_bw):
+// the average over span, the nanoseconds from the first post to the last
+// completion; unless timed, the peak (print_report_bw's search, skipped
+// with -N) and what was verified.
+func (s *session) bwResult(size int, completed uint64, span int64, b *bwRun) (Result, error) {
+	o := &s.o
 	r := Result{Size: size, Iters: completed}
-	el := float64(lastDone-first) / 1e9
+	el := float64(span) / 1e9
 	if el <= 0 {
 		el = 1e-9
 	}
@@ -379,22 +437,23 @@ func (s *session) runBW(ctx context.Context, size int) (Result, error) {
 	}
 	r.BWAvg = float64(size) * float64(completed) / el / unit
 	r.MsgRate = float64(completed) / el / 1e6
-	if !timed {
-		if !o.NoPeak { // -N: no search, peak 0, as perftest prints it
-			if best := peakDelta(tposted, tcompleted, o.CQMod); best > 0 {
-				r.BWPeak = float64(size) / (best / 1e9) / unit
-			}
-		}
-		if o.Verify && o.Test.Verb == Read {
-			if err := s.checkSlots(0, size); err != nil {
-				return r, err
-			}
-			r.Verified = true
-		}
-		// The server checks WRITE and SEND data before its last handshake
-		// and fails it on a mismatch: a client that gets past it knows.
-		r.Verified = r.Verified || o.Verify && (o.Test.Verb == Write || o.Test.Verb == Send)
+	if o.Duration > 0 {
+		return r, nil
 	}
+	if !o.NoPeak { // -N: no search, peak 0, as perftest prints it
+		if best := peakDelta(b.tposted, b.tcompleted, o.CQMod); best > 0 {
+			r.BWPeak = float64(size) / (best / 1e9) / unit
+		}
+	}
+	if o.Verify && o.Test.Verb == Read {
+		if err := s.checkSlots(0, size); err != nil {
+			return r, err
+		}
+		r.Verified = true
+	}
+	// The server checks WRITE and SEND data before its last handshake
+	// and fails it on a mismatch: a client that gets past it knows.
+	r.Verified = r.Verified || o.Verify && (o.Test.Verb == Write || o.Test.Verb == Send)
 	return r, nil
 }
 
@@ -757,85 +816,29 @@ func latResult(size int, tposted []int64, rtt float64) Result {
 // first; each side sends once it has received.
 func (s *session) runSendLat(ctx context.Context, size int) (Result, error) {
 	o := &s.o
-	n := uint64(o.Iters)
 	timed := o.Duration > 0
-	var tposted []int64
-	if timed {
-		n = math.MaxUint64 >> 1 // until the time is up
-	} else {
-		tposted = timestamps(int(n))
-	}
-	rcnt := make([]uint64, 1)
-	var sges [1]verbs.SGE
-	var wrs [1]verbs.SendWR
-	off := 0
-	sges[0] = verbs.SGE{Addr: s.mr.Addr() + uint64(off), Length: uint32(size), LKey: s.mr.LKey()}
-	wrs[0] = verbs.SendWR{Opcode: verbs.WRSend, Flags: verbs.SendSignaled | s.inline(size), SGList: sges[:]}
-	if s.ahs != nil {
-		wrs[0].AH, wrs[0].RemoteQPN, wrs[0].RemoteQKey = s.ahs[0], s.out.Remote[0].QPN, UDQKey
-	}
+	n, tposted := s.pingPongCount()
+	wrs := s.pingPongWR(verbs.WRSend, size)
 	clk := newClock()
-	w := waiter{s: s, clk: clk}
-	pr := progress{s: s, clk: clk}
-	var scnt, ccnt uint64
-	wctx := ctx
-	var sil *silence
-	if o.UD {
-		sil = newSilence(ctx)
-		defer sil.stop()
-		wctx = sil.ctx
-	}
-	tm := timer{o: o, clk: clk}
-	poll := func() error {
-		k := s.cq.Poll(s.wc[:])
-		for j := 0; j < k; j++ {
-			wc := &s.wc[j]
-			if wc.Status != verbs.WCSuccess {
-				return wcError(wc, "messages received", rcnt[0])
-			}
-			if wc.Opcode == verbs.WCRecv {
-				if err := s.received(wc, rcnt, size); err != nil {
-					return err
-				}
-			} else {
-				ccnt++
-			}
-		}
-		if k > 0 {
-			w.busy()
-			pr.tick(rcnt[0], n, size)
-			if sil != nil {
-				sil.heard()
-			}
-			return nil
-		}
-		err := w.idle(tm.ctx(wctx))
-		if err != nil && sil != nil && sil.fell(ctx) {
-			return fmt.Errorf("%w: nothing for %v after %d of %d messages received and %d sent", ErrUDLoss, UDQuiet, rcnt[0], n, scnt)
-		}
-		if err != nil && tm.up(ctx) {
-			return errTimeUp
-		}
-		return err
-	}
-	defer tm.stop()
+	l := s.newSendLat(ctx, clk, size, n)
+	defer l.stop()
 loop:
-	for scnt < n || rcnt[0] < n || ccnt < scnt {
-		if tm.up(ctx) {
+	for l.scnt < n || l.rcnt[0] < n || l.ccnt < l.scnt {
+		if l.tm.up(ctx) {
 			break
 		}
-		if rcnt[0] < n && !(scnt < 1 && o.Client) {
-			for rcnt[0] < scnt+boolInt(!o.Client) && rcnt[0] < n {
-				if err := poll(); errors.Is(err, errTimeUp) {
+		if l.rcnt[0] < n && !(l.scnt < 1 && o.Client) {
+			for l.rcnt[0] < l.scnt+boolInt(!o.Client) && l.rcnt[0] < n {
+				if err := l.poll(); errors.Is(err, errTimeUp) {
 					break loop
 				} else if err != nil {
-					return Result{}, fmt.Errorf("waiting for message %d: %w", rcnt[0]+1, err)
+					return Result{}, fmt.Errorf("waiting for message %d: %w", l.rcnt[0]+1, err)
 				}
 			}
 		}
-		if scnt < n {
-			for scnt-ccnt >= uint64(s.sqDepth()) {
-				if err := poll(); errors.Is(err, errTimeUp) {
+		if l.scnt < n {
+			for l.scnt-l.ccnt >= uint64(s.sqDepth()) {
+				if err := l.poll(); errors.Is(err, errTimeUp) {
 					break loop
 				} else if err != nil {
 					return Result{}, fmt.Errorf("waiting for a send completion: %w", err)
@@ -843,26 +846,130 @@ loop:
 			}
 			t := clk.now()
 			if timed {
-				tm.begin(ctx, t)
+				l.tm.begin(ctx, t)
 			} else {
-				tposted[scnt] = t
+				tposted[l.scnt] = t
 			}
-			if _, err := s.qps[0].PostSend(wrs[:]); err != nil {
-				return Result{}, fmt.Errorf("couldn't post send: scnt=%d: %w", scnt, err)
+			if _, err := s.qps[0].PostSend(wrs); err != nil {
+				return Result{}, fmt.Errorf("couldn't post send: scnt=%d: %w", l.scnt, err)
 			}
-			scnt++
+			l.scnt++
 			continue
 		}
-		if err := poll(); err != nil {
-			return Result{}, fmt.Errorf("finishing (%d of %d received, %d of %d sends completed): %w", rcnt[0], n, ccnt, scnt, err)
+		if err := l.poll(); err != nil {
+			return Result{}, fmt.Errorf("finishing (%d of %d received, %d of %d sends completed): %w", l.rcnt[0], n, l.ccnt, l.scnt, err)
 		}
 	}
 	if timed {
-		return tm.result(size, ccnt, 2), nil
+		return l.tm.result(size, l.ccnt, 2), nil
 	}
 	r := latResult(size, tposted, 2)
 	r.Verified = o.Verify
 	return r, nil
+}
+
+// pingPongCount is the number of exchanges of a SEND or WRITE ping-pong
+// and the room for the time of each send. A timed run exchanges until its
+// time is up (write_lat's count byte wrapping around) and keeps no times.
+func (s *session) pingPongCount() (uint64, []int64) {
+	if s.o.Duration > 0 {
+		return math.MaxUint64 >> 1, nil
+	}
+	return uint64(s.o.Iters), timestamps(s.o.Iters)
+}
+
+// pingPongWR is the work request a SEND or WRITE ping-pong posts for each
+// of its messages: size bytes from the start of the buffer, signaled, and
+// inline when they fit; a WRITE's aimed at the peer's first slot, a UD
+// SEND's at the peer's QP through its AH.
+func (s *session) pingPongWR(op verbs.WROpcode, size int) []verbs.SendWR {
+	sges := []verbs.SGE{{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}}
+	wrs := []verbs.SendWR{{Opcode: op, Flags: verbs.SendSignaled | s.inline(size), SGList: sges}}
+	r0 := &s.out.Remote[0]
+	if op == verbs.WRRDMAWrite {
+		wrs[0].RemoteAddr, wrs[0].RKey = r0.VAddr, r0.RKey
+	}
+	if s.ahs != nil {
+		wrs[0].AH, wrs[0].RemoteQPN, wrs[0].RemoteQKey = s.ahs[0], r0.QPN, UDQKey
+	}
+	return wrs
+}
+
+// sendLat is what send_lat's ping-pong (runSendLat) counts and its waits
+// (poll) answer to: the n exchanges of size bytes; the messages sent,
+// received and whose sends completed; the run's context, and the one a
+// wait uses (under UD the watch's for loss, sil, which ends it after
+// UDQuiet without a message).
+type sendLat struct {
+	s          *session
+	size       int
+	n          uint64
+	scnt, ccnt uint64
+	rcnt       []uint64 // the one QP's, as session.received counts them
+	w          waiter
+	pr         progress
+	tm         timer
+	sil        *silence
+	ctx, wctx  context.Context
+}
+
+// newSendLat prepares send_lat's ping-pong of n exchanges of size bytes,
+// on clk; under UD it starts the watch for loss, which stop ends.
+func (s *session) newSendLat(ctx context.Context, clk clock, size int, n uint64) sendLat {
+	l := sendLat{s: s, size: size, n: n, rcnt: make([]uint64, 1), w: waiter{s: s, clk: clk},
+		pr: progress{s: s, clk: clk}, ctx: ctx, wctx: ctx}
+	if s.o.UD {
+		l.sil = newSilence(ctx)
+		l.wctx = l.sil.ctx
+	}
+	l.tm = timer{o: &s.o, clk: clk}
+	return l
+}
+
+// stop ends the timed run's clock and the UD watch.
+func (l *sendLat) stop() {
+	l.tm.stop()
+	if l.sil != nil {
+		l.sil.stop()
+	}
+}
+
+// poll takes the completions there are, messages received (their receives
+// reposted) and sends completed, or waits when there are none. A UD test
+// that hears nothing for UDQuiet fails with ErrUDLoss; a wait that a timed
+// run's time ends returns errTimeUp.
+func (l *sendLat) poll() error {
+	s := l.s
+	k := s.cq.Poll(s.wc[:])
+	for j := 0; j < k; j++ {
+		wc := &s.wc[j]
+		if wc.Status != verbs.WCSuccess {
+			return wcError(wc, "messages received", l.rcnt[0])
+		}
+		if wc.Opcode == verbs.WCRecv {
+			if err := s.received(wc, l.rcnt, l.size); err != nil {
+				return err
+			}
+		} else {
+			l.ccnt++
+		}
+	}
+	if k > 0 {
+		l.w.busy()
+		l.pr.tick(l.rcnt[0], l.n, l.size)
+		if l.sil != nil {
+			l.sil.heard()
+		}
+		return nil
+	}
+	err := l.w.idle(l.tm.ctx(l.wctx))
+	if err != nil && l.sil != nil && l.sil.fell(l.ctx) {
+		return fmt.Errorf("%w: nothing for %v after %d of %d messages received and %d sent", ErrUDLoss, UDQuiet, l.rcnt[0], l.n, l.scnt)
+	}
+	if err != nil && l.tm.up(l.ctx) {
+		return errTimeUp
+	}
+	return err
 }
 
 // errTimeUp ends a timed ping-pong's wait: its time is up.
@@ -941,39 +1048,53 @@ func (s *session) sqDepth() int { return s.sq }
 // writes first.
 func (s *session) runWriteLat(ctx context.Context, size int) (Result, error) {
 	o := &s.o
-	n := uint64(o.Iters)
-	timed := o.Duration > 0
-	var tposted []int64
-	if timed {
-		n = math.MaxUint64 >> 1 // until the time is up (the count byte wraps)
-	} else {
-		tposted = timestamps(int(n))
-	}
-	postIdx := size - 1
-	pollIdx := o.QPs*s.buff + size - 1
-	var sges [1]verbs.SGE
-	var wrs [1]verbs.SendWR
-	sges[0] = verbs.SGE{Addr: s.mr.Addr(), Length: uint32(size), LKey: s.mr.LKey()}
-	r0 := &s.out.Remote[0]
-	wrs[0] = verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | s.inline(size), SGList: sges[:], RemoteAddr: r0.VAddr, RKey: r0.RKey}
+	n, tposted := s.pingPongCount()
 	clk := newClock()
-	pr := progress{s: s, clk: clk}
-	tm := timer{o: o, clk: clk}
-	defer tm.stop()
-	var scnt, rcnt, ccnt uint64
-	pollCQ := func() error {
-		k := s.cq.Poll(s.wc[:])
-		for j := 0; j < k; j++ {
-			if s.wc[j].Status != verbs.WCSuccess {
-				return wcError(&s.wc[j], "writes completed", ccnt)
-			}
-			ccnt++
-		}
-		return nil
+	l := writeLat{s: s, size: size, n: n, wrs: s.pingPongWR(verbs.WRRDMAWrite, size), tposted: tposted,
+		pr: progress{s: s, clk: clk}, tm: timer{o: o, clk: clk}}
+	defer l.tm.stop()
+	if err := l.exchange(ctx); err != nil {
+		return Result{}, err
 	}
+	if o.Duration > 0 {
+		return l.tm.result(size, l.ccnt, 2), nil
+	}
+	r := latResult(size, tposted, 2)
+	if o.Verify {
+		if err := s.checkPeerWrite(size); err != nil {
+			return r, err
+		}
+		r.Verified = true
+	}
+	return r, nil
+}
+
+// writeLat is what write_lat's ping-pong (runWriteLat) posts and counts: n
+// exchanges of size bytes, each a post of wrs, the time of each in tposted
+// (untimed), and the completions of this side's writes.
+type writeLat struct {
+	s       *session
+	size    int
+	n       uint64
+	wrs     []verbs.SendWR
+	tposted []int64
+	ccnt    uint64
+	pr      progress
+	tm      timer
+}
+
+// exchange runs the ping-pong: each exchange waits for the peer's count
+// to appear (the server's first excepted), then writes its own, until n
+// have been made or a timed run's time is up. Its counts of writes posted
+// and received are local variables, as the loop runs once per message.
+func (l *writeLat) exchange(ctx context.Context) error {
+	s, o := l.s, &l.s.o
+	n, size, timed, clk, tposted := l.n, l.size, o.Duration > 0, l.tm.clk, l.tposted
+	postIdx, pollIdx := size-1, o.QPs*s.buff+size-1
+	var scnt, rcnt uint64
 loop:
-	for scnt < n || ccnt < n || rcnt < n {
-		if tm.up(ctx) {
+	for scnt < n || l.ccnt < n || rcnt < n {
+		if l.tm.up(ctx) {
 			break
 		}
 		if rcnt < n && !(scnt < 1 && !o.Client) {
@@ -981,22 +1102,16 @@ loop:
 			var since int64
 			for spins := 0; loadByte(s.buf, pollIdx) != byte(rcnt); spins++ {
 				if spins%64 == 63 {
-					if err := pollCQ(); err != nil {
-						return Result{}, err
+					if err := l.pollCQ(); err != nil {
+						return err
 					}
 					if err := ctx.Err(); err != nil {
-						return Result{}, fmt.Errorf("waiting for write %d: %w", rcnt, err)
+						return fmt.Errorf("waiting for write %d: %w", rcnt, err)
 					}
-					if tm.up(ctx) {
+					if l.tm.up(ctx) {
 						break loop
 					}
-					// Spin for 50 µs, then nap between looks: a loop that
-					// never blocks keeps a processor from the device's
-					// driver and the network poller, and a late write then
-					// waits for the runtime's 10 ms safety net.
-					if now := clk.now(); since == 0 {
-						since = now
-					} else if !o.Busy && now-since > int64(50*time.Microsecond) {
+					if napTime(&since, clk.now(), o.Busy) {
 						time.Sleep(time.Microsecond)
 						continue
 					}
@@ -1005,58 +1120,84 @@ loop:
 			}
 		}
 		if scnt < n {
-			for scnt-ccnt >= uint64(s.sqDepth()) {
-				if err := pollCQ(); err != nil {
-					return Result{}, err
+			for scnt-l.ccnt >= uint64(s.sqDepth()) {
+				if err := l.pollCQ(); err != nil {
+					return err
 				}
 				if err := ctx.Err(); err != nil {
-					return Result{}, fmt.Errorf("waiting for a write completion: %w", err)
+					return fmt.Errorf("waiting for a write completion: %w", err)
 				}
-				if tm.up(ctx) {
+				if l.tm.up(ctx) {
 					break loop
 				}
 				runtime.Gosched()
 			}
 			if t := clk.now(); timed {
-				tm.begin(ctx, t)
+				l.tm.begin(ctx, t)
 			} else {
 				tposted[scnt] = t
 			}
 			scnt++
 			storeByte(s.buf, postIdx, byte(scnt))
-			if _, err := s.qps[0].PostSend(wrs[:]); err != nil {
-				return Result{}, fmt.Errorf("couldn't post write: scnt=%d: %w", scnt, err)
+			if _, err := s.qps[0].PostSend(l.wrs); err != nil {
+				return fmt.Errorf("couldn't post write: scnt=%d: %w", scnt, err)
 			}
 			if !timed {
-				pr.tick(scnt, n, size)
+				l.pr.tick(scnt, n, size)
 			}
 		}
-		if err := pollCQ(); err != nil {
-			return Result{}, err
+		if err := l.pollCQ(); err != nil {
+			return err
 		}
-		if scnt == n && rcnt == n && ccnt < n {
+		if scnt == n && rcnt == n && l.ccnt < n {
 			if err := ctx.Err(); err != nil {
-				return Result{}, fmt.Errorf("waiting for the last write completions: %w", err)
+				return fmt.Errorf("waiting for the last write completions: %w", err)
 			}
 			runtime.Gosched()
 		}
 	}
-	if timed {
-		return tm.result(size, ccnt, 2), nil
+	return nil
+}
+
+// napTime reports whether write_lat's wait for the peer's count, looking
+// again at now, should nap a microsecond rather than yield. since is the
+// time of its first look; 0 before it, and this look then sets it. The
+// wait spins for 50 µs, then naps between looks unless busy: a loop that
+// never blocks keeps a processor from the device's driver and the network
+// poller, and a late write then waits for the runtime's 10 ms safety net.
+// It runs in the wait's loop: it must stay small enough to be inlined.
+func napTime(since *int64, now int64, busy bool) bool {
+	if *since == 0 {
+		*since = now
+		return false
 	}
-	r := latResult(size, tposted, 2)
-	if o.Verify {
-		// What the peer wrote, but for its count in the last byte.
-		s.syncDevice()
-		slot := s.buf[o.QPs*s.buff:]
-		for off := 0; off < size-1; off++ {
-			if slot[off] != pattern(off) {
-				return r, fmt.Errorf("%w: byte %d written by the peer is %#02x, want %#02x", ErrVerify, off, slot[off], pattern(off))
-			}
+	return !busy && now-*since > int64(50*time.Microsecond)
+}
+
+// pollCQ counts the completions of this side's writes.
+func (l *writeLat) pollCQ() error {
+	s := l.s
+	k := s.cq.Poll(s.wc[:])
+	for j := 0; j < k; j++ {
+		if s.wc[j].Status != verbs.WCSuccess {
+			return wcError(&s.wc[j], "writes completed", l.ccnt)
 		}
-		r.Verified = true
+		l.ccnt++
 	}
-	return r, nil
+	return nil
+}
+
+// checkPeerWrite verifies what the peer of write_lat wrote into this
+// side's slot, but for its count in the last byte.
+func (s *session) checkPeerWrite(size int) error {
+	s.syncDevice()
+	slot := s.buf[s.o.QPs*s.buff:]
+	for off := 0; off < size-1; off++ {
+		if slot[off] != pattern(off) {
+			return fmt.Errorf("%w: byte %d written by the peer is %#02x, want %#02x", ErrVerify, off, slot[off], pattern(off))
+		}
+	}
+	return nil
 }
 
 // runReadAtomicLat is read_lat's and atomic_lat's loop (run_iter_lat): one
