@@ -103,6 +103,12 @@ func (qp *QP) windowOpen(psn wire.PSN, span uint32, take bool) bool {
 // WQE at r.next given its PSNs when it starts (startWQE), the packet's
 // headers and payload built, the packet sealed, the cursor and
 // the local ACK timer advanced.
+//
+// It is the sender's hot path and stays one function of about 140 lines
+// on purpose: split into a prologue (the WQE and the window), a payload
+// gather and an epilogue (the counters, the cursor, the timer), three
+// calls a packet the compiler does not inline, it cost 6 ns a work request
+// in BenchmarkPostPoll (169 against 163 ns, 8 interleaved runs).
 func (qp *QP) reqOutput(now int64, buf []byte) (int, bool) {
 	r := &qp.req
 	q := qp.sq
