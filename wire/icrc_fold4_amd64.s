@@ -2,6 +2,26 @@
 
 #include "textflag.h"
 
+// SEAL4 writes the four packets' ICRCs (AX, BX, DX, R8) into their last
+// four bytes, at CX in each packet (SI, DI, R9, R10).
+#define SEAL4 \
+	MOVL AX, (SI)(CX*1) \
+	MOVL BX, (DI)(CX*1) \
+	MOVL DX, (R9)(CX*1) \
+	MOVL R8, (R10)(CX*1)
+
+// DIFF4 writes to diff (R11) each packet's ICRC as computed (AX, BX, DX,
+// R8) XOR as received (at CX in each packet).
+#define DIFF4 \
+	XORL (SI)(CX*1), AX \
+	MOVL AX, 0(R11) \
+	XORL (DI)(CX*1), BX \
+	MOVL BX, 4(R11) \
+	XORL (R9)(CX*1), DX \
+	MOVL DX, 8(R11) \
+	XORL (R10)(CX*1), R8 \
+	MOVL R8, 12(R11)
+
 // LOAD4 loads the 16 bytes at off of the four packets (SI, DI, R9, R10)
 // into the four 128-bit lanes of Z (X its low lane).
 #define LOAD4(off, Z, X) \
@@ -131,21 +151,11 @@ TEXT ·icrc4z(SB), NOSPLIT, $0-32
 	MOVQ diff+24(FP), R11
 	TESTQ R11, R11
 	JNE  compare
-	MOVL AX, (SI)(CX*1)
-	MOVL BX, (DI)(CX*1)
-	MOVL DX, (R9)(CX*1)
-	MOVL R8, (R10)(CX*1)
+	SEAL4
 	RET
 
 compare:
-	XORL (SI)(CX*1), AX
-	MOVL AX, 0(R11)
-	XORL (DI)(CX*1), BX
-	MOVL BX, 4(R11)
-	XORL (R9)(CX*1), DX
-	MOVL DX, 8(R11)
-	XORL (R10)(CX*1), R8
-	MOVL R8, 12(R11)
+	DIFF4
 	RET
 
 // LOAD2 loads the 16 bytes at off of packets A and B into the two 128-bit
@@ -278,21 +288,11 @@ last4y:
 	MOVQ diff+24(FP), R11
 	TESTQ R11, R11
 	JNE  compare4y
-	MOVL AX, (SI)(CX*1)
-	MOVL BX, (DI)(CX*1)
-	MOVL DX, (R9)(CX*1)
-	MOVL R8, (R10)(CX*1)
+	SEAL4
 	RET
 
 compare4y:
-	XORL (SI)(CX*1), AX
-	MOVL AX, 0(R11)
-	XORL (DI)(CX*1), BX
-	MOVL BX, 4(R11)
-	XORL (R9)(CX*1), DX
-	MOVL DX, 8(R11)
-	XORL (R10)(CX*1), R8
-	MOVL R8, 12(R11)
+	DIFF4
 	RET
 
 // func cpuid(eax, ecx uint32) (a, b, c, d uint32)

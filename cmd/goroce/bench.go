@@ -78,16 +78,11 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	c := benchConfig{opts: bench.Options{Test: test}, stderr: stderr}
 	name := "bench " + args[0]
 	fs := c.flagSet(name)
-	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
+	host, code, ok := cliflag.ParseHost(fs, args[1:])
+	if !ok {
 		return code
 	}
-	switch {
-	case fs.NArg() > 1:
-		fs.Usage()
-		return 2
-	case fs.NArg() == 1:
-		c.host = fs.Arg(0)
-	}
+	c.host = host
 	if err := c.check(fs); err != nil {
 		fmt.Fprintf(stderr, "goroce %s: %v\n", name, err)
 		return 2

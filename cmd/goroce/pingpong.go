@@ -55,16 +55,11 @@ func runPingpong(args []string, stdout, stderr io.Writer) int {
 	}
 	name := "pingpong " + args[0]
 	fs := c.flagSet(name)
-	if code, ok := cliflag.Parse(fs, args[1:]); !ok {
+	host, code, ok := cliflag.ParseHost(fs, args[1:])
+	if !ok {
 		return code
 	}
-	switch {
-	case fs.NArg() > 1:
-		fs.Usage()
-		return 2
-	case fs.NArg() == 1:
-		c.Host = fs.Arg(0)
-	}
+	c.Host = host
 	if c.odp || c.ts {
 		fmt.Fprintf(stderr, "goroce %s: on-demand paging and completion timestamps are not supported\n", name)
 		return 1

@@ -36,6 +36,21 @@ func Parse(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	return 0, true
 }
 
+// ParseHost is Parse for a command that takes at most one operand, the
+// host to connect to (none: listen, as a server): it returns the host, or
+// ends the command with code when Parse does or with 2 after fs's usage
+// when more than one operand was given.
+func ParseHost(fs *flag.FlagSet, args []string) (host string, code int, ok bool) {
+	if code, ok := Parse(fs, args); !ok {
+		return "", code, false
+	}
+	if fs.NArg() > 1 {
+		fs.Usage()
+		return "", 2, false
+	}
+	return fs.Arg(0), 0, true
+}
+
 // SplitShort turns getopt's grouped boolean flags ("-vV") into separate
 // ones ("-v", "-V") when every letter of the group is one of letters;
 // other arguments are left as they are.

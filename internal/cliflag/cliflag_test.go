@@ -56,6 +56,34 @@ func TestParseEnds(t *testing.T) {
 	}
 }
 
+// TestParseHost: no operand is no host (a server), one is the host, two
+// print the usage and end with 2, and a bad flag or -h ends as Parse ends.
+func TestParseHost(t *testing.T) {
+	for _, c := range []struct {
+		args  []string
+		host  string
+		code  int
+		ok    bool
+		usage bool
+	}{
+		{nil, "", 0, true, false},
+		{[]string{"-n", "3"}, "", 0, true, false},
+		{[]string{"peer", "-n", "3"}, "peer", 0, true, false},
+		{[]string{"a", "b"}, "", 2, false, true},
+		{[]string{"--bogus", "peer"}, "", 2, false, true}, // the flag package prints the usage
+		{[]string{"-h"}, "", 0, false, true},
+	} {
+		fs := newTestFlagSet()
+		fs.Int("n", 0, "")
+		usage := false
+		fs.Usage = func() { usage = true }
+		host, code, ok := ParseHost(fs, c.args)
+		if host != c.host || code != c.code || ok != c.ok || (usage && !c.usage) || (c.usage && !usage) {
+			t.Errorf("%q: host %q code %d ok %v usage %v; want %q %d %v %v", c.args, host, code, ok, usage, c.host, c.code, c.ok, c.usage)
+		}
+	}
+}
+
 func TestSplitShort(t *testing.T) {
 	for _, c := range []struct {
 		in, want string
