@@ -129,9 +129,9 @@ func (c *onceConfig) flagSet(stderr io.Writer) *flag.FlagSet {
 	c.interval, c.timeout = time.Second, time.Second
 	fs.IntVar(&c.count, "c", 0, "probes per host (default 5, or one per label with --labels or --paths)")
 	fs.IntVar(&c.count, "count", 0, "same as -c")
-	fs.Var(cliflag.Seconds{D: &c.interval}, "i", "interval between rounds of probes, in seconds or with a unit (default 1)")
+	fs.Var(cliflag.Seconds{D: &c.interval}, "i", "interval between rounds of probes, in seconds or with a unit")
 	fs.Var(cliflag.Seconds{D: &c.interval}, "interval", "same as -i")
-	fs.Var(cliflag.Seconds{D: &c.timeout}, "W", "time to wait for a probe's ACKs before it is lost, in seconds or with a unit (default 1)")
+	fs.Var(cliflag.Seconds{D: &c.timeout}, "W", "time to wait for a probe's ACKs before it is lost, in seconds or with a unit")
 	fs.Var(cliflag.Seconds{D: &c.timeout}, "timeout", "same as -W")
 	fs.IntVar(&c.labels, "labels", 0, "number of distinct flow labels (UDP source ports, ECMP paths) the probes rotate over (default 1)")
 	fs.IntVar(&c.paths, "paths", 0, "number of equal-cost paths to cover: as many labels as cover them with probability --prob")
