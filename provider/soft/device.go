@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/goroce/goroce/engine"
+	"github.com/goroce/goroce/internal/racesync"
 	"github.com/goroce/goroce/packetio"
 	"github.com/goroce/goroce/verbs"
 	"github.com/goroce/goroce/wire"
@@ -443,6 +444,7 @@ func (d *Device) inputBeforeTimers() bool {
 // completion, a WRITE's data) without waiting for the ACK's send, and a
 // reply it posts leaves ahead of the ACK (ackAside).
 func (d *Device) input(pkts []packetio.Packet) {
+	racesync.Acquire() // what the senders did before sending (see racesync)
 	if !d.opts.Busy {
 		d.lockTx()
 		defer d.unlockTx()
@@ -483,6 +485,14 @@ func (d *Device) input(pkts []packetio.Packet) {
 		d.flush(now)
 	}
 	d.mu.Unlock()
+}
+
+// transmit hands pkts to the packet path, after telling the race
+// detector that what the engine did before (the memory its responders
+// wrote) happens before what receivers of the packets do (racesync).
+func (d *Device) transmit(pkts []packetio.Packet) (int, error) {
+	racesync.Release()
+	return d.conn.Transmit(pkts)
 }
 
 // midFlush: a batch of received packets (up to 32 GRO buffers of 16 to 64
@@ -762,7 +772,7 @@ func (d *Device) flushBatches(now int64, batches int) int {
 			k++
 		}
 		d.eng.EndOutputBatch()
-		if _, err := d.conn.Transmit(batch[:k]); err != nil {
+		if _, err := d.transmit(batch[:k]); err != nil {
 			d.transmitFailed(batch[:k], err)
 		}
 		total += k
@@ -842,7 +852,7 @@ func (d *Device) sendAside(n int) int {
 			batch[j].Addr, batch[j].Port = a.addr, a.port
 			setIP(&batch[j], a.ip)
 		}
-		if _, err := d.conn.Transmit(batch); err != nil {
+		if _, err := d.transmit(batch); err != nil {
 			d.transmitFailed(batch, err)
 		}
 		sent += len(batch)
