@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goroce/goroce/internal/racesync"
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/cm/rdmacm"
 	"github.com/goroce/goroce/packetio/fault"
@@ -592,6 +593,12 @@ func TestWarmUp(t *testing.T) {
 // TestBWAllocs checks that the traffic loop allocates nothing per message:
 // a run of 20 times as many messages allocates (nearly) the same.
 func TestBWAllocs(t *testing.T) {
+	if racesync.Enabled {
+		// On a loaded machine its counts include the race detector's and
+		// the waits it causes: 431-1,017 mallocs for 1,500 UD messages
+		// against 199-289 for 200, on this code and the code before.
+		t.Skip("allocations are counted without -race")
+	}
 	srv, cli := newDev(t, addrA), newDev(t, addrB)
 	for _, c := range []struct {
 		name  string

@@ -4,6 +4,9 @@ package racesync
 
 import "sync/atomic"
 
+// Enabled reports whether the race detector is on.
+const Enabled = true
+
 // clock is the one address every Release and Acquire reads and writes:
 // the race detector orders atomic operations on one address, so each
 // takes in the clocks of all those before it.
