@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goroce/goroce/internal/racesync"
 	"github.com/goroce/goroce/cm/perftest"
 	"github.com/goroce/goroce/cm/rdmacm"
+	"github.com/goroce/goroce/internal/racesync"
 	"github.com/goroce/goroce/packetio/fault"
 	"github.com/goroce/goroce/packetio/udp"
 	"github.com/goroce/goroce/provider/soft"
