@@ -195,8 +195,10 @@ func (c *benchConfig) checkNumbers(fs *flag.FlagSet) error {
 	if c.sl < 0 || c.sl > 15 {
 		return fmt.Errorf("service level %d: want 0..15", c.sl)
 	}
-	if c.duration < 0 {
-		return fmt.Errorf("duration %d must be positive", c.duration)
+	if c.duration < 0 || c.duration == 0 && cliflag.Given(fs, "D", "duration") {
+		// As perftest: -D takes seconds above 0; without it the run is
+		// counted in iterations.
+		return fmt.Errorf("duration %d: want seconds above 0", c.duration)
 	}
 	o.Duration = time.Duration(c.duration) * time.Second
 	return nil

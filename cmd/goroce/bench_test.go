@@ -170,6 +170,8 @@ func TestBenchUsage(t *testing.T) {
 		{[]string{"bench", "atomic_bw", "-A", "SWAP"}, "atomic type"},
 		{[]string{"bench", "write_bw", "-n", "2", "--loopback"}, "iterations 2"},
 		{[]string{"bench", "send_bw", "-c", "UD", "-D", "1", "--loopback"}, "-D runs RC tests"},
+		{[]string{"bench", "send_bw", "-D", "0", "--loopback"}, "duration 0: want seconds above 0"},
+		{[]string{"bench", "send_bw", "--duration=-1", "--loopback"}, "duration -1: want seconds above 0"},
 		{[]string{"bench", "send_lat", "-q", "2", "--loopback"}, "latency tests use one"},
 		{[]string{"bench", "write_bw", "--loopback", "host"}, "--loopback takes no HOST"},
 		{[]string{"bench", "write_bw", "-p", "70000"}, "port 70000"},
