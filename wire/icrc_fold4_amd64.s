@@ -30,6 +30,32 @@
 	VINSERTI32X4 $2, (R9)(off*1), Z, Z \
 	VINSERTI32X4 $3, (R10)(off*1), Z, Z
 
+// BARRETT reduces each 128-bit lane of S, a block [L | H] whose CRC
+// register from zero is wanted, leaving the register in the third dword of
+// each lane of R, using T; K4..K7 hold barrett4's rows. XOR and AND name
+// the instructions for the registers' width (VPXORQ and VPANDQ on 512-bit
+// registers, which need EVEX; VPXOR and VPAND on 256-bit ones, which
+// without AVX512VL must not); the two passes assemble to the same code as
+// when each had its own copy. Fold L into the 96-bit Z = L*(x^96 mod P) +
+// H*x^32 (bits 32..127 of the lane), then Z's top 32 bits into the 64-bit
+// W = Zt*(x^64 mod P) + Zb (high qword), then Barrett: q =
+// floor(floor(W/x^32)*mu/x^32), the register the low 32 bits of W + q*P.
+#define BARRETT(XOR, AND, K4, K5, K6, K7, S, R, T) \
+	VPCLMULQDQ $0x00, K4, S, R \
+	VPSRLDQ    $4, S, T \
+	XOR        T, R, R \
+	AND        K6, R, T \
+	VPCLMULQDQ $0x10, K4, T, T \
+	XOR        R, T, T \
+	AND        K7, T, R \
+	VPCLMULQDQ $0x01, K5, R, R \
+	VPSLLQ     $1, R, R \
+	AND        K6, R, R \
+	VPCLMULQDQ $0x10, K5, R, R \
+	VPSRLQ     $31, R, R \
+	VPSRLQ     $32, T, T \
+	XOR        T, R, R
+
 // FOLD4 is the pass over the four packets (SI, DI, R9, R10) of CX bytes, with
 // lane j of Z0 XORed into packet j's first eight bytes, R11 and R12 pointing
 // at foldK and foldShuf: it leaves packet j's register in the third dword of
@@ -37,10 +63,7 @@
 //
 // The folds are clmulRegister's (one VPCLMULQDQ pair folds block i of all
 // four). Then each lane of Z1 is a block [L | H]: its CRC register from zero
-// is reflect32(M*x^32 mod P), M = L*x^64 + H. Fold L into the 96-bit
-// Z = L*(x^96 mod P) + H*x^32 (bits 32..127 of the lane), then Z's top 32
-// bits into the 64-bit W = Zt*(x^64 mod P) + Zb (high qword), then Barrett:
-// q = floor(floor(W/x^32)*mu/x^32), the register the low 32 bits of W + q*P.
+// is reflect32(M*x^32 mod P), M = L*x^64 + H, which BARRETT computes.
 #define FOLD4 \
 	VPXORQ    Z1, Z1, Z1 \
 	XORQ      R8, R8 \
@@ -79,20 +102,7 @@ last4: \
 	VMOVDQU64 64(R11), Z5 \
 	VMOVDQU64 128(R11), Z6 \
 	VMOVDQU64 192(R11), Z7 \
-	VPCLMULQDQ $0x00, Z4, Z1, Z2 \
-	VPSRLDQ    $4, Z1, Z3 \
-	VPXORQ     Z3, Z2, Z2 \
-	VPANDQ     Z6, Z2, Z3 \
-	VPCLMULQDQ $0x10, Z4, Z3, Z3 \
-	VPXORQ     Z2, Z3, Z3 \
-	VPANDQ     Z7, Z3, Z2 \
-	VPCLMULQDQ $0x01, Z5, Z2, Z2 \
-	VPSLLQ     $1, Z2, Z2 \
-	VPANDQ     Z6, Z2, Z2 \
-	VPCLMULQDQ $0x10, Z5, Z2, Z2 \
-	VPSRLQ     $31, Z2, Z2 \
-	VPSRLQ     $32, Z3, Z3 \
-	VPXORQ     Z3, Z2, Z2
+	BARRETT(VPXORQ, VPANDQ, Z4, Z5, Z6, Z7, Z1, Z2, Z3)
 
 // func icrc4z(h uint64, pkts *[4][]byte, n int, diff *[4]uint32)
 //
@@ -171,25 +181,6 @@ compare:
 	VPCLMULQDQ $0x11, Y4, Y, U \
 	VPXOR      T, U, T \
 	VPXOR      T, S, S
-
-// BARRETTY reduces each lane of S (Y1 or Y9) as FOLD4 does, with the
-// constants in Y4..Y7, leaving the register in the third dword of each
-// lane of R, using T.
-#define BARRETTY(S, R, T) \
-	VPCLMULQDQ $0x00, Y4, S, R \
-	VPSRLDQ    $4, S, T \
-	VPXOR      T, R, R \
-	VPAND      Y6, R, T \
-	VPCLMULQDQ $0x10, Y4, T, T \
-	VPXOR      R, T, T \
-	VPAND      Y7, T, R \
-	VPCLMULQDQ $0x01, Y5, R, R \
-	VPSLLQ     $1, R, R \
-	VPAND      Y6, R, R \
-	VPCLMULQDQ $0x10, Y5, R, R \
-	VPSRLQ     $31, R, R \
-	VPSRLQ     $32, T, T \
-	VPXOR      T, R, R
 
 // VREG puts into lane L of Y (X its low lane) the register v of the packet
 // at P: h (DX) with the complement of the packet's byte 4 above it.
@@ -271,8 +262,8 @@ last4y:
 	VMOVDQU 64(R11), Y5
 	VMOVDQU 128(R11), Y6
 	VMOVDQU 192(R11), Y7
-	BARRETTY(Y1, Y2, Y3)
-	BARRETTY(Y9, Y10, Y11)
+	BARRETT(VPXOR, VPAND, Y4, Y5, Y6, Y7, Y1, Y2, Y3)
+	BARRETT(VPXOR, VPAND, Y4, Y5, Y6, Y7, Y9, Y10, Y11)
 	MOVQ    n+16(FP), CX
 	VPEXTRD $2, X2, AX
 	VEXTRACTI128 $1, Y2, X3
